@@ -1,0 +1,937 @@
+package lua
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
+	glua "github.com/yuin/gopher-lua"
+)
+
+// fail returns (false, message) from a yielding primitive's Go half; the Lua wrapper
+// raises the message.
+func fail(L *glua.LState, where, format string, args ...any) int {
+	msg := fmt.Sprintf(format, args...)
+	if where != "" {
+		msg = where + ": " + msg
+	}
+	L.Push(glua.LFalse)
+	L.Push(glua.LString(msg))
+	return 2
+}
+
+func (v *vm) deliver(t *task, f func() []glua.LValue) {
+	select {
+	case v.compl <- completion{t: t, deliver: f}:
+	case <-v.done:
+	}
+}
+
+// agentFn is the Go half of agent(opts).
+func (v *vm) agentFn(L *glua.LState) int {
+	t := v.checkEffect(L, "agent()")
+	where := v.where(L)
+	req, err := v.parseAgentOpts(L.Get(1))
+	if err != nil {
+		return fail(L, where, "agent: %s", err)
+	}
+	v.agentCalls++
+	if v.agentCalls > v.lim.MaxAgentCalls {
+		return v.raiseFatal(L, "agent call limit (%d per run) reached; raise it with --max-agent-calls if the workflow really needs more", v.lim.MaxAgentCalls)
+	}
+	t.br.agents++
+	c := Call{Key: t.br.next(), Kind: KindAgent, Hash: req.Hash(), Where: where, PhaseID: v.phaseID()}
+	ph := v.phase
+	res, done, err := v.host.Agent(t.ctx, c, req, func(r agent.Result, err error) {
+		v.deliver(t, func() []glua.LValue { return v.agentOutcome(c, req, ph, r, err) })
+	})
+	var limit *ScriptError
+	if errors.As(err, &limit) {
+		v.fatal = limit
+		L.RaiseError("%s", limit.Msg)
+		return 0
+	}
+	if done || err != nil {
+		vals := v.agentOutcome(c, req, ph, res, err)
+		for _, val := range vals {
+			L.Push(val)
+		}
+		return len(vals)
+	}
+	v.pending++
+	return v.yield(L)
+}
+
+// agentOutcome turns a finished call into the (ok, value) pair the Lua wrapper expects.
+func (v *vm) agentOutcome(c Call, req agent.Request, ph *phaseState, r agent.Result, err error) []glua.LValue {
+	if err == nil && !r.OK() {
+		msg := r.Error
+		if msg == "" {
+			msg = "the agent reported status " + string(r.Status)
+		}
+		err = errors.New(msg)
+	}
+	if ph != nil {
+		if err != nil {
+			ph.failed++
+		} else {
+			ph.ok++
+		}
+	}
+	if err != nil {
+		label := req.Name
+		if label == "" {
+			label = c.Key
+		}
+		status := r.Status
+		if status == "" || status == agent.StatusOK {
+			status = agent.StatusError
+		}
+		return []glua.LValue{glua.LFalse, glua.LString(fmt.Sprintf("%s: agent %q failed (%s): %s", c.Where, label, status, err))}
+	}
+	return []glua.LValue{glua.LTrue, v.resultTable(r)}
+}
+
+var agentOptions = []string{"prompt", "system", "schema", "model", "backend", "name", "role", "description",
+	"tools", "max_tokens", "temperature", "timeout_ms", "retries", "session_id", "class"}
+
+func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
+	var req agent.Request
+	tbl, ok := lv.(*glua.LTable)
+	if !ok {
+		return req, fmt.Errorf("expected a table {prompt=..., ...}, got a %s", lv.Type())
+	}
+	var bad error
+	tbl.ForEach(func(k, val glua.LValue) {
+		if bad != nil {
+			return
+		}
+		key, ok := k.(glua.LString)
+		if !ok {
+			bad = fmt.Errorf("option keys must be names, got %s", k.Type())
+			return
+		}
+		str := func() string {
+			s, ok := val.(glua.LString)
+			if !ok {
+				bad = fmt.Errorf("option %s must be a string, got a %s", key, val.Type())
+			}
+			return string(s)
+		}
+		num := func(lo, hi float64) float64 {
+			n, ok := val.(glua.LNumber)
+			if !ok || float64(n) < lo || float64(n) > hi || math.IsNaN(float64(n)) {
+				bad = fmt.Errorf("option %s must be a number from %g to %g, got %s", key, lo, hi, val.String())
+			}
+			return float64(n)
+		}
+		integer := func(lo, hi float64) int {
+			n := num(lo, hi)
+			if bad == nil && n != math.Trunc(n) {
+				bad = fmt.Errorf("option %s must be a whole number, got %s", key, val.String())
+			}
+			return int(n)
+		}
+		switch key {
+		case "prompt":
+			req.Prompt = str()
+		case "system":
+			req.System = str()
+		case "schema":
+			switch s := val.(type) {
+			case glua.LString:
+				dec, err := v.codec.Decode([]byte(s))
+				if err != nil {
+					bad = fmt.Errorf("option schema is not valid JSON: %v", err)
+					return
+				}
+				req.Schema, bad = v.codec.FromLua(dec)
+			case *glua.LTable:
+				req.Schema, bad = v.codec.FromLua(s)
+			default:
+				bad = fmt.Errorf("option schema must be a table or a JSON string, got a %s", val.Type())
+			}
+			if bad == nil {
+				if _, isObj := req.Schema.(map[string]any); !isObj {
+					bad = errors.New("option schema must be a JSON Schema object, such as {type=\"object\", properties={...}}")
+				}
+			}
+		case "model":
+			req.Model = str()
+		case "backend":
+			req.Backend = str()
+		case "name":
+			req.Name = str()
+		case "role":
+			req.Role = str()
+		case "description":
+			req.Description = str()
+		case "tools":
+			t, ok := val.(*glua.LTable)
+			if !ok {
+				bad = fmt.Errorf("option tools must be a list of tool names, got a %s", val.Type())
+				return
+			}
+			for i := 1; i <= t.Len(); i++ {
+				s, ok := t.RawGetInt(i).(glua.LString)
+				if !ok {
+					bad = fmt.Errorf("option tools[%d] must be a tool name (a string)", i)
+					return
+				}
+				req.Tools = append(req.Tools, string(s))
+			}
+		case "max_tokens":
+			req.MaxTokens = integer(1, 10_000_000)
+		case "temperature":
+			f := num(0, 2)
+			req.Temperature = &f
+		case "timeout_ms":
+			req.TimeoutMS = integer(1, 7*24*3600*1000)
+		case "retries":
+			req.Retries = integer(0, 10)
+		case "session_id":
+			req.SessionID = str()
+		case "class":
+			c := agent.Class(str())
+			if bad == nil && c != agent.ClassInteractive && c != agent.ClassBatch {
+				bad = fmt.Errorf("option class must be \"interactive\" or \"batch\", got %q", c)
+			}
+			req.Class = c
+		default:
+			bad = fmt.Errorf("unknown option %q (known: %s)", string(key), strings.Join(agentOptions, ", "))
+		}
+	})
+	if bad != nil {
+		return req, bad
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		return req, errors.New("missing required 'prompt' (a non-empty string)")
+	}
+	return req, nil
+}
+
+// resultTable builds the agent result table of SPEC §2.1.
+func (v *vm) resultTable(r agent.Result) *glua.LTable {
+	L := v.L
+	t := L.NewTable()
+	out, err := v.codec.ToLua(r.Output)
+	if err != nil {
+		out = glua.LString(r.Text)
+	}
+	// Insert in sorted key order so pairs() over a result is deterministic.
+	fields := map[string]glua.LValue{
+		"attempts":   glua.LNumber(max(r.Attempts, 1)),
+		"backend":    glua.LString(r.Backend),
+		"cached":     glua.LBool(r.Cached),
+		"model":      glua.LString(r.Model),
+		"ok":         glua.LBool(r.OK()),
+		"output":     out,
+		"status":     glua.LString(r.Status),
+		"text":       glua.LString(r.Text),
+		"tokens":     glua.LNumber(r.Usage.Total()),
+		"session_id": glua.LNil,
+		"error":      glua.LNil,
+		"cost":       glua.LNil,
+	}
+	if r.SessionID != "" {
+		fields["session_id"] = glua.LString(r.SessionID)
+	}
+	if r.Error != "" {
+		fields["error"] = glua.LString(r.Error)
+	}
+	if r.Cost != nil {
+		fields["cost"] = glua.LNumber(*r.Cost)
+	}
+	usage := L.NewTable()
+	usage.RawSetString("cached", glua.LNumber(r.Usage.Cached))
+	usage.RawSetString("input", glua.LNumber(r.Usage.Input))
+	usage.RawSetString("output", glua.LNumber(r.Usage.Output))
+	fields["usage"] = usage
+	findings := L.NewTable()
+	_ = v.codec.MarkArray(findings)
+	for _, f := range r.Findings {
+		ft := L.NewTable()
+		ft.RawSetString("detail", glua.LString(f.Detail))
+		ft.RawSetString("kind", glua.LString(f.Kind))
+		ft.RawSetString("severity", glua.LString(f.Severity))
+		ft.RawSetString("title", glua.LString(f.Title))
+		findings.Append(ft)
+	}
+	fields["findings"] = findings
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if fields[k] != glua.LNil {
+			t.RawSetString(k, fields[k])
+		}
+	}
+	return t
+}
+
+func errorSlot(L *glua.LState, status, msg string) *glua.LTable {
+	t := L.NewTable()
+	t.RawSetString("error", glua.LString(msg))
+	t.RawSetString("ok", glua.LFalse)
+	t.RawSetString("status", glua.LString(status))
+	return t
+}
+
+// parallelFn is the Go half of parallel(items, fn [, opts]) and pmap(items, fn).
+func (v *vm) parallelFn(pmap bool) glua.LGFunction {
+	name := "parallel"
+	if pmap {
+		name = "pmap"
+	}
+	return func(L *glua.LState) int {
+		t := v.checkEffect(L, name+"()")
+		where := v.where(L)
+		items, ok := L.Get(1).(*glua.LTable)
+		if !ok {
+			return fail(L, where, "%s: argument 1 must be a list of items, got a %s", name, L.Get(1).Type())
+		}
+		fn, ok := L.Get(2).(*glua.LFunction)
+		if !ok {
+			return fail(L, where, "%s: argument 2 must be a function(item, index), got a %s", name, L.Get(2).Type())
+		}
+		n := items.Len()
+		maxConc, failFast := n, false
+		if o, ok := L.Get(3).(*glua.LTable); ok && !pmap {
+			var err error
+			o.ForEach(func(k, val glua.LValue) {
+				if err != nil {
+					return
+				}
+				switch k.String() {
+				case "max_concurrency":
+					f, ok := val.(glua.LNumber)
+					if !ok || f < 1 || float64(f) != math.Trunc(float64(f)) {
+						err = fmt.Errorf("option max_concurrency must be a whole number of at least 1, got %s", val.String())
+					}
+					maxConc = int(f)
+				case "fail_fast":
+					b, ok := val.(glua.LBool)
+					if !ok {
+						err = fmt.Errorf("option fail_fast must be true or false, got %s", val.String())
+					}
+					failFast = bool(b)
+				default:
+					err = fmt.Errorf("unknown option %q (known: max_concurrency, fail_fast)", k.String())
+				}
+			})
+			if err != nil {
+				return fail(L, where, "%s: %s", name, err)
+			}
+		} else if L.Get(3) != glua.LNil && !pmap {
+			return fail(L, where, "%s: argument 3 must be an options table, got a %s", name, L.Get(3).Type())
+		}
+		span := t.br.next()
+		start := v.cfg.Now()
+		v.emit(event.ParallelStarted, map[string]any{"span_id": span, "count": n, "phase_id": v.phaseID()})
+		results := L.NewTable()
+		if n == 0 {
+			_ = v.codec.MarkArray(results)
+			v.emit(event.ParallelDone, map[string]any{"span_id": span, "count": 0, "ok": 0, "failed": 0, "elapsed_ms": 0})
+			L.Push(glua.LTrue)
+			L.Push(results)
+			return 2
+		}
+		j := &join{n: n, slots: make([]glua.LValue, n), tasks: make([]*task, n)}
+		var startNext func()
+		finishSlot := func(i int, val glua.LValue, failed bool) {
+			if j.slots[i] != nil {
+				return
+			}
+			j.slots[i] = val
+			j.running--
+			j.done++
+			if failed {
+				j.failed++
+			} else {
+				j.ok++
+			}
+			if failed && failFast && !j.stopped {
+				j.stopped = true
+				for k := range n {
+					if j.slots[k] != nil {
+						continue
+					}
+					if j.tasks[k] != nil {
+						j.tasks[k].cancel()
+						j.running--
+					}
+					j.slots[k] = errorSlot(L, "cancelled", "cancelled: another branch failed (fail_fast)")
+					j.done++
+					j.failed++
+				}
+			}
+			startNext()
+			if j.done == n && !j.resumed {
+				j.resumed = true
+				for k, s := range j.slots {
+					if s != glua.LNil {
+						results.RawSetInt(k+1, s)
+					}
+				}
+				v.emit(event.ParallelDone, map[string]any{"span_id": span, "count": n, "ok": j.ok, "failed": j.failed,
+					"elapsed_ms": v.cfg.Now().Sub(start).Milliseconds()})
+				v.resumeLater(t, glua.LTrue, results)
+			}
+		}
+		startNext = func() {
+			for j.running < maxConc && j.next < n && !j.stopped {
+				i := j.next
+				j.next++
+				j.running++
+				br := &branch{path: fmt.Sprintf("%s/par[%d]", span, i+1)}
+				var child *task
+				child = v.newTask(t.ctx, fn, []glua.LValue{items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
+					func(rets []glua.LValue, err error) {
+						if err != nil {
+							finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
+							return
+						}
+						val := glua.LValue(glua.LNil)
+						if len(rets) > 0 {
+							val = rets[0]
+						}
+						// Compatibility form: fn returned agent options and called no agent.
+						if opts, ok := val.(*glua.LTable); ok && br.agents == 0 && opts.RawGetString("prompt").Type() == glua.LTString {
+							agentTask := v.newTask(t.ctx, v.wrap.RawGetString("agent").(*glua.LFunction), []glua.LValue{opts}, br, t.wf,
+								func(rets []glua.LValue, err error) {
+									if err != nil {
+										finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
+										return
+									}
+									finishSlot(i, rets[0], false)
+								})
+							j.tasks[i] = agentTask
+							v.runq = append(v.runq, agentTask)
+							return
+						}
+						finishSlot(i, val, false)
+					})
+				j.tasks[i] = child
+				v.runq = append(v.runq, child)
+			}
+		}
+		startNext()
+		return v.yield(L)
+	}
+}
+
+type join struct {
+	n, next, running, done, ok, failed int
+	slots                              []glua.LValue
+	tasks                              []*task
+	stopped, resumed                   bool
+}
+
+// errMessage is the text of a branch's error as a script sees it.
+func (v *vm) errMessage(err error) string {
+	var ae *glua.ApiError
+	if errors.As(err, &ae) {
+		if tbl, ok := ae.Object.(*glua.LTable); ok {
+			if m := tbl.RawGetString("message"); m != glua.LNil {
+				return m.String()
+			}
+		}
+		return ae.Object.String()
+	}
+	return err.Error()
+}
+
+type stageDef struct {
+	label string
+	fn    *glua.LFunction
+}
+
+type pipeItem struct {
+	data    glua.LValue
+	failed  bool
+	errMsg  string
+	stages  []*glua.LTable
+	started int64 // elapsed ms offset when the item entered stage 1
+}
+
+// pipelineFn is the Go half of pipeline{items=, stages=, max_inflight=} and
+// pipeline(items, stages [, opts]).
+func (v *vm) pipelineFn(L *glua.LState) int {
+	t := v.checkEffect(L, "pipeline()")
+	where := v.where(L)
+	var items, stages *glua.LTable
+	var opts *glua.LTable
+	if L.Get(2) == glua.LNil {
+		spec, ok := L.Get(1).(*glua.LTable)
+		if !ok {
+			return fail(L, where, "pipeline: expected pipeline{items=..., stages=...} or pipeline(items, stages)")
+		}
+		items, _ = spec.RawGetString("items").(*glua.LTable)
+		stages, _ = spec.RawGetString("stages").(*glua.LTable)
+		opts = spec
+		var bad string
+		spec.ForEach(func(k, _ glua.LValue) {
+			switch k.String() {
+			case "items", "stages", "max_inflight":
+			default:
+				bad = k.String()
+			}
+		})
+		if bad != "" {
+			return fail(L, where, "pipeline: unknown field %q (known: items, stages, max_inflight)", bad)
+		}
+	} else {
+		items, _ = L.Get(1).(*glua.LTable)
+		stages, _ = L.Get(2).(*glua.LTable)
+		opts, _ = L.Get(3).(*glua.LTable)
+	}
+	if items == nil {
+		return fail(L, where, "pipeline: items must be a list")
+	}
+	if stages == nil || stages.Len() == 0 {
+		return fail(L, where, "pipeline: stages must be a non-empty list of functions or {label=..., handler=function(data, item, index) ... end}")
+	}
+	var defs []stageDef
+	for k := 1; k <= stages.Len(); k++ {
+		switch s := stages.RawGetInt(k).(type) {
+		case *glua.LFunction:
+			defs = append(defs, stageDef{label: fmt.Sprintf("stage %d", k), fn: s})
+		case *glua.LTable:
+			fn, ok := s.RawGetString("handler").(*glua.LFunction)
+			if !ok {
+				return fail(L, where, "pipeline: stages[%d].handler must be a function(data, item, index)", k)
+			}
+			label := fmt.Sprintf("stage %d", k)
+			if l, ok := s.RawGetString("label").(glua.LString); ok {
+				label = string(l)
+			} else if l, ok := s.RawGetString("name").(glua.LString); ok {
+				label = string(l)
+			}
+			defs = append(defs, stageDef{label: label, fn: fn})
+		default:
+			return fail(L, where, "pipeline: stages[%d] must be a function or {label=..., handler=...}, got a %s", k, s.Type())
+		}
+	}
+	maxInflight := v.cfg.Concurrency
+	if opts != nil {
+		if mv := opts.RawGetString("max_inflight"); mv != glua.LNil {
+			f, ok := mv.(glua.LNumber)
+			if !ok || f < 1 || float64(f) != math.Trunc(float64(f)) {
+				return fail(L, where, "pipeline: max_inflight must be a whole number of at least 1, got %s", mv.String())
+			}
+			maxInflight = int(f)
+		}
+	}
+	n, S := items.Len(), len(defs)
+	span := t.br.next()
+	start := v.cfg.Now()
+	elapsed := func() int64 { return v.cfg.Now().Sub(start).Milliseconds() }
+	v.emit(event.PipelineStarted, map[string]any{"span_id": span, "items": n, "total_stages": S, "phase_id": v.phaseID()})
+
+	state := make([]*pipeItem, n)
+	queues := make([][]int, S)
+	inflight := make([]int, S)
+	for i := range n {
+		state[i] = &pipeItem{data: items.RawGetInt(i + 1)}
+		queues[0] = append(queues[0], i)
+	}
+	okCount, failCount, doneCount := 0, 0, 0
+	finish := func() {
+		res := L.NewTable()
+		list := L.NewTable()
+		_ = v.codec.MarkArray(list)
+		for i, it := range state {
+			e := L.NewTable()
+			if it.errMsg != "" {
+				e.RawSetString("error", glua.LString(it.errMsg))
+			}
+			e.RawSetString("index", glua.LNumber(i+1))
+			e.RawSetString("ok", glua.LBool(!it.failed))
+			if !it.failed {
+				e.RawSetString("output", it.data)
+			}
+			st := L.NewTable()
+			_ = v.codec.MarkArray(st)
+			for _, s := range it.stages {
+				st.Append(s)
+			}
+			e.RawSetString("stages", st)
+			list.Append(e)
+		}
+		res.RawSetString("failed", glua.LNumber(failCount))
+		res.RawSetString("items", list)
+		res.RawSetString("ok", glua.LNumber(okCount))
+		res.RawSetString("total_elapsed_ms", glua.LNumber(elapsed()))
+		res.RawSetString("total_stages", glua.LNumber(S))
+		v.emit(event.PipelineDone, map[string]any{"span_id": span, "ok": okCount, "failed": failCount, "elapsed_ms": elapsed()})
+		v.resumeLater(t, glua.LTrue, res)
+	}
+	if n == 0 {
+		v.emit(event.PipelineDone, map[string]any{"span_id": span, "ok": 0, "failed": 0, "elapsed_ms": 0})
+		res := L.NewTable()
+		list := L.NewTable()
+		_ = v.codec.MarkArray(list)
+		res.RawSetString("failed", glua.LNumber(0))
+		res.RawSetString("items", list)
+		res.RawSetString("ok", glua.LNumber(0))
+		res.RawSetString("total_elapsed_ms", glua.LNumber(0))
+		res.RawSetString("total_stages", glua.LNumber(S))
+		L.Push(glua.LTrue)
+		L.Push(res)
+		return 2
+	}
+	stageRec := func(label, status string, ms int64, errMsg string) *glua.LTable {
+		r := L.NewTable()
+		r.RawSetString("elapsed_ms", glua.LNumber(ms))
+		if errMsg != "" {
+			r.RawSetString("error", glua.LString(errMsg))
+		}
+		r.RawSetString("label", glua.LString(label))
+		r.RawSetString("status", glua.LString(status))
+		return r
+	}
+	var pump func()
+	itemDone := func(i int) {
+		it := state[i]
+		doneCount++
+		if it.failed {
+			failCount++
+		} else {
+			okCount++
+		}
+		data := map[string]any{"span_id": span, "index": i + 1, "ok": !it.failed, "elapsed_ms": elapsed() - it.started}
+		if it.errMsg != "" {
+			data["error"] = it.errMsg
+		}
+		v.emit(event.PipelineItemDone, data)
+	}
+	pump = func() {
+		// Later stages first, so items already under way finish before new ones start.
+		for s := S - 1; s >= 0; s-- {
+			for inflight[s] < maxInflight && len(queues[s]) > 0 {
+				i := queues[s][0]
+				queues[s] = queues[s][1:]
+				inflight[s]++
+				it := state[i]
+				if s == 0 {
+					it.started = elapsed()
+				}
+				stageStart := elapsed()
+				br := &branch{path: fmt.Sprintf("%s/item[%d]/stage[%d]", span, i+1, s+1)}
+				child := v.newTask(t.ctx, defs[s].fn, []glua.LValue{it.data, items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
+					func(rets []glua.LValue, err error) {
+						inflight[s]--
+						ms := elapsed() - stageStart
+						if err != nil {
+							it.failed = true
+							it.errMsg = v.errMessage(err)
+							it.stages = append(it.stages, stageRec(defs[s].label, "error", ms, it.errMsg))
+							for k := s + 1; k < S; k++ {
+								it.stages = append(it.stages, stageRec(defs[k].label, "skipped", 0, ""))
+							}
+							itemDone(i)
+						} else {
+							it.data = glua.LNil
+							if len(rets) > 0 {
+								it.data = rets[0]
+							}
+							it.stages = append(it.stages, stageRec(defs[s].label, "ok", ms, ""))
+							if s+1 < S {
+								queues[s+1] = append(queues[s+1], i)
+							} else {
+								itemDone(i)
+							}
+						}
+						pump()
+						if doneCount == n {
+							doneCount++ // finish once
+							finish()
+						}
+					})
+				v.runq = append(v.runq, child)
+			}
+		}
+	}
+	pump()
+	return v.yield(L)
+}
+
+// workflowFn is the Go half of workflow(path [, args]).
+func (v *vm) workflowFn(L *glua.LState) int {
+	t := v.checkEffect(L, "workflow()")
+	where := v.where(L)
+	p, ok := L.Get(1).(glua.LString)
+	if !ok || p == "" {
+		return fail(L, where, "workflow: argument 1 must be the path of a workflow file")
+	}
+	var args any
+	if a := L.Get(2); a != glua.LNil {
+		if _, ok := a.(*glua.LTable); !ok {
+			return fail(L, where, "workflow: argument 2 (args) must be a table, got a %s", a.Type())
+		}
+		var err error
+		if args, err = v.codec.FromLua(a); err != nil {
+			return fail(L, where, "workflow: args: %s", err)
+		}
+	}
+	path := resolvePath(t.wf.prog, string(p))
+	key := t.br.next()
+	c := Call{Key: key, Kind: KindWorkflow, Hash: hashStrings("workflow", path), Where: where, PhaseID: v.phaseID()}
+	prog, ok := v.protos[path]
+	if !ok {
+		src, err := v.host.LoadWorkflow(c, path)
+		if err != nil {
+			return fail(L, where, "workflow %q: %s", string(p), err)
+		}
+		prog, err = Compile(path, path, src)
+		if err != nil {
+			return fail(L, where, "workflow %q: %s", string(p), err)
+		}
+		v.protos[path] = prog
+	}
+	child := v.newWorkflow(prog, args)
+	start := v.cfg.Now()
+	v.emit(event.WorkflowStarted, map[string]any{"span_id": key, "path": path, "args": args})
+	done := func(err error) {
+		data := map[string]any{"span_id": key, "path": path, "ok": err == nil, "elapsed_ms": v.cfg.Now().Sub(start).Milliseconds()}
+		if err != nil {
+			msg := fmt.Sprintf("%s: workflow %q failed: %s", where, string(p), err)
+			data["error"] = msg
+			v.emit(event.WorkflowDone, data)
+			v.resumeLater(t, glua.LFalse, glua.LString(msg))
+			return
+		}
+		rep, cerr := v.codec.ToLua(child.report)
+		if cerr != nil {
+			rep = glua.LNil
+		}
+		v.emit(event.WorkflowDone, data)
+		v.resumeLater(t, glua.LTrue, rep)
+	}
+	fn := v.L.NewFunctionFromProto(prog.proto)
+	fn.Env = child.env
+	top := v.newTask(t.ctx, fn, nil, &branch{path: key + "/top"}, child, func(_ []glua.LValue, err error) {
+		if err != nil {
+			done(v.scriptError(err, KindInvalid))
+			return
+		}
+		if err := v.checkWorkflow(child); err != nil {
+			done(err)
+			return
+		}
+		mainFn := child.env.RawGetString("main").(*glua.LFunction)
+		m := v.newTask(t.ctx, mainFn, nil, &branch{path: key + "/wf"}, child, func(_ []glua.LValue, err error) {
+			if err != nil {
+				done(v.scriptError(err, KindRuntime))
+				return
+			}
+			done(nil)
+		})
+		v.runq = append(v.runq, m)
+	})
+	top.topLevel = true
+	v.runq = append(v.runq, top)
+	return v.yield(L)
+}
+
+func hashStrings(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// phaseFn is phase(label [, planned]) and phase{label=, planned=, description=}.
+func (v *vm) phaseFn(L *glua.LState) int {
+	var label, desc string
+	planned := 0
+	readPlanned := func(val glua.LValue) {
+		switch n := val.(type) {
+		case glua.LNumber:
+			if n < 0 || float64(n) != math.Trunc(float64(n)) {
+				L.RaiseError("phase: planned must be a whole number of at least 0, got %s", n.String())
+			}
+			planned = int(n)
+		case *glua.LNilType:
+		default:
+			L.RaiseError("phase: planned must be a number, got a %s", val.Type())
+		}
+	}
+	switch a := L.Get(1).(type) {
+	case glua.LString:
+		label = string(a)
+		readPlanned(L.Get(2))
+	case *glua.LTable:
+		if l, ok := a.RawGetString("label").(glua.LString); ok {
+			label = string(l)
+		} else if l, ok := a.RawGetInt(1).(glua.LString); ok {
+			label = string(l)
+		}
+		if p := a.RawGetString("planned"); p != glua.LNil {
+			readPlanned(p)
+		} else {
+			readPlanned(a.RawGetInt(2))
+		}
+		if d, ok := a.RawGetString("description").(glua.LString); ok {
+			desc = string(d)
+		}
+	default:
+		L.RaiseError("phase: expected phase(label [, planned]) or phase{label=..., planned=..., description=...}")
+	}
+	if strings.TrimSpace(label) == "" {
+		L.RaiseError("phase: the label must be a non-empty string")
+	}
+	if desc == "" && v.current != nil {
+		for _, mp := range v.current.wf.metaPh {
+			if mp.Label == label {
+				desc = mp.Description
+			}
+		}
+	}
+	v.closePhase()
+	v.phaseSeq++
+	v.phase = &phaseState{id: v.phaseSeq, label: label}
+	data := map[string]any{"phase_id": v.phaseSeq, "label": label, "planned": planned}
+	if desc != "" {
+		data["description"] = desc
+	}
+	v.emit(event.PhaseStarted, data)
+	L.Push(glua.LNumber(v.phaseSeq))
+	return 1
+}
+
+var logLevels = map[string]bool{"trace": true, "debug": true, "info": true, "warn": true, "error": true}
+
+func (v *vm) logFn(L *glua.LState) int {
+	msg := L.ToStringMeta(L.Get(1)).String()
+	level := L.OptString(2, "info")
+	if !logLevels[level] {
+		L.RaiseError("log: unknown level %q (use trace, debug, info, warn or error)", level)
+	}
+	v.emit(event.Log, map[string]any{"level": level, "msg": msg})
+	return 0
+}
+
+func (v *vm) printFn(L *glua.LState) int {
+	parts := make([]string, L.GetTop())
+	for i := range parts {
+		parts[i] = L.ToStringMeta(L.Get(i + 1)).String()
+	}
+	v.emit(event.Log, map[string]any{"level": "info", "msg": strings.Join(parts, "\t")})
+	return 0
+}
+
+func (v *vm) budgetFn(L *glua.LState) int {
+	var b Budget
+	num := func(name string, val glua.LValue) float64 {
+		if val == glua.LNil {
+			return 0
+		}
+		n, ok := val.(glua.LNumber)
+		if !ok || n < 0 || math.IsNaN(float64(n)) {
+			L.RaiseError("budget: %s must be a number of at least 0, got %s", name, val.String())
+		}
+		return float64(n)
+	}
+	switch a := L.Get(1).(type) {
+	case *glua.LTable:
+		a.ForEach(func(k, val glua.LValue) {
+			switch k.String() {
+			case "time_ms":
+				b.TimeMS = int64(num("time_ms", val))
+			case "agents":
+				b.Agents = int(num("agents", val))
+			case "tokens":
+				b.Tokens = int(num("tokens", val))
+			case "usd":
+				b.USD = num("usd", val)
+			default:
+				L.RaiseError("budget: unknown limit %q (known: time_ms, agents, tokens, usd)", k.String())
+			}
+		})
+	case glua.LNumber, *glua.LNilType:
+		b.TimeMS = int64(num("time_ms", L.Get(1)))
+		b.Agents = int(num("max_agents", L.Get(2)))
+	default:
+		L.RaiseError("budget: expected budget{time_ms=, agents=, tokens=, usd=} or budget(time_ms, max_agents)")
+	}
+	if err := v.host.SetBudget(b); err != nil {
+		L.RaiseError("budget: %s", err)
+	}
+	return 0
+}
+
+func (v *vm) reportFn(L *glua.LState, wf *workflowState) int {
+	val, err := v.codec.FromLua(L.Get(1))
+	if err != nil {
+		L.RaiseError("report: the value cannot be stored as JSON: %s", err)
+	}
+	wf.report, wf.hasReport = val, true
+	if wf == v.root {
+		v.emit(event.Report, map[string]any{"value": val})
+	}
+	return 0
+}
+
+func (v *vm) valueEffect(L *glua.LState, kind string, hash string, fresh func() any) glua.LValue {
+	t := v.current
+	if t == nil || t.topLevel {
+		L.RaiseError("luft.%s() is not allowed in a script's top-level code; call it from main()", kind)
+	}
+	c := Call{Key: t.br.next(), Kind: kind, Hash: hash, Where: v.where(L), PhaseID: v.phaseID()}
+	val, err := v.host.Value(c, fresh)
+	if err != nil {
+		L.RaiseError("luft.%s: %s", kind, err)
+	}
+	lv, err := v.codec.ToLua(val)
+	if err != nil {
+		L.RaiseError("luft.%s: %s", kind, err)
+	}
+	return lv
+}
+
+func (v *vm) nowFn(L *glua.LState) int {
+	L.Push(v.valueEffect(L, KindNow, hashStrings(KindNow), func() any {
+		return float64(v.cfg.Now().UnixMilli()) / 1000
+	}))
+	return 1
+}
+
+func (v *vm) randomFn(L *glua.LState) int {
+	top := L.GetTop()
+	lo, hi := 0, 0
+	switch top {
+	case 0:
+	case 1:
+		lo, hi = 1, L.CheckInt(1)
+	default:
+		lo, hi = L.CheckInt(1), L.CheckInt(2)
+	}
+	if top > 0 && lo > hi {
+		L.ArgError(top, "interval is empty")
+	}
+	L.Push(v.valueEffect(L, KindRandom, hashStrings(KindRandom, strconv.Itoa(top), strconv.Itoa(lo), strconv.Itoa(hi)), func() any {
+		r := v.cfg.Rand()
+		if top == 0 {
+			return r
+		}
+		return float64(lo + int(math.Floor(r*float64(hi-lo+1))))
+	}))
+	return 1
+}
+
+func (v *vm) uuidFn(L *glua.LState) int {
+	L.Push(v.valueEffect(L, KindUUID, hashStrings(KindUUID), func() any { return v.cfg.UUID() }))
+	return 1
+}

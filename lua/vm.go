@@ -1,0 +1,664 @@
+package lua
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/lua/luaval"
+	glua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
+)
+
+// Limits are the sandbox limits of one run. Zero fields take the defaults.
+type Limits struct {
+	MaxAgentCalls  int   // agent() calls per run; default 10,000
+	MaxStringBytes int   // largest string a builder may make; default 16 MiB
+	MaxCallDepth   int   // Lua call frames per coroutine; default 200
+	MaxPcallDepth  int   // nested pcall/xpcall per branch; default 64
+	MaxMemoryBytes int64 // Go heap at which the run is stopped; default 0 = off
+	JSON           luaval.Limits
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxAgentCalls <= 0 {
+		l.MaxAgentCalls = 10000
+	}
+	if l.MaxStringBytes <= 0 {
+		l.MaxStringBytes = 16 << 20
+	}
+	if l.MaxCallDepth <= 0 {
+		l.MaxCallDepth = 200
+	}
+	if l.MaxPcallDepth <= 0 {
+		l.MaxPcallDepth = 64
+	}
+	return l
+}
+
+// Config is what one VM needs to run a workflow.
+type Config struct {
+	Host    Host
+	Limits  Limits
+	RunID   string
+	Resumed bool
+	Attempt int
+	// Concurrency is the run's concurrency: the default max_inflight of pipeline stages.
+	Concurrency int
+	// Args is the decoded --args JSON (nil for none).
+	Args any
+	// Now is the clock for elapsed times and fresh luft.now values; default time.Now.
+	Now func() time.Time
+	// Rand returns a fresh random float in [0,1) for luft.random; default math/rand/v2.
+	Rand func() float64
+	// UUID returns a fresh UUID string for luft.uuid.
+	UUID func() string
+}
+
+// Program is a compiled workflow script. It is read-only and may be shared across runs.
+type Program struct {
+	Name  string // file name as shown in messages
+	Path  string // path used to resolve workflow() calls; "" means the working directory
+	proto *glua.FunctionProto
+}
+
+// Compile parses and compiles a workflow script. name is used in messages; path is the
+// file the script came from (workflow() paths are relative to its folder).
+func Compile(name, path string, src []byte) (*Program, error) {
+	chunk, err := parse.Parse(bytes.NewReader(src), name)
+	if err != nil {
+		return nil, syntaxError(name, err)
+	}
+	proto, err := glua.Compile(chunk, name)
+	if err != nil {
+		return nil, syntaxError(name, err)
+	}
+	return &Program{Name: name, Path: path, proto: proto}, nil
+}
+
+var parseErrRe = regexp.MustCompile(`line:(\d+)\(column:(\d+)\) near '(.*)':\s*(.*)`)
+
+func syntaxError(name string, err error) error {
+	msg := strings.TrimSpace(err.Error())
+	if m := parseErrRe.FindStringSubmatch(msg); m != nil {
+		near := m[3]
+		if near == "" || near == "EOF" || near == "<EOF>" {
+			near = "end of file"
+		} else {
+			near = "'" + near + "'"
+		}
+		return &ScriptError{Kind: KindSyntax, Where: name + ":" + m[1], Msg: fmt.Sprintf("syntax error near %s (column %s): %s", near, m[2], m[4])}
+	}
+	return &ScriptError{Kind: KindSyntax, Where: name, Msg: "syntax error: " + msg}
+}
+
+// Outcome is what a finished script produced.
+type Outcome struct {
+	Report    any  // the last report() value as plain JSON-able data; nil when none
+	HasReport bool // report() was called
+	Meta      any  // the decoded meta table, nil when none
+}
+
+// Run executes prog to completion on the calling goroutine, which owns the Lua state for
+// the whole run. It returns the report, or a *ScriptError.
+func Run(ctx context.Context, cfg Config, prog *Program) (Outcome, error) {
+	vm, err := newVM(ctx, cfg)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer vm.close()
+	return vm.run(prog)
+}
+
+// Validate loads prog without running main(): it checks that the top level runs, that
+// main is a function and that meta is well formed. Effects are refused at the top level,
+// so nothing reaches the host but events.
+func Validate(ctx context.Context, cfg Config, prog *Program) (Outcome, error) {
+	vm, err := newVM(ctx, cfg)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer vm.close()
+	wf := vm.newWorkflow(prog, vm.cfg.Args)
+	if err := vm.loadTop(wf); err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Meta: wf.meta}, nil
+}
+
+// vm is one run's Lua state and its driver loop. Only the goroutine inside Run touches it.
+type vm struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	cfg    Config
+	lim    Limits
+	L      *glua.LState
+	codec  *luaval.Codec
+	host   Host
+
+	marker   *glua.LUserData // the only value primitives yield to the driver
+	wrap     *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
+	trampo   *glua.LFunction // calls f(...) in non-tail position and returns its results
+	coResume glua.LValue     // the captured coroutine.resume, the one Go frame a yield may cross
+	base     map[string]glua.LValue
+	libs     map[string]*glua.LTable
+	protos   map[string]*Program // compiled sub-workflows by path
+	current  *task
+	runq     []*task
+	pending  int // async effects started and not yet delivered
+	done     chan struct{}
+	compl    chan completion
+	fatal    error
+
+	agentCalls int
+	phase      *phaseState
+	phaseSeq   int
+	root       *workflowState
+}
+
+type completion struct {
+	t       *task
+	deliver func() []glua.LValue // runs on the VM goroutine; returns the resume values
+}
+
+// task is one coroutine the driver resumes: the main function, a parallel branch, a
+// pipeline stage of one item, or a sub-workflow's top level or main.
+type task struct {
+	th       *glua.LState
+	fn       *glua.LFunction
+	args     []glua.LValue
+	started  bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	br       *branch
+	wf       *workflowState
+	topLevel bool // the chunk's top level: effects are refused
+	pdepth   int  // nested pcall depth
+	onDone   func(rets []glua.LValue, err error)
+}
+
+// branch is a call-key namespace: a path and the counter of effects issued in it.
+type branch struct {
+	path   string
+	n      int
+	agents int // agent() calls issued directly in this branch
+}
+
+func (b *branch) next() string {
+	b.n++
+	return b.path + "/" + strconv.Itoa(b.n)
+}
+
+type workflowState struct {
+	prog      *Program
+	env       *glua.LTable
+	report    any
+	hasReport bool
+	meta      any
+	metaPh    []metaPhase
+}
+
+type metaPhase struct {
+	Label, Description string
+}
+
+type phaseState struct {
+	id         int
+	label      string
+	ok, failed int
+}
+
+func newVM(ctx context.Context, cfg Config) (*vm, error) {
+	if cfg.Host == nil {
+		return nil, errors.New("lua: Config.Host is nil")
+	}
+	cfg = withConfigDefaults(cfg)
+	lim := cfg.Limits.withDefaults()
+	cctx, cancel := context.WithCancelCause(ctx)
+	L := glua.NewState(glua.Options{
+		SkipOpenLibs:        true,
+		CallStackSize:       lim.MaxCallDepth,
+		RegistrySize:        128,
+		RegistryGrowStep:    64,
+		RegistryMaxSize:     128 * 1024,
+		MinimizeStackMemory: true,
+	})
+	// The context must be set before any coroutine is created: NewThread gives a thread
+	// a child context only when its parent already has one.
+	L.SetContext(cctx)
+	v := &vm{
+		ctx: cctx, cancel: cancel, cfg: cfg, lim: lim, L: L, host: cfg.Host,
+		protos: map[string]*Program{},
+		done:   make(chan struct{}),
+		compl:  make(chan completion, 256),
+	}
+	v.codec = luaval.NewCodec(L, lim.JSON)
+	v.marker = L.NewUserData()
+	if err := v.openSandbox(); err != nil {
+		L.Close()
+		cancel(nil)
+		return nil, err
+	}
+	if lim.MaxMemoryBytes > 0 {
+		go watchMemory(cctx, cancel, lim.MaxMemoryBytes)
+	}
+	return v, nil
+}
+
+func (v *vm) close() {
+	close(v.done)
+	v.cancel(nil)
+	v.L.Close()
+}
+
+// run loads the workflow's top level, then drives main() and every branch it starts until
+// main returns.
+func (v *vm) run(prog *Program) (Outcome, error) {
+	wf := v.newWorkflow(prog, v.cfg.Args)
+	v.root = wf
+	if err := v.loadTop(wf); err != nil {
+		return Outcome{}, err
+	}
+	if wf.meta != nil {
+		m, _ := wf.meta.(map[string]any)
+		v.emit(event.Plan, map[string]any{"reasoning": m["reasoning"], "phases": m["phases"]})
+	}
+	mainFn := wf.env.RawGetString("main").(*glua.LFunction)
+	var runErr error
+	finished := false
+	root := v.newTask(v.ctx, mainFn, nil, &branch{path: "main"}, wf, func(_ []glua.LValue, err error) {
+		finished = true
+		runErr = err
+	})
+	v.runq = append(v.runq, root)
+	if err := v.drive(func() bool { return finished }); err != nil {
+		runErr = err
+	}
+	v.closePhase()
+	if runErr != nil {
+		return Outcome{}, v.scriptError(runErr, KindRuntime)
+	}
+	return Outcome{Report: wf.report, HasReport: wf.hasReport, Meta: wf.meta}, nil
+}
+
+// loadTop runs a workflow's top-level chunk (effects refused) and checks main and meta.
+func (v *vm) loadTop(wf *workflowState) error {
+	fn := v.L.NewFunctionFromProto(wf.prog.proto)
+	fn.Env = wf.env
+	var topErr error
+	finished := false
+	t := v.newTask(v.ctx, fn, nil, &branch{path: "top"}, wf, func(_ []glua.LValue, err error) {
+		finished = true
+		topErr = err
+	})
+	t.topLevel = true
+	v.runq = append(v.runq, t)
+	if err := v.drive(func() bool { return finished }); err != nil {
+		topErr = err
+	}
+	if topErr != nil {
+		return v.scriptError(topErr, KindInvalid)
+	}
+	return v.checkWorkflow(wf)
+}
+
+func (v *vm) checkWorkflow(wf *workflowState) error {
+	if _, ok := wf.env.RawGetString("main").(*glua.LFunction); !ok {
+		return &ScriptError{Kind: KindInvalid, Where: wf.prog.Name,
+			Msg: "the script defines no function main(); add `function main() ... end` (top-level code runs first, then main)"}
+	}
+	if mv := wf.env.RawGetString("meta"); mv != glua.LNil {
+		meta, phases, err := v.readMeta(mv)
+		if err != nil {
+			return &ScriptError{Kind: KindInvalid, Where: wf.prog.Name, Msg: "invalid meta: " + err.Error()}
+		}
+		wf.meta, wf.metaPh = meta, phases
+	}
+	return nil
+}
+
+func (v *vm) readMeta(mv glua.LValue) (any, []metaPhase, error) {
+	if _, ok := mv.(*glua.LTable); !ok {
+		return nil, nil, fmt.Errorf("meta must be a table, not a %s", mv.Type())
+	}
+	m, err := v.codec.FromLua(mv)
+	if err != nil {
+		return nil, nil, err
+	}
+	obj, ok := m.(map[string]any)
+	if !ok {
+		return nil, nil, errors.New("meta must be a table with named fields (reasoning, phases)")
+	}
+	for k := range obj {
+		if k != "reasoning" && k != "phases" && k != "name" && k != "description" {
+			return nil, nil, fmt.Errorf("unknown field meta.%s (known: reasoning, phases, name, description)", k)
+		}
+	}
+	if r, ok := obj["reasoning"]; ok {
+		if _, isStr := r.(string); !isStr {
+			return nil, nil, errors.New("meta.reasoning must be a string")
+		}
+	}
+	var phases []metaPhase
+	if p, ok := obj["phases"]; ok {
+		list, isList := p.([]any)
+		if m, isMap := p.(map[string]any); isMap && len(m) == 0 {
+			list, isList = []any{}, true
+			obj["phases"] = list
+		}
+		if !isList {
+			return nil, nil, errors.New("meta.phases must be a list of {label=..., description=...}")
+		}
+		seen := map[string]bool{}
+		for i, e := range list {
+			ph, ok := e.(map[string]any)
+			if !ok {
+				return nil, nil, fmt.Errorf("meta.phases[%d] must be a table {label=..., description=...}", i+1)
+			}
+			label, _ := ph["label"].(string)
+			if strings.TrimSpace(label) == "" {
+				return nil, nil, fmt.Errorf("meta.phases[%d].label must be a non-empty string", i+1)
+			}
+			if seen[label] {
+				return nil, nil, fmt.Errorf("meta.phases[%d].label %q is used twice; labels must be unique", i+1, label)
+			}
+			seen[label] = true
+			if d, ok := ph["dynamic"]; ok {
+				if _, isBool := d.(bool); !isBool {
+					return nil, nil, fmt.Errorf("meta.phases[%d].dynamic must be true or false", i+1)
+				}
+			}
+			desc, _ := ph["description"].(string)
+			phases = append(phases, metaPhase{Label: label, Description: desc})
+		}
+	}
+	return obj, phases, nil
+}
+
+func (v *vm) newWorkflow(prog *Program, args any) *workflowState {
+	wf := &workflowState{prog: prog}
+	wf.env = v.newEnv(wf, args)
+	return wf
+}
+
+// newTask makes a coroutine that will run fn(args...) through the trampoline, so that a
+// tail call at the coroutine's root cannot end it early.
+func (v *vm) newTask(parent context.Context, fn *glua.LFunction, args []glua.LValue, br *branch, wf *workflowState, onDone func([]glua.LValue, error)) *task {
+	ctx, cancel := context.WithCancel(parent)
+	th, _ := v.L.NewThread()
+	th.SetContext(ctx)
+	return &task{
+		th: th, fn: v.trampo, args: append([]glua.LValue{fn}, args...),
+		ctx: ctx, cancel: cancel, br: br, wf: wf, onDone: onDone,
+	}
+}
+
+// drive resumes runnable tasks until done() holds. It is the only caller of Resume.
+func (v *vm) drive(done func() bool) error {
+	for {
+		for len(v.runq) > 0 && v.fatal == nil {
+			t := v.runq[0]
+			v.runq[0] = nil
+			v.runq = v.runq[1:]
+			v.step(t)
+		}
+		if v.fatal != nil {
+			return v.fatal
+		}
+		if done() {
+			return nil
+		}
+		if err := v.ctx.Err(); err != nil {
+			return v.cancelled(err)
+		}
+		if v.pending == 0 {
+			return &ScriptError{Kind: KindRuntime, Msg: "internal error: the workflow is waiting but nothing is running (please report this with the script)"}
+		}
+		select {
+		case c := <-v.compl:
+			v.pending--
+			if c.t.ctx.Err() != nil {
+				continue // its branch was cancelled (fail_fast) or the run is ending
+			}
+			c.t.args = c.deliver()
+			v.runq = append(v.runq, c.t)
+		case <-v.ctx.Done():
+			return v.cancelled(v.ctx.Err())
+		}
+	}
+}
+
+func (v *vm) cancelled(err error) error {
+	cause := context.Cause(v.ctx)
+	if cause == nil {
+		cause = err
+	}
+	var se *ScriptError
+	if errors.As(cause, &se) {
+		return se
+	}
+	return &ScriptError{Kind: KindCancelled, Msg: "run stopped: " + cause.Error(), Cause: cause}
+}
+
+// step resumes one task until it yields or ends.
+func (v *vm) step(t *task) {
+	if t.ctx.Err() != nil && v.ctx.Err() == nil {
+		return // abandoned by fail_fast; its parent already accounted for it
+	}
+	v.current = t
+	var (
+		st   glua.ResumeState
+		err  error
+		rets []glua.LValue
+	)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				// gopher-lua panics on a few internal overflows; a script must never
+				// take the host down with it.
+				st, err = glua.ResumeError, &ScriptError{Kind: KindLimit, Msg: fmt.Sprintf("the Lua VM stopped: %v", r)}
+			}
+		}()
+		if !t.started {
+			t.started = true
+			st, err, rets = v.L.Resume(t.th, t.fn, t.args...)
+		} else {
+			st, err, rets = v.L.Resume(t.th, nil, t.args...)
+		}
+	}()
+	v.current = nil
+	t.args = nil
+	switch st {
+	case glua.ResumeYield:
+		if len(rets) == 0 || rets[0] != v.marker {
+			v.finish(t, nil, &ScriptError{Kind: KindRuntime, Msg: "internal error: a coroutine yielded outside a luft primitive"})
+		}
+		// Parked: the primitive that yielded arranged for the task to be resumed.
+	case glua.ResumeOK:
+		v.finish(t, rets, nil)
+	default:
+		v.finish(t, nil, err)
+	}
+}
+
+func (v *vm) finish(t *task, rets []glua.LValue, err error) {
+	t.cancel()
+	if v.fatal != nil {
+		return
+	}
+	if err != nil && v.ctx.Err() != nil {
+		v.fatal = v.cancelled(v.ctx.Err())
+		return
+	}
+	t.onDone(rets, err)
+}
+
+// resumeLater queues t to continue with vals as the results of its pending yield.
+func (v *vm) resumeLater(t *task, vals ...glua.LValue) {
+	t.args = vals
+	v.runq = append(v.runq, t)
+}
+
+// yield parks the current coroutine; the caller has arranged its resumption.
+func (v *vm) yield(L *glua.LState) int {
+	return L.Yield(v.marker)
+}
+
+// raiseFatal ends the run with a limit error that pcall cannot catch.
+func (v *vm) raiseFatal(L *glua.LState, format string, args ...any) int {
+	where := v.where(L)
+	se := &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf(format, args...)}
+	v.fatal = se
+	L.RaiseError("%s", se.Msg)
+	return 0
+}
+
+// where returns the script position of the innermost script frame ("file.lua:12"). It
+// looks through the coroutines of yield-safe pcall into the task that resumed them.
+func (v *vm) where(L *glua.LState) string {
+	for th := L; th != nil; th = th.Parent {
+		for level := 1; level < 256; level++ {
+			dbg, ok := th.GetStack(level)
+			if !ok {
+				break
+			}
+			if _, err := th.GetInfo("Sl", dbg, glua.LNil); err != nil {
+				continue
+			}
+			if dbg.CurrentLine > 0 && dbg.Source != "" && dbg.Source != "<prelude>" {
+				return fmt.Sprintf("%s:%d", dbg.Source, dbg.CurrentLine)
+			}
+		}
+		if v.current != nil && th == v.current.th {
+			break
+		}
+	}
+	return ""
+}
+
+// guardYield refuses to yield when a Go function sits between the caller and the task's
+// root: gopher-lua cannot suspend a Go frame (a table.sort comparator, a string.gsub
+// callback, a metamethod), and would panic or silently end the coroutine. The
+// coroutine.resume frames of the yield-safe pcall are the one kind of Go frame that passes
+// a yield on correctly.
+func (v *vm) guardYield(L *glua.LState, what string) {
+	for th := L; th != nil; th = th.Parent {
+		for level := 1; ; level++ {
+			dbg, ok := th.GetStack(level)
+			if !ok {
+				break
+			}
+			if _, err := th.GetInfo("S", dbg, glua.LNil); err != nil {
+				continue
+			}
+			if dbg.What != "G" {
+				continue
+			}
+			if fn, err := th.GetInfo("f", dbg, glua.LNil); err == nil && fn == v.coResume {
+				continue
+			}
+			v.raiseFatal(L, "%s cannot wait inside a callback run by a Go function (a table.sort comparator, a string.gsub replacement, a metamethod or an iterator); call it outside the callback and pass the result in", what)
+		}
+		if v.current == nil || th == v.current.th {
+			break
+		}
+	}
+}
+
+func (v *vm) checkEffect(L *glua.LState, what string) *task {
+	t := v.current
+	if t == nil {
+		L.RaiseError("%s: no running task (internal error)", what)
+		return nil
+	}
+	if t.topLevel {
+		L.RaiseError("%s is not allowed in a script's top-level code; call it from main() (top-level code only defines meta and functions)", what)
+	}
+	v.guardYield(L, what)
+	return t
+}
+
+func (v *vm) emit(typ string, data map[string]any) {
+	v.host.Emit(event.New(typ, data))
+}
+
+func (v *vm) phaseID() int {
+	if v.phase == nil {
+		return 0
+	}
+	return v.phase.id
+}
+
+func (v *vm) closePhase() {
+	if v.phase == nil {
+		return
+	}
+	p := v.phase
+	v.phase = nil
+	v.emit(event.PhaseDone, map[string]any{"phase_id": p.id, "label": p.label, "ok": p.ok, "failed": p.failed})
+}
+
+// scriptError turns an error from Resume into a *ScriptError with a script position.
+func (v *vm) scriptError(err error, kind ErrorKind) error {
+	if v.fatal != nil {
+		return v.fatal
+	}
+	var se *ScriptError
+	if errors.As(err, &se) {
+		return se
+	}
+	if v.ctx.Err() != nil {
+		return v.cancelled(v.ctx.Err())
+	}
+	var ae *glua.ApiError
+	if errors.As(err, &ae) {
+		msg := ae.Object.String()
+		if tbl, ok := ae.Object.(*glua.LTable); ok {
+			if m := tbl.RawGetString("message"); m != glua.LNil {
+				msg = m.String()
+			} else if enc, err := v.codec.FromLua(tbl); err == nil {
+				if b, err := luaval.Encode(enc, ""); err == nil {
+					msg = string(b)
+				}
+			}
+		}
+		where, rest := splitWhere(msg)
+		if strings.Contains(rest, "stack overflow") {
+			return &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf("call depth limit (%d frames) exceeded: unbounded recursion?", v.lim.MaxCallDepth), Trace: ae.StackTrace}
+		}
+		if strings.Contains(rest, "registry overflow") {
+			return &ScriptError{Kind: KindLimit, Where: where, Msg: "Lua stack limit exceeded (too many values on the stack)", Trace: ae.StackTrace}
+		}
+		return &ScriptError{Kind: kind, Where: where, Msg: rest, Trace: ae.StackTrace}
+	}
+	return &ScriptError{Kind: kind, Msg: err.Error()}
+}
+
+var whereRe = regexp.MustCompile(`^([^\s:]+\.lua:\d+):\s?(.*)$`)
+
+// splitWhere separates a "file.lua:12: message" prefix from a Lua error message.
+func splitWhere(msg string) (string, string) {
+	if m := whereRe.FindStringSubmatch(msg); m != nil {
+		return m[1], m[2]
+	}
+	return "", msg
+}
+
+// resolvePath resolves a workflow() path against the calling script's folder.
+func resolvePath(caller *Program, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	dir := "."
+	if caller.Path != "" {
+		dir = filepath.Dir(caller.Path)
+	}
+	return filepath.Join(dir, p)
+}
