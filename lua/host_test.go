@@ -137,9 +137,11 @@ func runScript(t *testing.T, h *fakeHost, src string, mod ...func(*Config)) (Out
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	cfg := Config{Host: h, RunID: "run-1", Now: fixedClock()}
+	cfg := Config{Host: h, RunID: "run-1", Now: fixedClock(), Args: map[string]any{"topic": "lua", "n": 3.0}}
 	for _, m := range mod {
-		m(&cfg)
+		if m != nil {
+			m(&cfg)
+		}
 	}
 	return Run(ctx, cfg, prog)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -545,29 +546,40 @@ func (v *vm) where(L *glua.LState) string {
 
 // guardYield refuses to yield when a Go function sits between the caller and the task's
 // root: gopher-lua cannot suspend a Go frame (a table.sort comparator, a string.gsub
-// callback, a metamethod), and would panic or silently end the coroutine. The
-// coroutine.resume frames of the yield-safe pcall are the one kind of Go frame that passes
-// a yield on correctly.
+// callback, a metamethod), and would panic or silently end the coroutine. Every Lua call
+// made from Go runs a nested VM loop on the Go stack, so the guard counts those loops: one
+// is expected for the task and one for each coroutine of the yield-safe pcall in between;
+// any more means a Go frame would be crossed.
 func (v *vm) guardYield(L *glua.LState, what string) {
-	for th := L; th != nil; th = th.Parent {
-		for level := 1; ; level++ {
-			dbg, ok := th.GetStack(level)
-			if !ok {
-				break
-			}
-			if _, err := th.GetInfo("S", dbg, glua.LNil); err != nil {
-				continue
-			}
-			if dbg.What != "G" {
-				continue
-			}
-			if fn, err := th.GetInfo("f", dbg, glua.LNil); err == nil && fn == v.coResume {
-				continue
-			}
-			v.raiseFatal(L, "%s cannot wait inside a callback run by a Go function (a table.sort comparator, a string.gsub replacement, a metamethod or an iterator); call it outside the callback and pass the result in", what)
-		}
-		if v.current == nil || th == v.current.th {
+	want := 1
+	for th := L; th != nil && (v.current == nil || th != v.current.th); th = th.Parent {
+		want++
+	}
+	if vmLoops() > want {
+		v.raiseFatal(L, "%s cannot wait inside a callback run by a Go function (a table.sort comparator, a string.gsub replacement, a metamethod or an iterator); call it outside the callback and pass the result in", what)
+	}
+}
+
+// vmLoops counts gopher-lua VM loops on the calling goroutine's stack.
+func vmLoops() int {
+	pcs := make([]uintptr, 128)
+	for {
+		n := goruntime.Callers(2, pcs)
+		if n < len(pcs) {
+			pcs = pcs[:n]
 			break
+		}
+		pcs = make([]uintptr, 2*len(pcs))
+	}
+	frames := goruntime.CallersFrames(pcs)
+	count := 0
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/yuin/gopher-lua.mainLoop") {
+			count++
+		}
+		if !more {
+			return count
 		}
 	}
 }

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/luft-run/luft/lua"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of SPEC §1.
+const (
+	exitOK        = 0
+	exitFailed    = 1
+	exitUsage     = 2
+	exitResumable = 3
+	exitHard      = 130
+)
+
+// exitError carries an exit code out of a command.
+type exitError struct {
+	code  int
+	err   error
+	quiet bool // already reported; print nothing more
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// Set by -ldflags at release time; empty in development and `go install` builds.
+var (
+	version = ""
+	commit  = ""
+)
+
+type globalFlags struct {
+	logLevel string
+}
+
+func newRootCmd(e *env) *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "luft",
+		Short:         "Run multi-agent LLM workflows written as sandboxed Lua scripts",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "lowest level of script log lines shown in progress output: trace, debug, info, warn or error")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e))
+	return root
+}
+
+// execute runs the CLI and turns its outcome into an exit code. It is the one place that
+// decides exit codes.
+func execute(e *env, args []string) int {
+	root := newRootCmd(e)
+	root.SetArgs(args)
+	err := root.Execute()
+	code := exitCode(err)
+	if err != nil {
+		var ee *exitError
+		if !errors.As(err, &ee) || !ee.quiet {
+			fmt.Fprintf(e.stderr, "luft: %v\n", err)
+		}
+		if code == exitUsage && isCobraUsage(err) {
+			fmt.Fprintln(e.stderr, "Run 'luft --help' for usage.")
+		}
+	}
+	return code
+}
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	switch lua.ErrorKindOf(err) {
+	case lua.KindSyntax, lua.KindInvalid:
+		return exitUsage
+	case "":
+		if isCobraUsage(err) {
+			return exitUsage
+		}
+	}
+	return exitFailed
+}
+
+// isCobraUsage reports errors cobra raises for bad commands and arguments.
+func isCobraUsage(err error) bool {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand", "accepts ", "requires ", "invalid argument", "flag needs"} {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func newVersionCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print luft's version and commit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, c := version, commit
+			if info, ok := debug.ReadBuildInfo(); ok {
+				if v == "" {
+					v = info.Main.Version
+				}
+				for _, s := range info.Settings {
+					if s.Key == "vcs.revision" && c == "" {
+						c = s.Value
+					}
+				}
+			}
+			if v == "" || v == "(devel)" {
+				v = "dev"
+			}
+			if c == "" {
+				c = "unknown"
+			}
+			fmt.Fprintf(e.stdout, "luft %s (commit %s)\n", v, c)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/scheduler"
+	"github.com/spf13/cobra"
+)
+
+type runFlags struct {
+	workflow       string
+	args           string
+	output         string
+	backend        string
+	model          string
+	mockFile       string
+	maxConcurrency int
+	maxAgentCalls  int
+	class          string
+	json           bool
+	quiet          bool
+	timeout        time.Duration
+}
+
+func newRunCmd(e *env, g *globalFlags) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run --workflow FILE [flags]",
+		Short: "Run a workflow file",
+		Long: `Run a workflow file. Progress goes to stderr, the report to stdout (a string or an
+object's markdown field raw, anything else as JSON) and to -o FILE. With --json, stdout
+carries one JSON event per line instead, ending with run_done.
+
+Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent runs),
+3 cancelled or suspended, 130 a second Ctrl-C.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				if f.workflow != "" {
+					return usageErr("give either --workflow FILE or a task in words, not both")
+				}
+				return usageErr("planning a workflow from a task in words is not available in this build; write a workflow and pass --workflow FILE")
+			}
+			if f.workflow == "" {
+				return usageErr("missing --workflow FILE (see examples/hello.lua)")
+			}
+			return runWorkflow(cmd.Context(), e, g, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.workflow, "workflow", "w", "", "workflow file to run")
+	fl.StringVar(&f.args, "args", "", "arguments for the script as a JSON object (the script's `args`)")
+	fl.StringVarP(&f.output, "output", "o", "", "also write the report to this file")
+	fl.StringVar(&f.backend, "backend", "", "backend for agent calls that name none: mock (default) or mockfile")
+	fl.StringVar(&f.model, "model", "", "model for agent calls that name none")
+	fl.StringVar(&f.mockFile, "mock-file", "", "scripted replies for the mockfile backend (JSON)")
+	fl.IntVar(&f.maxConcurrency, "max-concurrency", 8, "agent calls running at once")
+	fl.IntVar(&f.maxAgentCalls, "max-agent-calls", 10000, "agent calls allowed per run")
+	fl.StringVar(&f.class, "class", "interactive", "scheduling class of the run's calls: interactive or batch")
+	fl.BoolVar(&f.json, "json", false, "write events as JSON lines on stdout instead of the report")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print nothing but the report and errors")
+	fl.DurationVar(&f.timeout, "timeout", 0, "stop the run after this long (e.g. 90s, 10m); 0 = no limit")
+	return cmd
+}
+
+// parseArgs decodes --args; scripts get an empty table without it.
+func parseArgs(s string) (any, error) {
+	if strings.TrimSpace(s) == "" {
+		return map[string]any{}, nil
+	}
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, usageErr("invalid --args: not valid JSON: %v (example: --args '{\"topic\": \"rust\"}')", err)
+	}
+	switch v.(type) {
+	case map[string]any, []any:
+		return v, nil
+	}
+	return nil, usageErr("invalid --args: must be a JSON object or array, got %s", s)
+}
+
+// backends builds the registry of this process from flags and environment.
+func backends(e *env, mockFile string) (*adapters.Registry, error) {
+	cfg, err := adapters.ParseMockEnv(e.getenv)
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	bs := []adapters.Backend{adapters.NewMock(cfg)}
+	if mockFile != "" {
+		data, err := os.ReadFile(mockFile)
+		if err != nil {
+			return nil, usageErr("read --mock-file: %v", err)
+		}
+		mf, err := adapters.NewMockFile(mockFile, data)
+		if err != nil {
+			return nil, usageErr("%v", err)
+		}
+		bs = append(bs, mf)
+	}
+	return adapters.NewRegistry("mock", bs...), nil
+}
+
+func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	args, err := parseArgs(f.args)
+	if err != nil {
+		return err
+	}
+	if f.class != string(agent.ClassInteractive) && f.class != string(agent.ClassBatch) {
+		return usageErr("invalid --class %q: use interactive or batch", f.class)
+	}
+	if f.maxConcurrency < 1 {
+		return usageErr("invalid --max-concurrency %d: must be at least 1", f.maxConcurrency)
+	}
+	if f.mockFile != "" && f.backend == "" {
+		f.backend = "mockfile"
+	}
+	reg, err := backends(e, f.mockFile)
+	if err != nil {
+		return err
+	}
+	if _, err := reg.Get(f.backend); err != nil {
+		return usageErr("--backend: %v", err)
+	}
+	level, err := parseLevel(g.logLevel)
+	if err != nil {
+		return err
+	}
+	eng := runtime.New(runtime.Options{
+		Backends:  reg,
+		Scheduler: scheduler.NewGate(f.maxConcurrency),
+		Now:       e.now,
+		Caller:    "cli",
+	})
+	run, err := eng.Start(ctx, runtime.Spec{
+		Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
+		Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
+		Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls},
+	})
+	if err != nil {
+		if lua.ErrorKindOf(err) != "" {
+			return err
+		}
+		return usageErr("%v", err)
+	}
+
+	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
+	sigs := make(chan os.Signal, 2)
+	stop := e.notify(sigs)
+	defer stop()
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-sigs:
+				n++
+				if n == 1 {
+					if !f.quiet && !f.json {
+						fmt.Fprintln(e.stderr, "luft: stopping (press Ctrl-C again to quit at once)")
+					}
+					run.Cancel()
+					continue
+				}
+				e.exit(exitHard)
+				return
+			case <-run.Done():
+				return
+			}
+		}
+	}()
+
+	r := newRenderer(e, f, level)
+	for ev := range run.Subscribe(ctx, 0) {
+		if err := r.event(ev); err != nil {
+			run.Cancel()
+			return &exitError{code: exitFailed, err: err}
+		}
+	}
+	res := run.Wait()
+	return r.finish(res)
+}
+
+func parseLevel(s string) (int, error) {
+	for i, l := range []string{"trace", "debug", "info", "warn", "error"} {
+		if s == l {
+			return i, nil
+		}
+	}
+	return 0, usageErr("invalid --log-level %q: use trace, debug, info, warn or error", s)
+}
+
+func levelRank(s string) int {
+	n, err := parseLevel(s)
+	if err != nil {
+		return 2
+	}
+	return n
+}
+
+// errorExit maps a finished run to its exit error.
+func errorExit(res runtime.Result) error {
+	switch res.Status {
+	case runtime.StatusCompleted:
+		return nil
+	case runtime.StatusCancelled, runtime.StatusSuspended:
+		return &exitError{code: exitResumable, err: fmt.Errorf("run %s %s: %v", res.RunID, res.Status, res.Err), quiet: true}
+	}
+	code := exitFailed
+	switch lua.ErrorKindOf(res.Err) {
+	case lua.KindSyntax, lua.KindInvalid:
+		code = exitUsage
+	}
+	if res.Err == nil {
+		res.Err = errors.New("unknown failure")
+	}
+	return &exitError{code: code, err: res.Err, quiet: true}
+}
