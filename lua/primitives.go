@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -220,7 +221,7 @@ func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
 // resultTable builds the agent result table of SPEC §2.1.
 func (v *vm) resultTable(r agent.Result) *glua.LTable {
 	L := v.L
-	t := L.NewTable()
+	t := L.CreateTable(0, 16)
 	out, err := v.codec.ToLua(r.Output)
 	if err != nil {
 		out = glua.LString(r.Text)
@@ -249,15 +250,15 @@ func (v *vm) resultTable(r agent.Result) *glua.LTable {
 	if r.Cost != nil {
 		fields["cost"] = glua.LNumber(*r.Cost)
 	}
-	usage := L.NewTable()
+	usage := L.CreateTable(0, 3)
 	usage.RawSetString("cached", glua.LNumber(r.Usage.Cached))
 	usage.RawSetString("input", glua.LNumber(r.Usage.Input))
 	usage.RawSetString("output", glua.LNumber(r.Usage.Output))
 	fields["usage"] = usage
-	findings := L.NewTable()
+	findings := L.CreateTable(len(r.Findings), 0)
 	_ = v.codec.MarkArray(findings)
 	for _, f := range r.Findings {
-		ft := L.NewTable()
+		ft := L.CreateTable(0, 4)
 		ft.RawSetString("detail", glua.LString(f.Detail))
 		ft.RawSetString("kind", glua.LString(f.Kind))
 		ft.RawSetString("severity", glua.LString(f.Severity))
@@ -279,7 +280,7 @@ func (v *vm) resultTable(r agent.Result) *glua.LTable {
 }
 
 func errorSlot(L *glua.LState, status, msg string) *glua.LTable {
-	t := L.NewTable()
+	t := L.CreateTable(0, 3)
 	t.RawSetString("error", glua.LString(msg))
 	t.RawSetString("ok", glua.LFalse)
 	t.RawSetString("status", glua.LString(status))
@@ -304,7 +305,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 			return fail(L, where, "%s: argument 2 must be a function(item, index), got a %s", name, L.Get(2).Type())
 		}
 		n := items.Len()
-		maxConc, failFast := n, false
+		maxConc, failFast, explicitMax := n, false, false
 		if o, ok := L.Get(3).(*glua.LTable); ok && !pmap {
 			var err error
 			o.ForEach(func(k, val glua.LValue) {
@@ -317,7 +318,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 					if !ok || f < 1 || float64(f) != math.Trunc(float64(f)) {
 						err = fmt.Errorf("option max_concurrency must be a whole number of at least 1, got %s", val.String())
 					}
-					maxConc = int(f)
+					maxConc, explicitMax = int(f), true
 				case "fail_fast":
 					b, ok := val.(glua.LBool)
 					if !ok {
@@ -337,7 +338,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 		span := t.br.next()
 		start := v.cfg.Now()
 		v.emit(event.ParallelStarted, map[string]any{"span_id": span, "count": n, "phase_id": v.phaseID()})
-		results := L.NewTable()
+		results := L.CreateTable(n, 0)
 		if n == 0 {
 			_ = v.codec.MarkArray(results)
 			v.emit(event.ParallelDone, map[string]any{"span_id": span, "count": 0, "ok": 0, "failed": 0, "elapsed_ms": 0})
@@ -346,6 +347,15 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 			return 2
 		}
 		j := &join{n: n, slots: make([]glua.LValue, n), tasks: make([]*task, n)}
+		// Branches share one context per parallel call: fail_fast cancels the ones
+		// still running together, and no context is made per branch.
+		jctx, jcancel := t.ctx, context.CancelFunc(func() {})
+		if failFast {
+			jctx, jcancel = context.WithCancel(t.ctx)
+		}
+		if maxConc == n && !explicitMax {
+			maxConc = min(n, v.cfg.BranchWindow)
+		}
 		var startNext func()
 		finishSlot := func(i int, val glua.LValue, failed bool) {
 			if j.slots[i] != nil {
@@ -361,12 +371,12 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 			}
 			if failed && failFast && !j.stopped {
 				j.stopped = true
+				jcancel()
 				for k := range n {
 					if j.slots[k] != nil {
 						continue
 					}
 					if j.tasks[k] != nil {
-						j.tasks[k].cancel()
 						j.running--
 					}
 					j.slots[k] = errorSlot(L, "cancelled", "cancelled: another branch failed (fail_fast)")
@@ -377,6 +387,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 			startNext()
 			if j.done == n && !j.resumed {
 				j.resumed = true
+				jcancel()
 				for k, s := range j.slots {
 					if s != glua.LNil {
 						results.RawSetInt(k+1, s)
@@ -394,7 +405,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 				j.running++
 				br := &branch{path: fmt.Sprintf("%s/par[%d]", span, i+1)}
 				var child *task
-				child = v.newTask(t.ctx, fn, []glua.LValue{items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
+				child = v.newTask(jctx, fn, []glua.LValue{items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
 					func(rets []glua.LValue, err error) {
 						if err != nil {
 							finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
@@ -406,7 +417,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 						}
 						// Compatibility form: fn returned agent options and called no agent.
 						if opts, ok := val.(*glua.LTable); ok && br.agents == 0 && opts.RawGetString("prompt").Type() == glua.LTString {
-							agentTask := v.newTask(t.ctx, v.wrap.RawGetString("agent").(*glua.LFunction), []glua.LValue{opts}, br, t.wf,
+							agentTask := v.newTask(jctx, v.wrap.RawGetString("agent").(*glua.LFunction), []glua.LValue{opts}, br, t.wf,
 								func(rets []glua.LValue, err error) {
 									if err != nil {
 										finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
@@ -546,11 +557,11 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 	}
 	okCount, failCount, doneCount := 0, 0, 0
 	finish := func() {
-		res := L.NewTable()
-		list := L.NewTable()
+		res := L.CreateTable(0, 5)
+		list := L.CreateTable(n, 0)
 		_ = v.codec.MarkArray(list)
 		for i, it := range state {
-			e := L.NewTable()
+			e := L.CreateTable(0, 5)
 			if it.errMsg != "" {
 				e.RawSetString("error", glua.LString(it.errMsg))
 			}
@@ -559,7 +570,7 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 			if !it.failed {
 				e.RawSetString("output", it.data)
 			}
-			st := L.NewTable()
+			st := L.CreateTable(len(it.stages), 0)
 			_ = v.codec.MarkArray(st)
 			for _, s := range it.stages {
 				st.Append(s)
@@ -577,8 +588,8 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 	}
 	if n == 0 {
 		v.emit(event.PipelineDone, map[string]any{"span_id": span, "ok": 0, "failed": 0, "elapsed_ms": 0})
-		res := L.NewTable()
-		list := L.NewTable()
+		res := L.CreateTable(0, 5)
+		list := L.CreateTable(0, 0)
 		_ = v.codec.MarkArray(list)
 		res.RawSetString("failed", glua.LNumber(0))
 		res.RawSetString("items", list)
@@ -590,7 +601,7 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 		return 2
 	}
 	stageRec := func(label, status string, ms int64, errMsg string) *glua.LTable {
-		r := L.NewTable()
+		r := L.CreateTable(0, 4)
 		r.RawSetString("elapsed_ms", glua.LNumber(ms))
 		if errMsg != "" {
 			r.RawSetString("error", glua.LString(errMsg))

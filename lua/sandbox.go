@@ -111,6 +111,9 @@ func withConfigDefaults(cfg Config) Config {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
 	}
+	if cfg.BranchWindow <= 0 {
+		cfg.BranchWindow = 32 * cfg.Concurrency
+	}
 	return cfg
 }
 
@@ -152,7 +155,7 @@ func (v *vm) openSandbox() error {
 		g.RawSetString(name, glua.LNil)
 	}
 
-	goFns := L.NewTable()
+	goFns := L.CreateTable(0, 8)
 	for name, fn := range map[string]glua.LGFunction{
 		"pcall_enter": v.pcallEnter, "pcall_leave": v.pcallLeave, "is_fatal": v.isFatal,
 		"agent": v.agentFn, "parallel": v.parallelFn(false), "pmap": v.parallelFn(true),
@@ -179,7 +182,7 @@ func (v *vm) openSandbox() error {
 }
 
 func copyTable(L *glua.LState, src *glua.LTable) *glua.LTable {
-	dst := L.NewTable()
+	dst := L.CreateTable(0, 32)
 	src.ForEach(func(k, val glua.LValue) { dst.RawSet(k, val) })
 	return dst
 }
@@ -188,7 +191,7 @@ func copyTable(L *glua.LState, src *glua.LTable) *glua.LTable {
 // a child workflow cannot patch its parent's) and the primitives.
 func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	L := v.L
-	env := L.NewTable()
+	env := L.CreateTable(0, 48)
 	for _, name := range allowedBase {
 		env.RawSetString(name, v.base[name])
 	}
@@ -205,7 +208,7 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 		env.RawSetString(name, L.NewFunction(fn))
 	}
 	env.RawSetString("json", v.codec.Module())
-	lt := L.NewTable()
+	lt := L.CreateTable(0, 3)
 	lt.RawSetString("now", L.NewFunction(v.nowFn))
 	lt.RawSetString("random", L.NewFunction(v.randomFn))
 	lt.RawSetString("uuid", L.NewFunction(v.uuidFn))
@@ -213,11 +216,11 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 
 	a, err := v.codec.ToLua(args)
 	if err != nil || a == glua.LNil {
-		a = L.NewTable()
+		a = L.CreateTable(0, 0)
 	}
 	env.RawSetString("args", a)
 	env.RawSetString("_args", a)
-	c := L.NewTable()
+	c := L.CreateTable(0, 3)
 	c.RawSetString("run_id", glua.LString(v.cfg.RunID))
 	c.RawSetString("resumed", glua.LBool(v.cfg.Resumed))
 	c.RawSetString("attempt", glua.LNumber(max(v.cfg.Attempt, 1)))

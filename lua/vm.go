@@ -53,6 +53,11 @@ type Config struct {
 	Attempt int
 	// Concurrency is the run's concurrency: the default max_inflight of pipeline stages.
 	Concurrency int
+	// BranchWindow is how many branches of one parallel call are alive at once when the
+	// script sets no max_concurrency; default 32 × Concurrency. Agent calls are bounded
+	// by the scheduler anyway, so the window only bounds memory: a 100,000-item fan-out
+	// keeps a few hundred coroutines, not 100,000.
+	BranchWindow int
 	// Args is the decoded --args JSON (nil for none).
 	Args any
 	// Now is the clock for elapsed times and fresh luft.now values; default time.Now.
@@ -162,7 +167,11 @@ type vm struct {
 	phase      *phaseState
 	phaseSeq   int
 	root       *workflowState
+	loopFuncs  map[uintptr]bool // Go function entry → is a gopher-lua VM loop
+	free       []*glua.LState   // finished coroutines, ready for reuse
 }
+
+const maxFreeThreads = 1024
 
 type completion struct {
 	t       *task
@@ -236,9 +245,9 @@ func newVM(ctx context.Context, cfg Config) (*vm, error) {
 	L.SetContext(cctx)
 	v := &vm{
 		ctx: cctx, cancel: cancel, cfg: cfg, lim: lim, L: L, host: cfg.Host,
-		protos: map[string]*Program{},
-		done:   make(chan struct{}),
-		compl:  make(chan completion, 256),
+		protos: map[string]*Program{}, loopFuncs: map[uintptr]bool{},
+		done:  make(chan struct{}),
+		compl: make(chan completion, 256),
 	}
 	v.codec = luaval.NewCodec(L, lim.JSON)
 	v.marker = L.NewUserData()
@@ -391,9 +400,18 @@ func (v *vm) newWorkflow(prog *Program, args any) *workflowState {
 
 // newTask makes a coroutine that will run fn(args...) through the trampoline, so that a
 // tail call at the coroutine's root cannot end it early.
-func (v *vm) newTask(parent context.Context, fn *glua.LFunction, args []glua.LValue, br *branch, wf *workflowState, onDone func([]glua.LValue, error)) *task {
-	ctx, cancel := context.WithCancel(parent)
-	th, _ := v.L.NewThread()
+func (v *vm) newTask(ctx context.Context, fn *glua.LFunction, args []glua.LValue, br *branch, wf *workflowState, onDone func([]glua.LValue, error)) *task {
+	var th *glua.LState
+	cancel := context.CancelFunc(func() {})
+	if n := len(v.free); n > 0 {
+		// A coroutine that returned normally is empty and can run the next task; making a
+		// thread is the largest cost of a branch (gopher-lua allocates a Global per thread).
+		th = v.free[n-1]
+		v.free = v.free[:n-1]
+		th.Dead = false
+	} else {
+		th, cancel = v.L.NewThread()
+	}
 	th.SetContext(ctx)
 	return &task{
 		th: th, fn: v.trampo, args: append([]glua.LValue{fn}, args...),
@@ -483,6 +501,9 @@ func (v *vm) step(t *task) {
 		}
 		// Parked: the primitive that yielded arranged for the task to be resumed.
 	case glua.ResumeOK:
+		if len(v.free) < maxFreeThreads {
+			v.free = append(v.free, t.th)
+		}
 		v.finish(t, rets, nil)
 	default:
 		v.finish(t, nil, err)
@@ -555,33 +576,33 @@ func (v *vm) guardYield(L *glua.LState, what string) {
 	for th := L; th != nil && (v.current == nil || th != v.current.th); th = th.Parent {
 		want++
 	}
-	if vmLoops() > want {
+	if v.vmLoops() > want {
 		v.raiseFatal(L, "%s cannot wait inside a callback run by a Go function (a table.sort comparator, a string.gsub replacement, a metamethod or an iterator); call it outside the callback and pass the result in", what)
 	}
 }
 
-// vmLoops counts gopher-lua VM loops on the calling goroutine's stack.
-func vmLoops() int {
-	pcs := make([]uintptr, 128)
-	for {
-		n := goruntime.Callers(2, pcs)
-		if n < len(pcs) {
-			pcs = pcs[:n]
-			break
-		}
-		pcs = make([]uintptr, 2*len(pcs))
-	}
-	frames := goruntime.CallersFrames(pcs)
+// vmLoops counts gopher-lua VM loops on the calling goroutine's stack. Frames are
+// recognised by function entry, symbolised once per entry and cached on the VM.
+func (v *vm) vmLoops() int {
+	var buf [512]uintptr
+	pcs := buf[:goruntime.Callers(2, buf[:])]
 	count := 0
-	for {
-		f, more := frames.Next()
-		if strings.HasPrefix(f.Function, "github.com/yuin/gopher-lua.mainLoop") {
+	for _, pc := range pcs {
+		fn := goruntime.FuncForPC(pc - 1)
+		if fn == nil {
+			continue
+		}
+		entry := fn.Entry()
+		isLoop, ok := v.loopFuncs[entry]
+		if !ok {
+			isLoop = strings.HasPrefix(fn.Name(), "github.com/yuin/gopher-lua.mainLoop")
+			v.loopFuncs[entry] = isLoop
+		}
+		if isLoop {
 			count++
 		}
-		if !more {
-			return count
-		}
 	}
+	return count
 }
 
 func (v *vm) checkEffect(L *glua.LState, what string) *task {

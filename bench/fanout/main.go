@@ -1,0 +1,114 @@
+// Command fanout measures luft's own overhead: one parallel() fan-out of N mock agents
+// with zero latency, through the real runtime (VM, scheduler gate, events). Each N runs in
+// a fresh child process so its peak RSS is its own.
+//
+//	go run ./bench/fanout [-n 1000,10000,100000] [-concurrency 8] [-repeat 3]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/scheduler"
+)
+
+const script = `function main()
+  local items = {}
+  for i = 1, args.n do items[i] = i end
+  local r = parallel(items, function(i) return agent{prompt = "item " .. i}.tokens end)
+  local sum = 0
+  for _, t in ipairs(r) do sum = sum + t end
+  report({calls = #r, tokens = sum})
+end`
+
+func main() {
+	ns := flag.String("n", "1000,10000,100000", "fan-out sizes")
+	conc := flag.Int("concurrency", 8, "scheduler slots")
+	repeat := flag.Int("repeat", 3, "runs per size (the best wall time is shown)")
+	child := flag.Int("child", 0, "internal: run one fan-out of this size and print its wall time")
+	flag.Parse()
+	if *child > 0 {
+		d, err := fanout(*child, *conc)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(d.Nanoseconds())
+		return
+	}
+	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots, best of %d\n\n", *conc, *repeat)
+	fmt.Printf("%10s  %12s  %14s  %12s\n", "N", "wall", "calls/s", "peak RSS")
+	for _, s := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bad -n:", err)
+			os.Exit(2)
+		}
+		best, rss := time.Duration(0), int64(0)
+		for range *repeat {
+			d, r, err := runChild(n, *conc)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			if best == 0 || d < best {
+				best = d
+			}
+			rss = max(rss, r)
+		}
+		fmt.Printf("%10d  %12s  %14.0f  %9.1f MB\n", n, best.Round(time.Millisecond), float64(n)/best.Seconds(), float64(rss)/1024)
+	}
+}
+
+// runChild runs one fan-out in a new process and returns its wall time and peak RSS (KiB).
+func runChild(n, conc int) (time.Duration, int64, error) {
+	cmd := exec.Command(os.Args[0], "-child", strconv.Itoa(n), "-concurrency", strconv.Itoa(conc))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, 0, fmt.Errorf("fan-out of %d: %w", n, err)
+	}
+	ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("fan-out of %d: bad child output %q", n, out)
+	}
+	var rss int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rss = ru.Maxrss
+	}
+	return time.Duration(ns), rss, nil
+}
+
+func fanout(n, conc int) (time.Duration, error) {
+	eng := runtime.New(runtime.Options{
+		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{})),
+		Scheduler: scheduler.NewGate(conc),
+	})
+	start := time.Now()
+	run, err := eng.Start(context.Background(), runtime.Spec{
+		Path: "fanout.lua", Source: []byte(script), Args: map[string]any{"n": float64(n)},
+		Concurrency: conc, Limits: lua.Limits{MaxAgentCalls: n},
+	})
+	if err != nil {
+		return 0, err
+	}
+	res := run.Wait()
+	d := time.Since(start)
+	if res.Status != runtime.StatusCompleted {
+		return 0, fmt.Errorf("fan-out of %d: %s: %v", n, res.Status, res.Err)
+	}
+	if res.Agents.OK != n {
+		return 0, fmt.Errorf("fan-out of %d: %d calls succeeded", n, res.Agents.OK)
+	}
+	return d, nil
+}
