@@ -30,20 +30,18 @@ func NewRegistry(defaultID string, bs ...Backend) *Registry {
 func (r *Registry) Get(id string) (Backend, error) {
 	if id == "" {
 		if r.defaultID == "" {
-			return nil, fmt.Errorf("backend: no backend named and no default backend configured "+
-				"(known: %s); set backend= on the agent or default_backend in luft.toml", r.known())
+			return nil, fmt.Errorf("backend: no backend named and no default backend set "+
+				"(known: %s); set backend= on the agent or pass --backend", r.known())
 		}
 		b, ok := r.backends[r.defaultID]
 		if !ok {
-			return nil, fmt.Errorf("backend: default backend %q is not registered (known: %s); "+
-				"fix default_backend in luft.toml", r.defaultID, r.known())
+			return nil, fmt.Errorf("backend: default backend %q is not registered (known: %s)", r.defaultID, r.known())
 		}
 		return b, nil
 	}
 	b, ok := r.backends[id]
 	if !ok {
-		return nil, fmt.Errorf("backend: %q is not registered (known: %s); use one of these ids or "+
-			"configure it under [backends] in luft.toml", id, r.known())
+		return nil, fmt.Errorf("backend: %q is not registered (known: %s); use one of these ids", id, r.known())
 	}
 	return b, nil
 }

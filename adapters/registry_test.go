@@ -60,7 +60,7 @@ func TestRegistryDefaultErrors(t *testing.T) {
 		r    *Registry
 		want string
 	}{
-		{"no default", NewRegistry("", NewMock(MockConfig{})), "no default backend configured (known: mock)"},
+		{"no default", NewRegistry("", NewMock(MockConfig{})), "no default backend set (known: mock)"},
 		{"default not registered", NewRegistry("local", NewMock(MockConfig{})), `default backend "local" is not registered (known: mock)`},
 		{"empty", NewRegistry("mock"), `default backend "mock" is not registered (known: none)`},
 	}
