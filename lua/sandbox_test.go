@@ -176,3 +176,17 @@ end`, want: `["AbC",3]`},
 		{name: "empty pattern", src: `function main() report((("ab"):gsub("", "-"))) end`, want: `"-a-b-"`},
 	})
 }
+
+func TestMemoryLimitStopsConcatenation(t *testing.T) {
+	// `..` builds strings inside the VM where no cap can sit; the heap watchdog stops it.
+	h := newFakeHost()
+	_, err := runScript(t, h, `function main()
+  local s = string.rep("x", 1024 * 1024)
+  while #s < 2^31 do
+    s = s .. s
+  end
+end`, func(c *Config) { c.Limits.MaxMemoryBytes = 64 << 20 })
+	if ErrorKindOf(err) != KindLimit || !strings.Contains(err.Error(), "memory limit (64 MiB)") || !strings.HasPrefix(err.Error(), "test.lua:") {
+		t.Fatalf("err = %v", err)
+	}
+}

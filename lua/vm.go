@@ -24,7 +24,7 @@ type Limits struct {
 	MaxStringBytes int   // largest string a builder may make; default 16 MiB
 	MaxCallDepth   int   // Lua call frames per coroutine; default 200
 	MaxPcallDepth  int   // nested pcall/xpcall per branch; default 64
-	MaxMemoryBytes int64 // Go heap at which the run is stopped; default 0 = off
+	MaxMemoryBytes int64 // Go heap at which the run is stopped; default 4 GiB, < 0 = off
 	JSON           luaval.Limits
 }
 
@@ -40,6 +40,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxPcallDepth <= 0 {
 		l.MaxPcallDepth = 64
+	}
+	if l.MaxMemoryBytes == 0 {
+		l.MaxMemoryBytes = 4 << 30
 	}
 	return l
 }
@@ -466,6 +469,22 @@ func (v *vm) cancelled(err error) error {
 	return &ScriptError{Kind: KindCancelled, Msg: "run stopped: " + cause.Error(), Cause: cause}
 }
 
+// interrupted is cancelled for an error raised inside the VM by the context check: it
+// keeps the script position the VM was at, so a limit names the line it stopped.
+func (v *vm) interrupted(resumeErr error) error {
+	err := v.cancelled(v.ctx.Err())
+	var ae *glua.ApiError
+	var se *ScriptError
+	if errors.As(resumeErr, &ae) && errors.As(err, &se) && se.Where == "" {
+		if where, _ := splitWhere(ae.Object.String()); where != "" {
+			cp := *se
+			cp.Where = where
+			return &cp
+		}
+	}
+	return err
+}
+
 // step resumes one task until it yields or ends.
 func (v *vm) step(t *task) {
 	if t.ctx.Err() != nil && v.ctx.Err() == nil {
@@ -516,7 +535,7 @@ func (v *vm) finish(t *task, rets []glua.LValue, err error) {
 		return
 	}
 	if err != nil && v.ctx.Err() != nil {
-		v.fatal = v.cancelled(v.ctx.Err())
+		v.fatal = v.interrupted(err)
 		return
 	}
 	t.onDone(rets, err)
