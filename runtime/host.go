@@ -128,13 +128,15 @@ func (h *host) Agent(ctx context.Context, c lua.Call, req agent.Request, complet
 		req.Class = h.run.spec.Class
 	}
 	b, err := h.e.opts.Backends.Get(req.Backend)
+	if err == nil {
+		req.Backend = b.ID()
+	}
+	h.emit(event.AgentStarted, map[string]any{"call_key": c.Key, "name": req.Name, "phase_id": c.PhaseID,
+		"backend": req.Backend, "model": req.Model, "class": string(req.Class)})
 	if err != nil {
 		h.done(c, req, agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, err, 0)
 		return agent.Result{}, false, err
 	}
-	req.Backend = b.ID()
-	h.emit(event.AgentStarted, map[string]any{"call_key": c.Key, "name": req.Name, "phase_id": c.PhaseID,
-		"backend": req.Backend, "model": req.Model, "class": string(req.Class)})
 	go func() {
 		start := h.e.opts.Now()
 		res, err := h.call(ctx, c, req, b)
