@@ -898,7 +898,7 @@ func (v *vm) reportFn(L *glua.LState, wf *workflowState) int {
 func (v *vm) valueEffect(L *glua.LState, kind string, hash string, fresh func() any) glua.LValue {
 	t := v.current
 	if t == nil || t.topLevel {
-		L.RaiseError("luft.%s() is not allowed in a script's top-level code; call it from main()", kind)
+		v.raiseAt(L, "luft.%s() is not allowed in a script's top-level code; call it from main()", kind)
 	}
 	c := Call{Key: t.br.next(), Kind: kind, Hash: hash, Where: v.where(L), PhaseID: v.phaseID()}
 	val, err := v.host.Value(c, fresh)

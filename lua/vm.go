@@ -631,10 +631,20 @@ func (v *vm) checkEffect(L *glua.LState, what string) *task {
 		return nil
 	}
 	if t.topLevel {
-		L.RaiseError("%s is not allowed in a script's top-level code; call it from main() (top-level code only defines meta and functions)", what)
+		v.raiseAt(L, "%s is not allowed in a script's top-level code; call it from main() (top-level code only defines meta and functions)", what)
 	}
 	v.guardYield(L, what)
 	return t
+}
+
+// raiseAt raises a Lua error positioned at the script line that called the primitive,
+// not at the Lua wrapper the primitive is reached through.
+func (v *vm) raiseAt(L *glua.LState, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if where := v.where(L); where != "" {
+		msg = where + ": " + msg
+	}
+	L.Error(glua.LString(msg), 0)
 }
 
 func (v *vm) emit(typ string, data map[string]any) {

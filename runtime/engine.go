@@ -112,8 +112,8 @@ type Result struct {
 // Causes a run can be stopped for.
 var (
 	ErrCancelled  = errors.New("cancelled by request")
-	ErrTimeout    = errors.New("run timeout reached")
-	ErrTimeBudget = errors.New("time budget used up")
+	ErrTimeout    = errors.New("the run reached its --timeout")
+	ErrTimeBudget = errors.New("the run's time budget (budget.time_ms) is used up")
 )
 
 // Run is one started run.
@@ -198,10 +198,15 @@ func (r *Run) execute(ctx context.Context, e *Engine, prog *lua.Program) {
 		Concurrency: r.spec.Concurrency, Args: r.spec.Args, Now: e.opts.Now,
 	}, prog)
 	h.stopTimer()
+	status, runErr := classify(err, ctx)
+	// The VM is done; calls it abandoned were cancelled with it. Wait for them so their
+	// agent_done events come before run_done and count in the totals.
+	r.cancel(ErrCancelled)
+	h.calls.Wait()
 	res := h.result()
 	res.RunID = r.ID
 	res.Elapsed = e.opts.Now().Sub(start)
-	res.Status, res.Err = classify(err, ctx)
+	res.Status, res.Err = status, runErr
 	if res.Status == StatusCompleted {
 		res.Report, res.HasReport = out.Report, out.HasReport
 	}
@@ -233,9 +238,9 @@ func classify(err error, ctx context.Context) (Status, error) {
 		cause := context.Cause(ctx)
 		switch {
 		case errors.Is(cause, ErrTimeBudget):
-			return StatusSuspended, fmt.Errorf("the run's time budget (budget.time_ms) is used up: %w", ErrTimeBudget)
+			return StatusSuspended, ErrTimeBudget
 		case errors.Is(cause, ErrTimeout):
-			return StatusFailed, fmt.Errorf("run stopped at its --timeout: %w", ErrTimeout)
+			return StatusFailed, ErrTimeout
 		case errors.Is(cause, ErrCancelled) || errors.Is(cause, context.Canceled):
 			return StatusCancelled, ErrCancelled
 		}

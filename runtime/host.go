@@ -37,6 +37,7 @@ type host struct {
 	started int
 	budget  lua.Budget
 	timer   *time.Timer
+	calls   sync.WaitGroup // call goroutines still running
 }
 
 var _ lua.Host = (*host)(nil)
@@ -137,7 +138,9 @@ func (h *host) Agent(ctx context.Context, c lua.Call, req agent.Request, complet
 		h.done(c, req, agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, err, 0)
 		return agent.Result{}, false, err
 	}
+	h.calls.Add(1)
 	go func() {
+		defer h.calls.Done()
 		start := h.e.opts.Now()
 		res, err := h.call(ctx, c, req, b)
 		h.done(c, req, res, err, h.e.opts.Now().Sub(start))
@@ -236,7 +239,7 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		res.Model = req.Model
 	}
 	if ctx.Err() != nil && (err != nil || !res.OK()) {
-		res.Status, err = agent.StatusCancelled, fmt.Errorf("cancelled: %w", context.Cause(ctx))
+		res.Status, err = agent.StatusCancelled, context.Cause(ctx)
 	}
 	return res, err
 }

@@ -133,13 +133,14 @@ func (r *renderer) finish(res runtime.Result) error {
 		if err != nil {
 			return &exitError{code: exitFailed, err: err}
 		}
+		// stdout first: a report file that cannot be written must not lose the report.
+		if !r.f.json {
+			fmt.Fprint(r.e.stdout, text)
+		}
 		if r.f.output != "" {
 			if err := os.WriteFile(r.f.output, []byte(text), 0o644); err != nil {
 				return &exitError{code: exitFailed, err: fmt.Errorf("write report to %s: %w", r.f.output, err)}
 			}
-		}
-		if !r.f.json {
-			fmt.Fprint(r.e.stdout, text)
 		}
 	}
 	if err := errorExit(res); err != nil {
@@ -173,7 +174,7 @@ func summary(res runtime.Result) string {
 		fmt.Fprintf(&b, " · $%.4f", res.Cost)
 	}
 	if res.Err != nil && res.Status != runtime.StatusCompleted {
-		fmt.Fprintf(&b, "\n%s", statusMessage(res))
+		fmt.Fprintf(&b, "\nluft: %s", statusMessage(res))
 	}
 	return b.String()
 }

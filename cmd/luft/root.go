@@ -24,6 +24,7 @@ type exitError struct {
 	code  int
 	err   error
 	quiet bool // already reported; print nothing more
+	usage bool // a mistake in the command line: point at --help
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
@@ -55,7 +56,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetErr(e.stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "lowest level of script log lines shown in progress output: trace, debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &exitError{code: exitUsage, err: err}
+		return &exitError{code: exitUsage, err: err, usage: true}
 	})
 	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e))
 	return root
@@ -73,7 +74,7 @@ func execute(e *env, args []string) int {
 		if !errors.As(err, &ee) || !ee.quiet {
 			fmt.Fprintf(e.stderr, "luft: %v\n", err)
 		}
-		if code == exitUsage && isCobraUsage(err) {
+		if code == exitUsage && (isCobraUsage(err) || errors.As(err, &ee) && ee.usage) {
 			fmt.Fprintln(e.stderr, "Run 'luft --help' for usage.")
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -137,6 +138,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags) error
 	if err != nil {
 		return err
 	}
+	if f.output != "" {
+		// Refuse a report path that cannot be written before any agent runs.
+		if st, err := os.Stat(filepath.Dir(f.output)); err != nil || !st.IsDir() {
+			return usageErr("-o %s: the folder %s does not exist", f.output, filepath.Dir(f.output))
+		}
+	}
 	eng := runtime.New(runtime.Options{
 		Backends:  reg,
 		Scheduler: scheduler.NewGate(f.maxConcurrency),
@@ -156,9 +163,15 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags) error
 	}
 
 	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
+	// Signals are handled until this function returns, including while the report and
+	// events are still being written.
 	sigs := make(chan os.Signal, 2)
 	stop := e.notify(sigs)
-	defer stop()
+	finished := make(chan struct{})
+	defer func() {
+		close(finished)
+		stop()
+	}()
 	go func() {
 		n := 0
 		for {
@@ -174,7 +187,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags) error
 				}
 				e.exit(exitHard)
 				return
-			case <-run.Done():
+			case <-finished:
 				return
 			}
 		}

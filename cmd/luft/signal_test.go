@@ -311,19 +311,9 @@ func TestSignalInterruptJSON(t *testing.T) {
 	}
 }
 
-// knownBug skips a test that checks the contract where luft is known to break it today;
-// LUFT_TEST_KNOWN_BUGS=1 runs it anyway.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("LUFT_TEST_KNOWN_BUGS") == "" {
-		t.Skipf("known bug: %s (set LUFT_TEST_KNOWN_BUGS=1 to run)", what)
-	}
-}
-
 // After SIGINT, the cancelled in-flight call still gets its agent_done (status cancelled)
 // and run_done is the last event (SPEC §1, §5).
 func TestSignalInterruptEventOrder(t *testing.T) {
-	knownBug(t, "on cancel, run_done is emitted before the in-flight call's agent_done, or that agent_done is lost")
 	t.Parallel()
 	for i := 0; i < 10; i++ {
 		p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=60000"}, "run", "-w", "slow.lua", "--json")
