@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	glua "github.com/yuin/gopher-lua"
-	"github.com/yuin/gopher-lua/pm"
 )
 
 // allowedBase is the part of the base library a script gets (SPEC §3). pcall and xpcall
@@ -276,7 +275,17 @@ func (v *vm) capStrings(str *glua.LTable) {
 		}
 		return n
 	}))
-	str.RawSetString("gsub", L.NewFunction(v.gsub))
+	// Pattern matching runs on an interruptible matcher: gopher-lua's backtracks
+	// exponentially inside one Go call that no cancel or timeout could stop.
+	ctxOf := func() context.Context {
+		if v.current != nil {
+			return v.current.ctx
+		}
+		return v.ctx
+	}
+	for name, fn := range patternLib(ctxOf, max, v.raiseFatal) {
+		str.RawSetString(name, L.NewFunction(fn))
+	}
 }
 
 // callGo calls a stock Go library function with the current arguments and leaves its
@@ -378,101 +387,4 @@ func watchMemory(ctx context.Context, cancel context.CancelCauseFunc, limit int6
 			}
 		}
 	}
-}
-
-// gsub is string.gsub built in linear time with its result size checked as it grows. The
-// stock one copies the whole string once per match (quadratic, and uninterruptible).
-func (v *vm) gsub(L *glua.LState) int {
-	src := L.CheckString(1)
-	pat := L.CheckString(2)
-	L.CheckTypes(3, glua.LTString, glua.LTTable, glua.LTFunction)
-	repl := L.Get(3)
-	limit := L.OptInt(4, -1)
-	matches, err := pm.Find(pat, []byte(src), 0, limit)
-	if err != nil {
-		L.RaiseError("%s", err.Error())
-	}
-	capture := func(m *pm.MatchData, idx int) glua.LValue {
-		if idx >= m.CaptureLength() && idx == 2 {
-			idx = 0 // no captures: %1 is the whole match
-		}
-		if idx >= m.CaptureLength() {
-			L.RaiseError("invalid capture index")
-		}
-		if m.IsPosCapture(idx) {
-			return glua.LNumber(m.Capture(idx))
-		}
-		return glua.LString(src[m.Capture(idx):m.Capture(idx+1)])
-	}
-	var b strings.Builder
-	last := 0
-	for _, m := range matches {
-		start, end := m.Capture(0), m.Capture(1)
-		b.WriteString(src[last:start])
-		whole := src[start:end]
-		var out glua.LValue
-		switch r := repl.(type) {
-		case glua.LString:
-			rs := string(r)
-			var rb strings.Builder
-			for i := 0; i < len(rs); i++ {
-				c := rs[i]
-				if c != '%' || i+1 >= len(rs) {
-					rb.WriteByte(c)
-					continue
-				}
-				i++
-				switch d := rs[i]; {
-				case d == '0':
-					rb.WriteString(whole)
-				case d >= '1' && d <= '9':
-					rb.WriteString(capture(m, 2*int(d-'0')).String())
-				default:
-					rb.WriteByte(d)
-				}
-			}
-			out = glua.LString(rb.String())
-		case *glua.LTable:
-			out = L.GetField(r, capture(m, 2).String())
-			if m.CaptureLength() > 2 && m.IsPosCapture(2) {
-				out = L.GetTable(r, capture(m, 2))
-			}
-		case *glua.LFunction:
-			L.Push(r)
-			n := 0
-			if m.CaptureLength() > 2 {
-				for i := 2; i < m.CaptureLength(); i += 2 {
-					L.Push(capture(m, i))
-					n++
-				}
-			} else {
-				L.Push(glua.LString(whole))
-				n = 1
-			}
-			L.Call(n, 1)
-			out = L.Get(-1)
-			L.Pop(1)
-		}
-		switch o := out.(type) {
-		case glua.LString, glua.LNumber:
-			b.WriteString(o.String())
-		case *glua.LNilType:
-			b.WriteString(whole)
-		case glua.LBool:
-			if o {
-				L.RaiseError("invalid replacement value (a boolean)")
-			}
-			b.WriteString(whole)
-		default:
-			L.RaiseError("invalid replacement value (a %s)", out.Type())
-		}
-		last = end
-		if b.Len() > v.lim.MaxStringBytes {
-			return v.raiseFatal(L, "string limit (%d bytes) exceeded by string.gsub", v.lim.MaxStringBytes)
-		}
-	}
-	b.WriteString(src[last:])
-	L.Push(glua.LString(b.String()))
-	L.Push(glua.LNumber(len(matches)))
-	return 2
 }
