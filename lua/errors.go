@@ -23,6 +23,9 @@ const (
 	KindLimit ErrorKind = "limit"
 	// KindCancelled: the run's context ended (cancel, timeout, time budget).
 	KindCancelled ErrorKind = "cancelled"
+	// KindDivergence: on resume, a call's inputs differ from the journal entry recorded
+	// under its call key. pcall cannot catch it.
+	KindDivergence ErrorKind = "divergence"
 )
 
 // ScriptError is an error that stopped a script, with the position it came from.

@@ -53,12 +53,7 @@ func (v *vm) agentFn(L *glua.LState) int {
 	res, done, err := v.host.Agent(t.ctx, c, req, func(r agent.Result, err error) {
 		v.deliver(t, func() []glua.LValue { return v.agentOutcome(c, req, ph, r, err) })
 	})
-	var limit *ScriptError
-	if errors.As(err, &limit) {
-		v.fatal = limit
-		L.RaiseError("%s", limit.Msg)
-		return 0
-	}
+	v.hostError(L, err)
 	if done || err != nil {
 		vals := v.agentOutcome(c, req, ph, res, err)
 		for _, val := range vals {
@@ -68,6 +63,16 @@ func (v *vm) agentFn(L *glua.LState) int {
 	}
 	v.pending++
 	return v.yield(L)
+}
+
+// hostError ends the run when the host refused an effect with a *ScriptError (a budget,
+// a divergence); other errors are the effect's own failure and the script may catch them.
+func (v *vm) hostError(L *glua.LState, err error) {
+	var se *ScriptError
+	if errors.As(err, &se) {
+		v.fatal = se
+		L.RaiseError("%s", se.Msg)
+	}
 }
 
 // agentOutcome turns a finished call into the (ok, value) pair the Lua wrapper expects.
@@ -701,6 +706,7 @@ func (v *vm) workflowFn(L *glua.LState) int {
 	if !ok {
 		src, err := v.host.LoadWorkflow(c, path)
 		if err != nil {
+			v.hostError(L, err)
 			return fail(L, where, "workflow %q: %s", string(p), err)
 		}
 		prog, err = Compile(path, path, src)
@@ -903,6 +909,7 @@ func (v *vm) valueEffect(L *glua.LState, kind string, hash string, fresh func() 
 	c := Call{Key: t.br.next(), Kind: kind, Hash: hash, Where: v.where(L), PhaseID: v.phaseID()}
 	val, err := v.host.Value(c, fresh)
 	if err != nil {
+		v.hostError(L, err)
 		L.RaiseError("luft.%s: %s", kind, err)
 	}
 	lv, err := v.codec.ToLua(val)

@@ -9,49 +9,99 @@ import (
 	"github.com/luft-run/luft/storage"
 )
 
-// bus records a run's events in its log, then wakes subscribers. Events are never dropped:
-// a subscriber reads from the log at its own pace, so a slow reader delays only itself.
+// asyncAppender is implemented by stores that can queue an append and commit it with
+// others (storage.SQLite); waiting is separate from queueing.
+type asyncAppender interface {
+	AppendAsync(ctx context.Context, runID string, evs ...event.Event) (wait func() ([]event.Event, error))
+}
+
+// bus records a run's events in its log, then wakes subscribers. Emitting never waits for
+// the disk: events are queued in order and committed in batches by a writer goroutine.
+// Subscribers read from the log, so nothing is shown before it is stored, and a slow
+// reader delays only itself. Nothing is dropped.
 type bus struct {
-	mu     sync.Mutex
-	log    storage.EventLog
-	runID  string
-	now    func() time.Time
-	wake   chan struct{}
-	closed bool
-	err    error // the first append failure; the run fails with it
+	log   storage.EventLog
+	runID string
+	now   func() time.Time
+
+	mu      sync.Mutex
+	queue   []func() error // pending commits, in emit order
+	wake    chan struct{}  // closed when more events are stored
+	idle    *sync.Cond     // signalled when the queue drains
+	closed  bool
+	err     error // the first failure to store an event
+	running bool
 }
 
 func newBus(log storage.EventLog, runID string, now func() time.Time) *bus {
-	return &bus{log: log, runID: runID, now: now, wake: make(chan struct{})}
+	b := &bus{log: log, runID: runID, now: now, wake: make(chan struct{})}
+	b.idle = sync.NewCond(&b.mu)
+	return b
 }
 
-// emit stamps, persists and announces one event. It is safe from any goroutine; events
-// are ordered as emit calls are.
-func (b *bus) emit(ev event.Event) event.Event {
+// emit stamps and queues one event. It is safe from any goroutine; events are stored in
+// the order emit is called.
+func (b *bus) emit(ev event.Event) {
 	b.mu.Lock()
 	ev.TS = b.now()
-	out, err := b.log.Append(context.Background(), b.runID, ev)
-	if err != nil && b.err == nil {
-		b.err = err
+	var commit func() error
+	if a, ok := b.log.(asyncAppender); ok {
+		wait := a.AppendAsync(context.Background(), b.runID, ev)
+		commit = func() error { _, err := wait(); return err }
+	} else {
+		commit = func() error { _, err := b.log.Append(context.Background(), b.runID, ev); return err }
 	}
-	old := b.wake
-	b.wake = make(chan struct{})
+	b.queue = append(b.queue, commit)
+	if !b.running {
+		b.running = true
+		go b.writer()
+	}
 	b.mu.Unlock()
-	close(old)
-	if len(out) == 1 {
-		return out[0]
+}
+
+// writer completes queued commits in order and wakes subscribers after each batch.
+func (b *bus) writer() {
+	b.mu.Lock()
+	for len(b.queue) > 0 {
+		batch := b.queue
+		b.queue = nil
+		b.mu.Unlock()
+		var first error
+		for _, commit := range batch {
+			if err := commit(); err != nil && first == nil {
+				first = err
+			}
+		}
+		b.mu.Lock()
+		if first != nil && b.err == nil {
+			b.err = first
+		}
+		close(b.wake)
+		b.wake = make(chan struct{})
 	}
-	return ev
+	b.running = false
+	b.idle.Broadcast()
+	b.mu.Unlock()
+}
+
+// flush waits until every event emitted so far is stored and returns the first failure.
+func (b *bus) flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.running || len(b.queue) > 0 {
+		b.idle.Wait()
+	}
+	return b.err
 }
 
 // close marks the stream finished; subscribers end after the last event.
 func (b *bus) close() {
+	_ = b.flush()
 	b.mu.Lock()
 	b.closed = true
-	old := b.wake
+	close(b.wake)
 	b.wake = make(chan struct{})
 	b.mu.Unlock()
-	close(old)
 }
 
 // subscribe streams every event with seq > since until the run is over or ctx ends.

@@ -13,6 +13,7 @@ import (
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
 )
 
 // scripted is a fake backend whose replies a test writes as a function of the request and
@@ -52,15 +53,29 @@ func hang(ctx context.Context, _ agent.Request, _ int) (agent.Result, error) {
 	return agent.Result{}, ctx.Err()
 }
 
-func newEngine(b adapters.Backend) *Engine {
-	return New(Options{
+// newEngine returns a Service over a fresh state dir with b as its only backend.
+func newEngine(t *testing.T, b adapters.Backend) *Service {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := storage.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := New(Options{
+		Store:     st,
+		StateDir:  dir,
 		Backends:  adapters.NewRegistry("fake", b),
 		Scheduler: scheduler.NewGate(4),
 		Backoff:   func(int) time.Duration { return 0 },
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
-func start(t *testing.T, e *Engine, src string, spec ...func(*Spec)) *Run {
+func start(t *testing.T, e *Service, src string, spec ...func(*Spec)) *Run {
 	t.Helper()
 	s := Spec{Path: "t.lua", Source: []byte(src)}
 	for _, f := range spec {
@@ -93,7 +108,7 @@ func ofType(evs []event.Event, typ string) []event.Event {
 }
 
 func TestEventsOrderedAndComplete(t *testing.T) {
-	e := newEngine(&scripted{reply: echo})
+	e := newEngine(t, &scripted{reply: echo})
 	r := start(t, e, `function main()
   phase("one")
   local rs = parallel({1,2,3}, function(i) return agent{prompt="p"..i}.output end)
@@ -126,7 +141,7 @@ end`)
 		}
 	}
 	rd := evs[len(evs)-1].Data
-	if rd["status"] != "completed" || rd["tokens"] != 45 {
+	if rd["status"] != "completed" || rd["tokens"] != 45.0 {
 		t.Fatalf("run_done: %+v", rd)
 	}
 	if res.Usage.Total() != 45 || res.Agents.OK != 3 || res.Cost <= 0 {
@@ -140,7 +155,7 @@ func TestSubscribeLive(t *testing.T) {
 		<-release
 		return echo(ctx, req, n)
 	}}
-	r := start(t, newEngine(b), `function main() report(agent{prompt="x"}.output) end`)
+	r := start(t, newEngine(t, b), `function main() report(agent{prompt="x"}.output) end`)
 	var seen []string
 	for ev := range r.Subscribe(t.Context(), 0) {
 		seen = append(seen, ev.Type)
@@ -160,7 +175,7 @@ func TestRetries(t *testing.T) {
 		}
 		return echo(ctx, req, n)
 	}}
-	r := start(t, newEngine(flaky), `function main()
+	r := start(t, newEngine(t, flaky), `function main()
   local a = agent{prompt="x", retries=2}
   local ok, err = pcall(agent, {prompt="y", retries=1})
   report({a.attempts, ok, err})
@@ -182,7 +197,7 @@ end`)
 }
 
 func TestCallTimeout(t *testing.T) {
-	r := start(t, newEngine(&scripted{reply: hang}), `function main()
+	r := start(t, newEngine(t, &scripted{reply: hang}), `function main()
   local ok, err = pcall(agent, {prompt="x", timeout_ms=20})
   report(err)
 end`)
@@ -214,7 +229,7 @@ func TestStructuredOutput(t *testing.T) {
 				i := min(len(prompts)-1, len(tc.replies)-1)
 				return okText(tc.replies[i], 1, 1), nil
 			}}
-			r := start(t, newEngine(b), `function main()
+			r := start(t, newEngine(t, b), `function main()
   local ok, r = pcall(agent, {prompt="give n", schema=`+sch+`})
   if not ok then report({err=r}) return end
   report({n=r.output.n, tokens=r.tokens})
@@ -257,7 +272,7 @@ func TestBudgets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res := start(t, newEngine(&scripted{reply: echo}), tc.src).Wait()
+			res := start(t, newEngine(t, &scripted{reply: echo}), tc.src).Wait()
 			if res.Status != tc.status || lua.ErrorKindOf(res.Err) != lua.KindLimit || !strings.Contains(res.Err.Error(), tc.errSub) {
 				t.Fatalf("%s: %v", res.Status, res.Err)
 			}
@@ -266,7 +281,7 @@ func TestBudgets(t *testing.T) {
 }
 
 func TestTimeBudgetSuspends(t *testing.T) {
-	r := start(t, newEngine(&scripted{reply: hang}), `function main() budget{time_ms=30} agent{prompt="slow"} end`)
+	r := start(t, newEngine(t, &scripted{reply: hang}), `function main() budget{time_ms=30} agent{prompt="slow"} end`)
 	res := r.Wait()
 	if res.Status != StatusSuspended || !errors.Is(res.Err, ErrTimeBudget) {
 		t.Fatalf("%s: %v", res.Status, res.Err)
@@ -277,7 +292,7 @@ func TestTimeBudgetSuspends(t *testing.T) {
 }
 
 func TestRunTimeout(t *testing.T) {
-	res := start(t, newEngine(&scripted{reply: echo}), `function main() while true do end end`,
+	res := start(t, newEngine(t, &scripted{reply: echo}), `function main() while true do end end`,
 		func(s *Spec) { s.Timeout = 30 * time.Millisecond }).Wait()
 	if res.Status != StatusFailed || !errors.Is(res.Err, ErrTimeout) {
 		t.Fatalf("%s: %v", res.Status, res.Err)
@@ -286,7 +301,7 @@ func TestRunTimeout(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	b := &scripted{reply: hang}
-	r := start(t, newEngine(b), `function main() parallel({1,2,3}, function(i) return agent{prompt="p"..i} end) end`)
+	r := start(t, newEngine(t, b), `function main() parallel({1,2,3}, function(i) return agent{prompt="p"..i} end) end`)
 	started := 0
 	var evs []event.Event
 	for ev := range r.Subscribe(t.Context(), 0) {
@@ -307,7 +322,7 @@ func TestCancel(t *testing.T) {
 }
 
 func TestUnknownBackendFailsTheCall(t *testing.T) {
-	res := start(t, newEngine(&scripted{reply: echo}), `function main()
+	res := start(t, newEngine(t, &scripted{reply: echo}), `function main()
   local ok, err = pcall(agent, {prompt="x", backend="nope"})
   report(err)
 end`).Wait()
@@ -317,7 +332,7 @@ end`).Wait()
 }
 
 func TestLoadErrors(t *testing.T) {
-	e := newEngine(&scripted{reply: echo})
+	e := newEngine(t, &scripted{reply: echo})
 	if _, err := e.Start(t.Context(), Spec{Path: "t.lua", Source: []byte("function main(")}); lua.ErrorKindOf(err) != lua.KindSyntax {
 		t.Fatalf("syntax: %v", err)
 	}
@@ -336,7 +351,7 @@ func TestDefaultsReachTheBackend(t *testing.T) {
 		got = req
 		return echo(ctx, req, n)
 	}}
-	res := start(t, newEngine(b), `function main() agent{prompt="x"} end`, func(s *Spec) {
+	res := start(t, newEngine(t, b), `function main() agent{prompt="x"} end`, func(s *Spec) {
 		s.Model, s.Class = "m7", agent.ClassBatch
 	}).Wait()
 	if res.Status != StatusCompleted || got.Model != "m7" || got.Class != agent.ClassBatch || got.Backend != "fake" {

@@ -15,6 +15,7 @@ import (
 	"github.com/luft-run/luft/internal/schema"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
 )
 
 // maxSchemaRetries is how often an agent is re-prompted when its output does not match
@@ -23,12 +24,20 @@ const maxSchemaRetries = 3
 
 var errCallTimeout = errors.New("agent call timed out")
 
-// host is the lua.Host of one run: budgets, backends, the scheduler and events.
+// host is the lua.Host of one run: the journal, budgets, backends, the scheduler and
+// events.
 type host struct {
-	e     *Engine
+	e     *Service
 	run   *Run
 	ctx   context.Context
 	start time.Time
+	rs    ResumeSpec
+
+	// journal holds the entries of earlier attempts by call key; pinned the files the
+	// run loaded before. Both are read and changed on the VM goroutine only.
+	journal  map[string]storage.Entry
+	pinned   map[string]storage.File
+	diverged bool
 
 	mu      sync.Mutex
 	usage   agent.Usage
@@ -42,6 +51,53 @@ type host struct {
 
 var _ lua.Host = (*host)(nil)
 
+func newHost(s *Service, r *Run, ctx context.Context, journal map[string]storage.Entry, pinned map[string]storage.File, rs ResumeSpec) *host {
+	if journal == nil {
+		journal = map[string]storage.Entry{}
+	}
+	if pinned == nil {
+		pinned = map[string]storage.File{}
+	}
+	return &host{e: s, run: r, ctx: ctx, start: s.opts.Now(), journal: journal, pinned: pinned, rs: rs}
+}
+
+func (h *host) store() storage.Store { return h.e.opts.Store }
+
+// recorded returns the journal entry for c when it may stand in for running c again: same
+// key, same inputs, completed. A differing input hash is a divergence: the run fails
+// naming the call, unless the caller asked to rerun from the first divergent call, which
+// drops that entry and every entry completed after it.
+func (h *host) recorded(c lua.Call, hash string) (storage.Entry, bool, error) {
+	e, ok := h.journal[c.Key]
+	if !ok {
+		return e, false, nil
+	}
+	if e.InputHash != hash || e.Kind != c.Kind {
+		if e.Status != storage.EntryCompleted {
+			return e, false, nil // never finished: it runs again anyway
+		}
+		if !h.rs.RerunFromDivergence {
+			return e, false, &lua.ScriptError{Kind: lua.KindDivergence, Where: c.Where, Msg: fmt.Sprintf(
+				"LUFT1001 divergence at call %s: its inputs differ from the journal (recorded %s %.12s, now %s %.12s); "+
+					"the script or its inputs changed since the call ran: resume with --rerun-from-divergence to run "+
+					"from this call on, or start a new run", c.Key, e.Kind, e.InputHash, c.Kind, hash)}
+		}
+		if !h.diverged {
+			h.diverged = true
+			if _, err := h.store().InvalidateFrom(h.ctx, h.run.ID, e.CompletedSeq); err != nil {
+				return e, false, fmt.Errorf("rerun from divergence at %s: %w", c.Key, err)
+			}
+			for k, x := range h.journal {
+				if x.Status != storage.EntryCompleted || x.CompletedSeq >= e.CompletedSeq {
+					delete(h.journal, k)
+				}
+			}
+			h.emit(event.Log, map[string]any{"level": "warn", "msg": fmt.Sprintf("rerunning from call %s (%s): its inputs changed", c.Key, c.Where)})
+		}
+		return e, false, nil
+	}
+	return e, e.Status == storage.EntryCompleted, nil
+}
 func (h *host) emit(typ string, data map[string]any) {
 	h.run.bus.emit(event.New(typ, data))
 }
@@ -49,14 +105,57 @@ func (h *host) emit(typ string, data map[string]any) {
 // Emit implements lua.Host.
 func (h *host) Emit(ev event.Event) { h.run.bus.emit(ev) }
 
-// Value implements lua.Host. Nothing is journaled yet, so every value is fresh.
-func (h *host) Value(_ lua.Call, fresh func() any) (any, error) { return fresh(), nil }
+// Value implements lua.Host: a recorded value is returned as it was; a fresh one is
+// journaled before the script sees it.
+func (h *host) Value(c lua.Call, fresh func() any) (any, error) {
+	e, ok, err := h.recorded(c, c.Hash)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		var v any
+		if err := json.Unmarshal(e.Result, &v); err != nil {
+			return nil, fmt.Errorf("journal entry %s is unreadable: %w", c.Key, err)
+		}
+		return v, nil
+	}
+	v := fresh()
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", c.Key, err)
+	}
+	if _, err := h.store().JournalFinish(h.ctx, storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind,
+		InputHash: c.Hash, Status: storage.EntryCompleted, Result: b, WherePos: c.Where, Attempts: 1}); err != nil {
+		return nil, fmt.Errorf("journal %s: %w", c.Key, err)
+	}
+	return v, nil
+}
 
-// LoadWorkflow implements lua.Host.
-func (h *host) LoadWorkflow(_ lua.Call, path string) ([]byte, error) {
+// LoadWorkflow implements lua.Host: it reads a sub-workflow, pins its content to the run
+// and journals the call with the file's hash. A file that is gone from disk is read from
+// the run's pinned copy.
+func (h *host) LoadWorkflow(c lua.Call, path string) ([]byte, error) {
 	b, err := h.e.opts.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+		f, ok := h.pinned[path]
+		if !ok {
+			return nil, fmt.Errorf("cannot read %s: %w", path, err)
+		}
+		b = f.Content
+	}
+	if f, ok := h.pinned[path]; !ok || f.SHA256 != sha(b) {
+		if err := h.e.pin(h.ctx, h.run.ID, path, b); err != nil {
+			return nil, err
+		}
+	}
+	if _, ok, err := h.recorded(c, c.Hash); err != nil {
+		return nil, err
+	} else if !ok {
+		res, _ := json.Marshal(map[string]string{"path": path, "sha256": sha(b)})
+		if _, err := h.store().JournalFinish(h.ctx, storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind,
+			InputHash: c.Hash, Status: storage.EntryCompleted, Result: res, WherePos: c.Where, Attempts: 1}); err != nil {
+			return nil, fmt.Errorf("journal %s: %w", c.Key, err)
+		}
 	}
 	return b, nil
 }
@@ -114,7 +213,10 @@ func (h *host) checkBudget(c lua.Call) error {
 	return nil
 }
 
-// Agent implements lua.Host: it starts the call on its own goroutine.
+// Agent implements lua.Host. A call the journal has completed with the same inputs
+// returns its recorded result at once, touching neither the scheduler nor a backend.
+// Otherwise the call is journaled as scheduled, run on its own goroutine, and journaled
+// as completed or failed before the script sees its result.
 func (h *host) Agent(ctx context.Context, c lua.Call, req agent.Request, complete func(agent.Result, error)) (agent.Result, bool, error) {
 	if err := h.checkBudget(c); err != nil {
 		return agent.Result{}, false, err
@@ -128,25 +230,71 @@ func (h *host) Agent(ctx context.Context, c lua.Call, req agent.Request, complet
 	if req.Class == "" {
 		req.Class = h.run.spec.Class
 	}
-	b, err := h.e.opts.Backends.Get(req.Backend)
-	if err == nil {
+	b, berr := h.e.opts.Backends.Get(req.Backend)
+	if berr == nil {
 		req.Backend = b.ID()
+	}
+	// The hash is taken after defaults are filled in, so a resume with another default
+	// backend or model is a divergence, not a silent replay.
+	c.Hash = req.Hash()
+	e, ok, err := h.recorded(c, c.Hash)
+	if err != nil {
+		return agent.Result{}, false, err
+	}
+	if ok {
+		var res agent.Result
+		if err := json.Unmarshal(e.Result, &res); err != nil {
+			return agent.Result{}, false, fmt.Errorf("journal entry %s is unreadable: %w", c.Key, err)
+		}
+		res.Cached = true
+		h.done(c, req, res, nil, 0)
+		return res, true, nil
 	}
 	h.emit(event.AgentStarted, map[string]any{"call_key": c.Key, "name": req.Name, "phase_id": c.PhaseID,
 		"backend": req.Backend, "model": req.Model, "class": string(req.Class)})
-	if err != nil {
-		h.done(c, req, agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, err, 0)
-		return agent.Result{}, false, err
+	if berr != nil {
+		h.done(c, req, agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, berr, 0)
+		return agent.Result{}, false, berr
 	}
 	h.calls.Add(1)
 	go func() {
 		defer h.calls.Done()
 		start := h.e.opts.Now()
-		res, err := h.call(ctx, c, req, b)
+		res, err := h.journaled(ctx, c, req, b)
 		h.done(c, req, res, err, h.e.opts.Now().Sub(start))
 		complete(res, err)
 	}()
 	return agent.Result{}, false, nil
+}
+
+// journaled runs a live call between its scheduled and its finished journal entries.
+func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend) (agent.Result, error) {
+	entry := storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind, InputHash: c.Hash,
+		Status: storage.EntryScheduled, WherePos: c.Where}
+	if err := h.store().JournalScheduled(ctx, entry); err != nil {
+		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, fmt.Errorf("journal %s: %w", c.Key, err)
+	}
+	res, callErr := h.call(ctx, c, req, b)
+	entry.Status, entry.Attempts, entry.Usage = storage.EntryCompleted, res.Attempts, storage.Usage(res.Usage)
+	if res.Cost != nil {
+		entry.Cost = *res.Cost
+	}
+	if callErr != nil || !res.OK() {
+		entry.Status, entry.Error = storage.EntryFailed, res.Error
+		if callErr != nil {
+			entry.Error = callErr.Error()
+		}
+	}
+	var err error
+	if entry.Result, err = json.Marshal(res); err != nil {
+		return res, fmt.Errorf("journal %s: encode the result: %w", c.Key, err)
+	}
+	// The entry is written even when the run is being cancelled: a finished call must not
+	// run again.
+	if _, err := h.store().JournalFinish(context.WithoutCancel(ctx), entry); err != nil {
+		return res, fmt.Errorf("journal %s: %w", c.Key, err)
+	}
+	return res, callErr
 }
 
 // done accounts a finished call and records agent_done before the script sees the result.

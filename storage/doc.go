@@ -1,4 +1,64 @@
-// Package storage keeps what a run leaves behind. Today that is the event log of each run
-// (Memory, an in-process implementation); the durable SQLite store with the journal, runs
-// and phases implements the same interfaces and more.
+// Package storage keeps what a run leaves behind: the run itself, its ordered event
+// stream, the phases projected from it, the files it pinned and the journal of its effects,
+// so a killed run resumes without redoing finished calls (SPEC §4–5, DESIGN decisions 2, 4
+// and 6).
+//
+// The runtime consumes two interfaces defined here: EventLog (append and read a run's
+// events) and Store (EventLog plus runs, phases, files and the journal). Memory is an
+// in-process EventLog for tests and embedding; SQLite implements both durably.
+//
+// # Tables
+//
+// SQLite keeps one database, <state-dir>/luft.db, with STRICT tables:
+//
+//   - runs: one row per run (id is a UUIDv7 string): workflow, script hash, status (queued,
+//     running, completed, failed, cancelled, suspended), error, args, report, token usage,
+//     cost, agent counts, attempt, pid, timestamps, resume_after, cancel_requested and
+//     spec_json (whatever the runtime needs to resume).
+//   - events: (run_id, seq) → ts, type, data_json. data_json holds the event's fields as
+//     a JSON object with sorted keys, so an event read back marshals exactly as it did when
+//     appended (numbers come back as float64, as event.Event.UnmarshalJSON gives them).
+//   - journal: (run_id, call_key) → kind, input_hash, status (scheduled, completed,
+//     failed), result_json, error, usage, cost, attempts, completed_seq, where_pos.
+//     completed_seq is the run's completion order (previous maximum + 1), unique per run.
+//   - phases: (run_id, phase_id) → label, planned, description, status, ok, failed,
+//     started_at, done_at; written by Append, in the same transaction, from phase_started and
+//     phase_done events.
+//   - files: (run_id, path) → sha256, content: the pinned script and the files it loaded.
+//
+// Every child table references runs with ON DELETE CASCADE: create a run before writing
+// anything for it (writes for an unknown run fail with ErrRunNotFound). Times are stored as
+// UTC RFC 3339 text with nine fractional digits, so they sort as text.
+//
+// Migrations are numbered files in migrations/ (embedded), applied in one BEGIN IMMEDIATE
+// transaction and recorded in schema_migrations, so concurrent first opens apply them
+// once. A database from a newer luft is refused (ErrSchemaTooNew); a file that is not a
+// SQLite database, or a schema with tables or columns missing, gives a *CorruptError
+// (ErrCorruptState) naming the file and asking the user to move it aside. Nothing here ever
+// deletes a database.
+//
+// # Connections
+//
+// Settings live in the DSN, so every connection gets them: busy_timeout 5000, WAL,
+// synchronous NORMAL, foreign keys, and BEGIN IMMEDIATE for write transactions (lock waits
+// then go through busy_timeout instead of failing mid-transaction). There is one writer
+// connection (SetMaxOpenConns(1)), used only by the writer goroutine, and a separate pool
+// of query_only connections for every read. Several processes may open the same state dir
+// at once: SQLite's file locks serialise their writers and WAL lets readers run beside
+// them.
+//
+// # Group commit
+//
+// Every write is an operation queued to the writer goroutine. It takes whatever is queued
+// (up to 256 operations, plus any that queue while it waits for the database lock), runs
+// them in one transaction, commits, and only then releases each caller with its own
+// result. So a call that returns nil is durable (modulo power loss under synchronous
+// NORMAL, which can lose the last commits but never corrupts), and 1000 concurrent calls
+// cost a handful of commits instead of 1000. One failing operation does not fail the
+// others: the batch is rolled back and run again with each operation in its own SAVEPOINT.
+// A caller's context stops it waiting to be queued and drops an operation that has not
+// started; an operation that has started is always waited for. Callers that write one
+// after another from a single goroutine get one transaction each; AppendAsync lets an
+// ordered emitter queue under its lock and wait outside it. Stats reports the writer's
+// counters. After Close (which commits what is queued) every call fails with ErrClosed.
 package storage

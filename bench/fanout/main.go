@@ -1,8 +1,9 @@
 // Command fanout measures luft's own overhead: one parallel() fan-out of N mock agents
-// with zero latency, through the real runtime (VM, scheduler gate, events). Each N runs in
-// a fresh child process so its peak RSS is its own.
+// with zero latency, through the real runtime (VM, scheduler gate, durable journal and
+// events in SQLite). Each N runs in a fresh child process and state dir, so its peak RSS
+// is its own.
 //
-//	go run ./bench/fanout [-n 1000,10000,100000] [-concurrency 8] [-repeat 3]
+//	go run ./bench/fanout [-n 1000,10000,100000] [-concurrency 8] [-repeat 3] [-dir /dev/shm]
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
 )
 
 const script = `function main()
@@ -36,9 +38,10 @@ func main() {
 	conc := flag.Int("concurrency", 8, "scheduler slots")
 	repeat := flag.Int("repeat", 3, "runs per size (the best wall time is shown)")
 	child := flag.Int("child", 0, "internal: run one fan-out of this size and print its wall time")
+	dir := flag.String("dir", "", "parent folder of the state dirs (default: the system temp dir)")
 	flag.Parse()
 	if *child > 0 {
-		d, err := fanout(*child, *conc)
+		d, err := fanout(*child, *conc, *dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -46,7 +49,7 @@ func main() {
 		fmt.Println(d.Nanoseconds())
 		return
 	}
-	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots, best of %d\n\n", *conc, *repeat)
+	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots, durable journal and events in SQLite, best of %d\n\n", *conc, *repeat)
 	fmt.Printf("%10s  %12s  %14s  %12s\n", "N", "wall", "calls/s", "peak RSS")
 	for _, s := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -56,7 +59,7 @@ func main() {
 		}
 		best, rss := time.Duration(0), int64(0)
 		for range *repeat {
-			d, r, err := runChild(n, *conc)
+			d, r, err := runChild(n, *conc, *dir)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
@@ -71,8 +74,8 @@ func main() {
 }
 
 // runChild runs one fan-out in a new process and returns its wall time and peak RSS (KiB).
-func runChild(n, conc int) (time.Duration, int64, error) {
-	cmd := exec.Command(os.Args[0], "-child", strconv.Itoa(n), "-concurrency", strconv.Itoa(conc))
+func runChild(n, conc int, dir string) (time.Duration, int64, error) {
+	cmd := exec.Command(os.Args[0], "-child", strconv.Itoa(n), "-concurrency", strconv.Itoa(conc), "-dir", dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -89,11 +92,25 @@ func runChild(n, conc int) (time.Duration, int64, error) {
 	return time.Duration(ns), rss, nil
 }
 
-func fanout(n, conc int) (time.Duration, error) {
-	eng := runtime.New(runtime.Options{
+func fanout(n, conc int, stateDir string) (time.Duration, error) {
+	dir, err := os.MkdirTemp(stateDir, "luft-bench-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	st, err := storage.Open(context.Background(), dir)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	eng, err := runtime.New(runtime.Options{
+		Store:     st,
 		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{})),
 		Scheduler: scheduler.NewGate(conc),
 	})
+	if err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	run, err := eng.Start(context.Background(), runtime.Spec{
 		Path: "fanout.lua", Source: []byte(script), Args: map[string]any{"n": float64(n)},

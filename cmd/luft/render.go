@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 )
 
@@ -36,8 +37,8 @@ func (r *renderer) event(ev event.Event) error {
 		}
 		return nil
 	}
-	if r.f.quiet {
-		return nil
+	if r.f.quiet || ev.Type == event.RunDone {
+		return nil // the summary at the end says how the run ended
 	}
 	if line := plainLine(ev, r.level); line != "" {
 		fmt.Fprintln(r.e.stderr, line)
@@ -113,6 +114,12 @@ func plainLine(ev event.Event, level int) string {
 		return fmt.Sprintf("  [%s] %s", str(d, "level"), str(d, "msg"))
 	case event.Budget:
 		return fmt.Sprintf("  budget set: time_ms=%s agents=%s tokens=%s usd=%s", str(d, "time_ms"), str(d, "agents"), str(d, "tokens"), str(d, "usd"))
+	case event.RunDone:
+		line := fmt.Sprintf("luft: run %s %s in %s", ev.RunID, str(d, "status"), ms(num(d, "elapsed_ms")))
+		if e := str(d, "error"); e != "" {
+			line += ": " + e
+		}
+		return line
 	case event.RunSuspended:
 		return fmt.Sprintf("luft: run suspended: %s", str(d, "reason"))
 	}
@@ -154,13 +161,17 @@ func (r *renderer) finish(res runtime.Result) error {
 }
 
 func statusMessage(res runtime.Result) string {
+	resume := fmt.Sprintf("; resume with: luft run --resume %s", res.RunID)
 	switch res.Status {
 	case runtime.StatusCancelled:
-		return fmt.Sprintf("run %s cancelled", res.RunID)
+		return fmt.Sprintf("run %s cancelled%s", res.RunID, resume)
 	case runtime.StatusSuspended:
-		return fmt.Sprintf("run %s suspended: %v", res.RunID, res.Err)
+		return fmt.Sprintf("run %s suspended: %v%s", res.RunID, res.Err, resume)
 	}
-	return fmt.Sprintf("run %s failed: %v", res.RunID, res.Err)
+	if k := lua.ErrorKindOf(res.Err); k == lua.KindSyntax || k == lua.KindInvalid {
+		return fmt.Sprintf("run %s failed: %v", res.RunID, res.Err)
+	}
+	return fmt.Sprintf("run %s failed: %v%s", res.RunID, res.Err, resume)
 }
 
 func summary(res runtime.Result) string {

@@ -42,6 +42,7 @@ var (
 
 type globalFlags struct {
 	logLevel string
+	stateDir string
 }
 
 func newRootCmd(e *env) *cobra.Command {
@@ -54,11 +55,13 @@ func newRootCmd(e *env) *cobra.Command {
 	}
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
+	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "where runs are kept (default $LUFT_HOME, else ./.luft)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "lowest level of script log lines shown in progress output: trace, debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, usage: true}
 	})
-	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e))
+	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e),
+		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g))
 	return root
 }
 

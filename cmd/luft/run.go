@@ -12,13 +12,17 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
-	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
 )
 
 type runFlags struct {
+	resume         bool
+	allowChanged   bool
+	rerunDiverged  bool
 	workflow       string
 	args           string
 	output         string
@@ -45,6 +49,22 @@ carries one JSON event per line instead, ending with run_done.
 Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent runs),
 3 cancelled or suspended, 130 a second Ctrl-C.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.resume {
+				if f.workflow != "" || f.args != "" {
+					return usageErr("--resume runs the stored workflow with its stored args; drop --workflow and --args")
+				}
+				if len(args) > 1 {
+					return usageErr("--resume takes one run id (or none for the newest unfinished run)")
+				}
+				ref := ""
+				if len(args) == 1 {
+					ref = args[0]
+				}
+				return runWorkflow(cmd.Context(), e, g, f, ref)
+			}
+			if f.allowChanged || f.rerunDiverged {
+				return usageErr("--allow-changed-script and --rerun-from-divergence only apply with --resume")
+			}
 			if len(args) > 0 {
 				if f.workflow != "" {
 					return usageErr("give either --workflow FILE or a task in words, not both")
@@ -54,11 +74,14 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 			if f.workflow == "" {
 				return usageErr("missing --workflow FILE (see examples/hello.lua)")
 			}
-			return runWorkflow(cmd.Context(), e, g, f)
+			return runWorkflow(cmd.Context(), e, g, f, "")
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVarP(&f.workflow, "workflow", "w", "", "workflow file to run")
+	fl.BoolVar(&f.resume, "resume", false, "resume a stopped run: luft run --resume [RUN] (id, id prefix, or none for the newest unfinished run)")
+	fl.BoolVar(&f.allowChanged, "allow-changed-script", false, "with --resume: run the script even though it changed since the run started")
+	fl.BoolVar(&f.rerunDiverged, "rerun-from-divergence", false, "with --resume: forget the journal from the first call whose inputs changed and run from there")
 	fl.StringVar(&f.args, "args", "", "arguments for the script as a JSON object (the script's `args`)")
 	fl.StringVarP(&f.output, "output", "o", "", "also write the report to this file")
 	fl.StringVar(&f.backend, "backend", "", "backend for agent calls that name none: mock (default) or mockfile")
@@ -110,7 +133,7 @@ func backends(e *env, mockFile string) (*adapters.Registry, error) {
 	return adapters.NewRegistry("mock", bs...), nil
 }
 
-func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags) error {
+func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -144,22 +167,42 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags) error
 			return usageErr("-o %s: the folder %s does not exist", f.output, filepath.Dir(f.output))
 		}
 	}
-	eng := runtime.New(runtime.Options{
-		Backends:  reg,
-		Scheduler: scheduler.NewGate(f.maxConcurrency),
-		Now:       e.now,
-		Caller:    "cli",
-	})
-	run, err := eng.Start(ctx, runtime.Spec{
-		Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
-		Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
-		Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls},
-	})
+	st, err := openStore(ctx, e, g, f.resume)
 	if err != nil {
-		if lua.ErrorKindOf(err) != "" {
+		return err
+	}
+	defer st.Close()
+	svc, err := newService(e, st, stateDir(e, g), reg, f.maxConcurrency)
+	if err != nil {
+		return err
+	}
+	var run *runtime.Run
+	if f.resume {
+		run, err = svc.Resume(ctx, runtime.ResumeSpec{Run: resumeRef, AllowChangedScript: f.allowChanged, RerunFromDivergence: f.rerunDiverged})
+		if err != nil {
+			switch {
+			case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
+				return runRefError(err)
+			case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):
+				return usageErr("%v", err)
+			}
+			if lua.ErrorKindOf(err) != "" {
+				return err
+			}
 			return err
 		}
-		return usageErr("%v", err)
+	} else {
+		run, err = svc.Start(ctx, runtime.Spec{
+			Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
+			Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
+			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls},
+		})
+		if err != nil {
+			if lua.ErrorKindOf(err) != "" {
+				return err
+			}
+			return usageErr("%v", err)
+		}
 	}
 
 	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
@@ -194,7 +237,15 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags) error
 	}()
 
 	r := newRenderer(e, f, level)
+	current := run.Attempt == 1
 	for ev := range run.Subscribe(ctx, 0) {
+		// A resumed run shows only its own attempt's events.
+		if !current {
+			if ev.Type != event.RunStarted || int(num(ev.Data, "attempt")) != run.Attempt {
+				continue
+			}
+			current = true
+		}
 		if err := r.event(ev); err != nil {
 			run.Cancel()
 			return &exitError{code: exitFailed, err: err}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
 )
 
@@ -28,12 +30,27 @@ file:line errors when it does not.`,
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			eng := runtime.New(runtime.Options{
+			// The dry run keeps its state in a throw-away dir: validating leaves no run behind.
+			dir, err := os.MkdirTemp("", "luft-validate-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			st, err := storage.Open(ctx, dir)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			eng, err := runtime.New(runtime.Options{
+				Store:     st,
 				Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{})),
 				Scheduler: scheduler.NewGate(64),
 				Now:       e.now,
 				Caller:    "validate",
 			})
+			if err != nil {
+				return err
+			}
 			run, err := eng.Start(ctx, runtime.Spec{Path: a[0], Args: parsed, Backend: "mock"})
 			if err != nil {
 				return &exitError{code: exitUsage, err: err}

@@ -1,0 +1,344 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
+	"github.com/spf13/cobra"
+)
+
+// withService opens the state dir read-mostly and hands a Service to fn.
+func withService(cmd *cobra.Command, e *env, g *globalFlags, fn func(ctx context.Context, svc *runtime.Service) error) error {
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	st, err := openStore(ctx, e, g, true)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	svc, err := newService(e, st, stateDir(e, g), adapters.NewRegistry("mock"), 1)
+	if err != nil {
+		return err
+	}
+	return fn(ctx, svc)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// runJSON is the JSON form of a run for list and status.
+type runJSON struct {
+	ID         string              `json:"run_id"`
+	Workflow   string              `json:"workflow"`
+	Status     string              `json:"status"`
+	Stale      bool                `json:"stale,omitempty"`
+	Error      string              `json:"error,omitempty"`
+	Attempt    int                 `json:"attempt"`
+	Agents     storage.AgentCounts `json:"agents"`
+	Tokens     int                 `json:"tokens"`
+	Usage      storage.Usage       `json:"usage"`
+	Cost       float64             `json:"cost"`
+	Report     json.RawMessage     `json:"report,omitempty"`
+	CreatedAt  time.Time           `json:"created_at"`
+	FinishedAt *time.Time          `json:"finished_at,omitempty"`
+	Phases     []phaseJSON         `json:"phases,omitempty"`
+	ResumeWith string              `json:"resume_with,omitempty"`
+	Args       json.RawMessage     `json:"args,omitempty"`
+	ScriptHash string              `json:"script_hash,omitempty"`
+	ProcessID  int                 `json:"pid,omitempty"`
+}
+
+type phaseJSON struct {
+	ID          int    `json:"phase_id"`
+	Label       string `json:"label"`
+	Description string `json:"description,omitempty"`
+	Planned     int    `json:"planned"`
+	Status      string `json:"status"`
+	OK          int    `json:"ok"`
+	Failed      int    `json:"failed"`
+}
+
+func toJSON(r storage.Run, stale bool, phases []storage.Phase) runJSON {
+	j := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Stale: stale, Error: r.Error, Attempt: r.Attempt,
+		Agents: r.Agents, Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost,
+		CreatedAt: r.CreatedAt, Args: r.Args, ScriptHash: r.ScriptHash, ProcessID: r.PID}
+	if r.HasReport {
+		j.Report = r.Report
+	}
+	if !r.FinishedAt.IsZero() {
+		t := r.FinishedAt
+		j.FinishedAt = &t
+	}
+	if r.Resumable() && (r.Status != storage.StatusRunning || stale) {
+		j.ResumeWith = "luft run --resume " + r.ID
+	}
+	for _, p := range phases {
+		j.Phases = append(j.Phases, phaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
+			Status: p.Status, OK: p.OK, Failed: p.Failed})
+	}
+	return j
+}
+
+func newListCmd(e *env, g *globalFlags) *cobra.Command {
+	var status string
+	var limit int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			switch status {
+			case "", storage.StatusRunning, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled, storage.StatusSuspended:
+			default:
+				return usageErr("invalid --status %q: use running, completed, failed, cancelled or suspended", status)
+			}
+			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
+				runs, err := svc.List(ctx, storage.ListOptions{Status: status, Limit: limit})
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					out := make([]runJSON, 0, len(runs))
+					for _, r := range runs {
+						out = append(out, toJSON(r, false, nil))
+					}
+					return writeJSON(e.stdout, out)
+				}
+				if len(runs) == 0 {
+					fmt.Fprintln(e.stderr, "no runs")
+					return nil
+				}
+				w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tWORKFLOW")
+				for _, r := range runs {
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Status, r.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+						r.Agents.OK+r.Agents.Failed+r.Agents.Cached, r.Usage.Input+r.Usage.Output, r.Workflow)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only runs in this status")
+	cmd.Flags().IntVar(&limit, "limit", 20, "at most this many runs (0 = all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status RUN",
+		Short: "Show one run: status, phases, agents, tokens, cost, report, error",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
+				info, err := svc.Status(ctx, a[0])
+				if err != nil {
+					return runRefError(err)
+				}
+				j := toJSON(info.Run, info.Stale, info.Phases)
+				if asJSON {
+					return writeJSON(e.stdout, j)
+				}
+				status := j.Status
+				if info.Stale {
+					status += " (its process is gone)"
+				}
+				w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+				fmt.Fprintf(w, "run\t%s\n", j.ID)
+				fmt.Fprintf(w, "workflow\t%s\n", j.Workflow)
+				fmt.Fprintf(w, "status\t%s\n", status)
+				fmt.Fprintf(w, "attempt\t%d\n", j.Attempt)
+				fmt.Fprintf(w, "started\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
+				if j.FinishedAt != nil {
+					fmt.Fprintf(w, "finished\t%s\n", j.FinishedAt.Local().Format(time.RFC3339))
+				}
+				fmt.Fprintf(w, "agents\t%d ok, %d failed, %d cached\n", j.Agents.OK, j.Agents.Failed, j.Agents.Cached)
+				fmt.Fprintf(w, "tokens\t%d in / %d out\n", j.Usage.Input, j.Usage.Output)
+				if j.Cost > 0 {
+					fmt.Fprintf(w, "cost\t$%.4f\n", j.Cost)
+				}
+				if j.Error != "" {
+					fmt.Fprintf(w, "error\t%s\n", j.Error)
+				}
+				if j.ResumeWith != "" {
+					fmt.Fprintf(w, "resume\t%s\n", j.ResumeWith)
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if len(j.Phases) > 0 {
+					fmt.Fprintln(e.stdout, "\nphases:")
+					printPhases(e.stdout, j.Phases)
+				}
+				if len(j.Report) > 0 {
+					var v any
+					if json.Unmarshal(j.Report, &v) == nil {
+						if text, err := reportText(v); err == nil {
+							fmt.Fprintf(e.stdout, "\nreport:\n%s", text)
+						}
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printPhases(w io.Writer, phases []phaseJSON) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tPHASE\tSTATUS\tPLANNED\tOK\tFAILED")
+	for _, p := range phases {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\n", p.ID, p.Label, p.Status, p.Planned, p.OK, p.Failed)
+	}
+	_ = tw.Flush()
+}
+
+func newPhasesCmd(e *env, g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "phases RUN",
+		Short: "Planned phases (from meta) against the phases the run went through",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
+				info, err := svc.Status(ctx, a[0])
+				if err != nil {
+					return runRefError(err)
+				}
+				// The plan is the last plan event of the run.
+				evs, errc, err := svc.Events(ctx, info.ID, runtime.EventsOptions{Types: []string{event.Plan}})
+				if err != nil {
+					return err
+				}
+				var planned []any
+				for ev := range evs {
+					if p, ok := ev.Data["phases"].([]any); ok {
+						planned = p
+					}
+				}
+				if err := <-errc; err != nil {
+					return err
+				}
+				actual := toJSON(info.Run, info.Stale, info.Phases).Phases
+				if asJSON {
+					if planned == nil {
+						planned = []any{}
+					}
+					if actual == nil {
+						actual = []phaseJSON{}
+					}
+					return writeJSON(e.stdout, map[string]any{"run_id": info.ID, "planned": planned, "actual": actual})
+				}
+				fmt.Fprintln(e.stdout, "planned:")
+				if len(planned) == 0 {
+					fmt.Fprintln(e.stdout, "  (the script has no meta.phases)")
+				}
+				for i, p := range planned {
+					m, _ := p.(map[string]any)
+					label, _ := m["label"].(string)
+					desc, _ := m["description"].(string)
+					seen := "not started"
+					for _, a := range actual {
+						if a.Label == label {
+							seen = a.Status
+						}
+					}
+					fmt.Fprintf(e.stdout, "  %d. %s — %s [%s]\n", i+1, label, desc, seen)
+				}
+				fmt.Fprintln(e.stdout, "actual:")
+				if len(actual) == 0 {
+					fmt.Fprintln(e.stdout, "  (no phase started)")
+					return nil
+				}
+				printPhases(e.stdout, actual)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
+	var asJSON, follow bool
+	var types []string
+	var level string
+	cmd := &cobra.Command{
+		Use:   "logs RUN",
+		Short: "Show a run's events (--follow to keep streaming while it runs)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			lv, err := parseLevel(level)
+			if err != nil {
+				return err
+			}
+			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
+				evs, errc, err := svc.Events(ctx, a[0], runtime.EventsOptions{Types: types, Follow: follow})
+				if err != nil {
+					return runRefError(err)
+				}
+				enc := json.NewEncoder(e.stdout)
+				enc.SetEscapeHTML(false)
+				for ev := range evs {
+					if asJSON {
+						if err := enc.Encode(ev); err != nil {
+							return err
+						}
+						continue
+					}
+					line := plainLine(ev, lv)
+					if line == "" {
+						line = "  " + ev.Type
+					}
+					fmt.Fprintf(e.stdout, "%5d %s %s\n", ev.Seq, ev.TS.Local().Format("15:04:05.000"), strings.TrimRight(line, "\n"))
+				}
+				return <-errc
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print events as JSON lines")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing events until the run ends")
+	cmd.Flags().StringSliceVar(&types, "type", nil, "only events of these types (repeat or comma-separate)")
+	cmd.Flags().StringVar(&level, "level", "trace", "lowest log level shown in plain output")
+	return cmd
+}
+
+func newCancelCmd(e *env, g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Cancel a running run (also one driven by another luft process)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
+				r, err := svc.Cancel(ctx, a[0])
+				if err != nil {
+					if r.ID == "" {
+						return runRefError(err)
+					}
+					return usageErr("%v", err)
+				}
+				fmt.Fprintf(e.stdout, "cancel requested for run %s (resume later with: luft run --resume %s)\n", r.ID, r.ID)
+				return nil
+			})
+		},
+	}
+}

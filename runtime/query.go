@@ -1,0 +1,204 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/storage"
+)
+
+// RunInfo is what status shows of one run.
+type RunInfo struct {
+	storage.Run
+	Phases []storage.Phase
+	// Live is true when this process drives the run; a run in status running whose
+	// process is gone is Stale.
+	Live  bool
+	Stale bool
+}
+
+// Resolve finds a run by id or unique id prefix.
+func (s *Service) Resolve(ctx context.Context, idOrPrefix string) (storage.Run, error) {
+	r, err := s.opts.Store.ResolveRun(ctx, idOrPrefix)
+	if err != nil {
+		return storage.Run{}, fmt.Errorf("run %s: %w", idOrPrefix, err)
+	}
+	return r, nil
+}
+
+// Status returns one run with its phases.
+func (s *Service) Status(ctx context.Context, idOrPrefix string) (RunInfo, error) {
+	r, err := s.Resolve(ctx, idOrPrefix)
+	if err != nil {
+		return RunInfo{}, err
+	}
+	phases, err := s.opts.Store.Phases(ctx, r.ID)
+	if err != nil {
+		return RunInfo{}, fmt.Errorf("run %s: phases: %w", r.ID, err)
+	}
+	info := RunInfo{Run: r, Phases: phases}
+	s.mu.Lock()
+	_, info.Live = s.live[r.ID]
+	s.mu.Unlock()
+	if r.Status == storage.StatusRunning && !info.Live {
+		info.Stale = r.PID == 0 || !s.alive(r.ID, r.PID)
+	}
+	return info, nil
+}
+
+// List returns runs, newest first.
+func (s *Service) List(ctx context.Context, opts storage.ListOptions) ([]storage.Run, error) {
+	return s.opts.Store.ListRuns(ctx, opts)
+}
+
+// Cancel stops a run: at once when this process drives it, otherwise by a request the
+// driving process picks up within Options.CancelPoll.
+func (s *Service) Cancel(ctx context.Context, idOrPrefix string) (storage.Run, error) {
+	r, err := s.Resolve(ctx, idOrPrefix)
+	if err != nil {
+		return r, err
+	}
+	if r.Status != storage.StatusRunning {
+		return r, fmt.Errorf("run %s: cannot cancel: it is already %s", short(r.ID), r.Status)
+	}
+	s.mu.Lock()
+	live := s.live[r.ID]
+	s.mu.Unlock()
+	if live != nil {
+		live.Cancel()
+		return r, nil
+	}
+	if r.PID != 0 && !s.alive(r.ID, r.PID) {
+		// Nobody drives it: record it as cancelled so it shows the truth and resumes.
+		st, msg := storage.StatusCancelled, "cancelled after its process had gone"
+		if err := s.opts.Store.UpdateRun(ctx, r.ID, storage.RunUpdate{Status: &st, Error: &msg}); err != nil {
+			return r, fmt.Errorf("run %s: cancel: %w", r.ID, err)
+		}
+		return r, nil
+	}
+	if err := s.opts.Store.RequestCancel(ctx, r.ID); err != nil {
+		return r, fmt.Errorf("run %s: cancel: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+// EventsOptions select a run's events.
+type EventsOptions struct {
+	Since  int64    // only events with seq > Since
+	Types  []string // only these types; empty = all
+	Follow bool     // keep streaming until the run ends
+	Poll   time.Duration
+}
+
+// Events streams a run's events in order. Without Follow it ends after the last stored
+// event; with Follow it ends after run_done, or when the run's process is gone. Reading
+// errors end the stream and are reported on the error channel.
+func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions) (<-chan event.Event, <-chan error, error) {
+	r, err := s.Resolve(ctx, idOrPrefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.Poll <= 0 {
+		o.Poll = 200 * time.Millisecond
+	}
+	out := make(chan event.Event, 256)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(out)
+		defer close(errc)
+		cursor := o.Since
+		t := time.NewTicker(o.Poll)
+		defer t.Stop()
+		for {
+			// Read the status before the events: a run's row is updated only after its
+			// run_done is stored, so once a run is seen finished one more read gets
+			// everything it wrote.
+			over := !o.Follow || !s.running(ctx, r.ID)
+			for {
+				evs, err := s.opts.Store.Events(ctx, r.ID, cursor, 1024)
+				if err != nil {
+					errc <- err
+					return
+				}
+				for _, ev := range evs {
+					cursor = ev.Seq
+					if !typeMatch(o.Types, ev.Type) {
+						continue
+					}
+					select {
+					case out <- ev:
+					case <-ctx.Done():
+						return
+					}
+				}
+				if len(evs) < 1024 {
+					break
+				}
+			}
+			if over {
+				return
+			}
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, errc, nil
+}
+
+// running reports whether a process, this one or another, still drives the run.
+func (s *Service) running(ctx context.Context, id string) bool {
+	info, err := s.Status(ctx, id)
+	return err == nil && info.Status == storage.StatusRunning && !info.Stale
+}
+
+func typeMatch(types []string, t string) bool {
+	if len(types) == 0 {
+		return true
+	}
+	for _, x := range types {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Wait blocks until the run is no longer running and returns its final row.
+func (s *Service) Wait(ctx context.Context, idOrPrefix string) (storage.Run, error) {
+	r, err := s.Resolve(ctx, idOrPrefix)
+	if err != nil {
+		return r, err
+	}
+	s.mu.Lock()
+	live := s.live[r.ID]
+	s.mu.Unlock()
+	if live != nil {
+		select {
+		case <-live.Done():
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+		return s.opts.Store.GetRun(ctx, r.ID)
+	}
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		info, err := s.Status(ctx, r.ID)
+		if err != nil {
+			return r, err
+		}
+		if info.Status != storage.StatusRunning || info.Stale {
+			return info.Run, nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return info.Run, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,505 @@
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
+)
+
+// BackendSource resolves a backend id ("" = the default) to a backend.
+type BackendSource interface {
+	Get(id string) (adapters.Backend, error)
+}
+
+// Options configure a Service.
+type Options struct {
+	Store     storage.Store       // required: runs, events and the journal
+	StateDir  string              // where copies of each run's scripts go (runs/<id>/); "" = none
+	Backends  BackendSource       // required
+	Scheduler scheduler.Scheduler // default: a Gate of 8
+	Now       func() time.Time    // default: time.Now
+	Caller    string              // who starts runs ("cli", an MCP session id, ...)
+	// ReadFile reads workflow files; default os.ReadFile.
+	ReadFile func(path string) ([]byte, error)
+	// Backoff is the wait before retry attempt n (n >= 2) of a failed call; default
+	// exponential from 200 ms with jitter, capped at 10 s.
+	Backoff func(attempt int) time.Duration
+	// CancelPoll is how often a run looks for a cancel request made by another process;
+	// default 250 ms.
+	CancelPoll time.Duration
+	// PID is the process id recorded as a run's owner; default os.Getpid().
+	PID int
+}
+
+// Service starts, resumes and inspects runs: the one surface the CLI, the MCP server, the
+// daemon and the Go API use. One Service per process; it is safe for concurrent use.
+type Service struct {
+	opts Options
+
+	mu   sync.Mutex
+	live map[string]*Run // runs driven by this process
+}
+
+// New returns a Service.
+func New(opts Options) (*Service, error) {
+	if opts.Store == nil {
+		return nil, errors.New("runtime: Options.Store is nil")
+	}
+	if opts.Backends == nil {
+		return nil, errors.New("runtime: Options.Backends is nil")
+	}
+	if opts.Scheduler == nil {
+		opts.Scheduler = scheduler.NewGate(8)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.ReadFile == nil {
+		opts.ReadFile = os.ReadFile
+	}
+	if opts.Backoff == nil {
+		opts.Backoff = defaultBackoff
+	}
+	if opts.Caller == "" {
+		opts.Caller = "local"
+	}
+	if opts.CancelPoll <= 0 {
+		opts.CancelPoll = 250 * time.Millisecond
+	}
+	if opts.PID == 0 {
+		opts.PID = os.Getpid()
+	}
+	return &Service{opts: opts, live: map[string]*Run{}}, nil
+}
+
+// Spec says what to run. It is stored with the run, so a resume runs it the same way.
+type Spec struct {
+	Path        string        `json:"path"`             // workflow file
+	Source      []byte        `json:"-"`                // the script itself; when nil it is read from Path
+	Args        any           `json:"args,omitempty"`   // decoded --args JSON
+	Backend     string        `json:"backend,omitempty"` // default backend for calls that name none
+	Model       string        `json:"model,omitempty"`  // default model for calls that name none
+	Class       agent.Class   `json:"class,omitempty"`
+	Concurrency int           `json:"concurrency,omitempty"` // pipeline default max_inflight
+	Timeout     time.Duration `json:"timeout,omitempty"`     // wall-clock limit of one attempt; 0 = none
+	Limits      lua.Limits    `json:"limits"`
+}
+
+// ResumeSpec says which run to resume and how.
+type ResumeSpec struct {
+	Run                 string // id, unique id prefix, or "" for the newest unfinished run
+	AllowChangedScript  bool   // run a script that changed since the run started
+	RerunFromDivergence bool   // drop the journal from the first call whose inputs differ
+}
+
+// Status of a run.
+type Status string
+
+// Run statuses.
+const (
+	StatusRunning   Status = storage.StatusRunning
+	StatusCompleted Status = storage.StatusCompleted
+	StatusFailed    Status = storage.StatusFailed
+	StatusCancelled Status = storage.StatusCancelled
+	StatusSuspended Status = storage.StatusSuspended
+)
+
+// Counts of agent calls by outcome.
+type Counts = storage.AgentCounts
+
+// Result is how a run (one attempt of it) ended.
+type Result struct {
+	RunID     string
+	Status    Status
+	Report    any
+	HasReport bool
+	Err       error // nil when completed; a *lua.ScriptError for script failures
+	Usage     agent.Usage
+	Cost      float64
+	Agents    Counts
+	Elapsed   time.Duration
+	Attempt   int
+}
+
+// Causes a run can be stopped for.
+var (
+	ErrCancelled  = errors.New("cancelled by request")
+	ErrTimeout    = errors.New("the run reached its --timeout")
+	ErrTimeBudget = errors.New("the run's time budget (budget.time_ms) is used up")
+)
+
+// Errors of Resume that callers test for.
+var (
+	ErrNotResumable  = errors.New("run cannot be resumed")
+	ErrScriptChanged = errors.New("script changed since the run started")
+	ErrStillRunning  = errors.New("run is still running")
+)
+
+// Run is one run driven by this process.
+type Run struct {
+	ID      string
+	Attempt int
+	spec    Spec
+	bus     *bus
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
+	result  Result
+}
+
+// Subscribe streams the run's events with seq > since, in order, ending after run_done.
+func (r *Run) Subscribe(ctx context.Context, since int64) <-chan event.Event {
+	return r.bus.subscribe(ctx, since)
+}
+
+// Cancel stops the run: no new calls are admitted, in-flight calls are cancelled, and the
+// run ends as cancelled.
+func (r *Run) Cancel() { r.cancel(ErrCancelled) }
+
+// Done is closed when the run has ended.
+func (r *Run) Done() <-chan struct{} { return r.done }
+
+// Wait blocks until the run ends and returns its result.
+func (r *Run) Wait() Result {
+	<-r.done
+	return r.result
+}
+
+// Load reads and compiles a workflow without running it. Errors are the caller's input
+// errors: a missing file or a syntax error (a *lua.ScriptError of kind syntax).
+func (s *Service) Load(spec Spec) (*lua.Program, []byte, error) {
+	src := spec.Source
+	if src == nil {
+		b, err := s.opts.ReadFile(spec.Path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read workflow %s: %w", spec.Path, err)
+		}
+		src = b
+	}
+	name := spec.Path
+	if name == "" {
+		name = "workflow.lua"
+	}
+	prog, err := lua.Compile(name, spec.Path, src)
+	return prog, src, err
+}
+
+func sha(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Start records a new run, then runs it on its own goroutine. A compile error is returned
+// at once and nothing is recorded.
+func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
+	prog, src, err := s.Load(spec)
+	if err != nil {
+		return nil, err
+	}
+	if spec.Class == "" {
+		spec.Class = agent.ClassInteractive
+	}
+	if spec.Concurrency <= 0 {
+		spec.Concurrency = 8
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("start run: encode its spec: %w", err)
+	}
+	argsJSON, _ := json.Marshal(spec.Args)
+	id := uuid.Must(uuid.NewV7()).String()
+	if spec.Path == "" {
+		spec.Path = "workflow.lua"
+	}
+	if err := s.opts.Store.CreateRun(ctx, storage.Run{
+		ID: id, Workflow: spec.Path, ScriptHash: sha(src), Status: storage.StatusRunning,
+		Args: argsJSON, Attempt: 1, PID: s.opts.PID, Spec: specJSON,
+	}); err != nil {
+		return nil, fmt.Errorf("start run: %w", err)
+	}
+	if err := s.pin(ctx, id, spec.Path, src); err != nil {
+		return nil, err
+	}
+	return s.launch(ctx, id, 1, spec, prog, nil, nil, ResumeSpec{}), nil
+}
+
+// pin stores a copy of a script the run loaded, in the store and under runs/<id>/.
+func (s *Service) pin(ctx context.Context, id, path string, src []byte) error {
+	if _, err := s.opts.Store.SaveFile(ctx, id, path, src); err != nil {
+		return fmt.Errorf("run %s: pin %s: %w", id, path, err)
+	}
+	if s.opts.StateDir == "" {
+		return nil
+	}
+	dir := filepath.Join(s.opts.StateDir, "runs", id)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("run %s: pin %s: %w", id, path, err)
+	}
+	name := strings.NewReplacer("/", "__", `\`, "__", "..", "up").Replace(filepath.ToSlash(filepath.Clean(path)))
+	if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
+		return fmt.Errorf("run %s: pin %s: %w", id, path, err)
+	}
+	return nil
+}
+
+// Resume runs a stopped run again from the top: every call the journal has completed
+// returns its recorded result without the scheduler or a backend.
+func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
+	st := s.opts.Store
+	var (
+		row storage.Run
+		err error
+	)
+	if rs.Run == "" {
+		row, err = st.LatestResumable(ctx)
+		if errors.Is(err, storage.ErrRunNotFound) {
+			return nil, fmt.Errorf("resume: no unfinished run to resume: %w", err)
+		}
+	} else {
+		row, err = st.ResolveRun(ctx, rs.Run)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: %w", rs.Run, err)
+	}
+	if !row.Resumable() {
+		return nil, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
+	}
+	if row.Status == storage.StatusRunning && row.PID != 0 && s.alive(row.ID, row.PID) {
+		return nil, fmt.Errorf("run %s: resume refused: process %d is still running it (stop it with luft cancel %s): %w", row.ID, row.PID, short(row.ID), ErrStillRunning)
+	}
+	var spec Spec
+	if err := json.Unmarshal(row.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("run %s: resume: its stored spec is unreadable: %w", row.ID, err)
+	}
+	files, err := st.Files(ctx, row.ID)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
+	}
+	pinned := map[string]storage.File{}
+	for _, f := range files {
+		pinned[f.Path] = f
+	}
+	// Every file the run loaded must be unchanged, unless the caller accepts changes.
+	var src []byte
+	for _, f := range files {
+		cur, rerr := s.opts.ReadFile(f.Path)
+		switch {
+		case rerr != nil:
+			cur = f.Content // gone from disk: the pinned copy is the script
+		case sha(cur) != f.SHA256 && !rs.AllowChangedScript:
+			return nil, fmt.Errorf("run %s: resume refused: %s changed since the run started (use --allow-changed-script to run the new version; calls whose inputs changed then count as divergence): %w", short(row.ID), f.Path, ErrScriptChanged)
+		}
+		if f.Path == spec.Path {
+			src = cur
+		}
+	}
+	if src == nil {
+		return nil, fmt.Errorf("run %s: resume: the run's script %s was never pinned", row.ID, spec.Path)
+	}
+	spec.Source = src
+	prog, _, err := s.Load(spec)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := st.Journal(ctx, row.ID)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
+	}
+	journal := make(map[string]storage.Entry, len(entries))
+	for _, e := range entries {
+		journal[e.CallKey] = e
+	}
+	attempt := row.Attempt + 1
+	running, clear, zero, pid := storage.StatusRunning, "", time.Time{}, s.opts.PID
+	no := false
+	hash := sha(src)
+	if err := st.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
+		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash}); err != nil {
+		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
+	}
+	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
+}
+
+// alive reports whether pid, recorded as the owner of a running run, still drives it.
+func (s *Service) alive(id string, pid int) bool {
+	if pid == s.opts.PID {
+		s.mu.Lock()
+		_, ok := s.live[id]
+		s.mu.Unlock()
+		return ok
+	}
+	return syscall.Kill(pid, 0) == nil
+}
+
+func short(id string) string {
+	if len(id) > 13 {
+		return id[:13]
+	}
+	return id
+}
+
+func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec, prog *lua.Program,
+	journal map[string]storage.Entry, pinned map[string]storage.File, rs ResumeSpec) *Run {
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	if spec.Timeout > 0 {
+		var stop context.CancelFunc
+		rctx, stop = context.WithTimeoutCause(rctx, spec.Timeout, ErrTimeout)
+		_ = stop // released with rctx when the run's cancel runs
+	}
+	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{}),
+		bus: newBus(s.opts.Store, id, s.opts.Now)}
+	s.mu.Lock()
+	s.live[id] = r
+	s.mu.Unlock()
+	// The caller's context ends the run like a cancel does.
+	stop := context.AfterFunc(ctx, func() { r.cancel(ErrCancelled) })
+	h := newHost(s, r, rctx, journal, pinned, rs)
+	go func() {
+		defer stop()
+		r.execute(rctx, s, h, prog)
+		s.mu.Lock()
+		delete(s.live, id)
+		s.mu.Unlock()
+	}()
+	return r
+}
+
+func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Program) {
+	defer close(r.done)
+	defer r.cancel(nil)
+	start := s.opts.Now()
+	pollDone := make(chan struct{})
+	go r.pollCancel(ctx, s, pollDone)
+	r.bus.emit(event.New(event.RunStarted, map[string]any{"workflow": r.spec.Path, "args": r.spec.Args,
+		"resumed": r.Attempt > 1, "attempt": r.Attempt}))
+	out, err := lua.Run(ctx, lua.Config{
+		Host: h, Limits: r.spec.Limits, RunID: r.ID, Resumed: r.Attempt > 1, Attempt: r.Attempt,
+		Concurrency: r.spec.Concurrency, Args: r.spec.Args, Now: s.opts.Now,
+		Rand: rand.Float64, UUID: func() string { return uuid.Must(uuid.NewV7()).String() },
+	}, prog)
+	h.stopTimer()
+	status, runErr := classify(err, ctx)
+	// The VM is done; calls it abandoned were cancelled with it. Wait for them so their
+	// agent_done events come before run_done and count in the totals.
+	r.cancel(ErrCancelled)
+	close(pollDone)
+	h.calls.Wait()
+	res := h.result()
+	res.RunID, res.Attempt = r.ID, r.Attempt
+	res.Elapsed = s.opts.Now().Sub(start)
+	res.Status, res.Err = status, runErr
+	if res.Status == StatusCompleted {
+		res.Report, res.HasReport = out.Report, out.HasReport
+	}
+	if res.Status == StatusSuspended {
+		r.bus.emit(event.New(event.RunSuspended, map[string]any{"reason": res.Err.Error()}))
+	}
+	done := map[string]any{
+		"status": string(res.Status), "report": res.Report, "tokens": res.Usage.Total(),
+		"usage": res.Usage, "cost": res.Cost, "elapsed_ms": res.Elapsed.Milliseconds(),
+		"agents": res.Agents, "attempt": r.Attempt,
+	}
+	if res.Err != nil {
+		done["error"] = res.Err.Error()
+	}
+	if err := r.bus.flush(); err != nil && res.Err == nil {
+		res.Status, res.Err = StatusFailed, fmt.Errorf("record events: %w", err)
+		done["status"], done["error"] = string(res.Status), res.Err.Error()
+	}
+	// run_done is stored before the run's row says it ended, so a reader in another
+	// process that sees the run finished finds every event of it.
+	r.bus.emit(event.New(event.RunDone, done))
+	if err := r.bus.flush(); err != nil && res.Err == nil {
+		res.Status, res.Err = StatusFailed, fmt.Errorf("record events: %w", err)
+	}
+	if err := s.finishRow(res); err != nil && res.Err == nil {
+		res.Status, res.Err = StatusFailed, err
+	}
+	r.result = res
+	r.bus.close()
+}
+
+func (s *Service) finishRow(res Result) error {
+	status, msg := string(res.Status), ""
+	if res.Err != nil {
+		msg = res.Err.Error()
+	}
+	u := storage.Usage(res.Usage)
+	now := s.opts.Now()
+	up := storage.RunUpdate{Status: &status, Error: &msg, Usage: &u, Cost: &res.Cost, Agents: &res.Agents, FinishedAt: &now}
+	if res.HasReport {
+		b, err := json.Marshal(res.Report)
+		if err == nil {
+			raw := json.RawMessage(b)
+			up.Report = &raw
+		}
+	}
+	if err := s.opts.Store.UpdateRun(context.Background(), res.RunID, up); err != nil {
+		return fmt.Errorf("record the end of run %s: %w", res.RunID, err)
+	}
+	return nil
+}
+
+// pollCancel turns a cancel request stored by another process into a cancel of this run.
+func (r *Run) pollCancel(ctx context.Context, s *Service, done <-chan struct{}) {
+	t := time.NewTicker(s.opts.CancelPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
+				r.Cancel()
+				return
+			}
+		}
+	}
+}
+
+// classify maps how the VM ended to a run status.
+func classify(err error, ctx context.Context) (Status, error) {
+	if err == nil {
+		return StatusCompleted, nil
+	}
+	if lua.ErrorKindOf(err) == lua.KindCancelled || (ctx.Err() != nil && lua.ErrorKindOf(err) == "") {
+		cause := context.Cause(ctx)
+		switch {
+		case errors.Is(cause, ErrTimeBudget):
+			return StatusSuspended, ErrTimeBudget
+		case errors.Is(cause, ErrTimeout):
+			return StatusFailed, ErrTimeout
+		case errors.Is(cause, ErrCancelled) || errors.Is(cause, context.Canceled):
+			return StatusCancelled, ErrCancelled
+		}
+	}
+	return StatusFailed, err
+}
+
+func defaultBackoff(attempt int) time.Duration {
+	d := 200 * time.Millisecond << min(attempt-2, 6)
+	if d > 10*time.Second {
+		d = 10 * time.Second
+	}
+	// Full jitter keeps many failing calls from retrying in lockstep.
+	return time.Duration(float64(d) * (0.5 + 0.5*rand.Float64()))
+}

@@ -1,0 +1,355 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// DBFile is the name of the database inside the state dir.
+const DBFile = "luft.db"
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// SQLite is the durable Store: one database file per state dir, one writer connection fed
+// by a group-commit goroutine, and a pool of read-only connections. It is safe for
+// concurrent use, also by several processes on the same state dir.
+type SQLite struct {
+	dir, path string
+	w         *sql.DB // the one writer connection; only the writer goroutine uses it after Open
+	r         *sql.DB // read pool (query_only)
+	now       func() time.Time
+
+	mu     sync.RWMutex // guards closed and sends on queue
+	closed bool
+	queue  chan *op
+	done   chan struct{} // closed when the writer goroutine has returned
+
+	hold      func()               // tests: the writer calls it on taking a batch's first op
+	stmts     map[string]*sql.Stmt // prepared on w; the writer goroutine's alone
+	toPrepare []string             // statements to prepare after the current transaction
+
+	txs, ops, maxBatch atomic.Int64
+}
+
+// Stats are counters of the writer since Open.
+type Stats struct {
+	Transactions int64 // committed or attempted write transactions
+	Ops          int64 // write operations submitted to them
+	MaxBatch     int64 // the most operations one transaction carried
+}
+
+// Stats returns the writer's counters.
+func (s *SQLite) Stats() Stats {
+	return Stats{Transactions: s.txs.Load(), Ops: s.ops.Load(), MaxBatch: s.maxBatch.Load()}
+}
+
+// Path returns the database file.
+func (s *SQLite) Path() string { return s.path }
+
+type config struct {
+	now  func() time.Time
+	hold func()
+}
+
+// Open opens (creating if needed) dir and dir/luft.db, brings the schema up to date and
+// starts the writer. A file that is not a SQLite database, or a broken schema, gives a
+// *CorruptError; a schema written by a newer luft gives ErrSchemaTooNew.
+func Open(ctx context.Context, dir string) (*SQLite, error) {
+	return open(ctx, dir, config{})
+}
+
+func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: create state dir: %w", err)
+	}
+	path := filepath.Join(dir, DBFile)
+	s := &SQLite{dir: dir, path: path, now: cfg.now, hold: cfg.hold,
+		queue: make(chan *op, queueSize), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+
+	base := fileURI(path) + "?_pragma=busy_timeout(5000)"
+	w, err := sql.Open("sqlite", base+
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate")
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	s.w = w
+	if err := s.migrate(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+
+	r, err := sql.Open("sqlite", base+"&_pragma=query_only(1)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	n := max(4, runtime.GOMAXPROCS(0))
+	r.SetMaxOpenConns(n)
+	r.SetMaxIdleConns(n)
+	if err := r.PingContext(ctx); err != nil {
+		r.Close()
+		w.Close()
+		return nil, s.classify("open read pool", err)
+	}
+	s.r = r
+	go s.writeLoop()
+	return s, nil
+}
+
+// fileURI turns a path into a SQLite URI filename: '?', '#' and '%' are escaped, and a
+// Windows drive path gets its leading slash.
+func fileURI(path string) string {
+	p := filepath.ToSlash(path)
+	if filepath.VolumeName(path) != "" && !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	return "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
+}
+
+// Close waits for queued writes to commit, then closes the database. Later calls fail with
+// ErrClosed.
+func (s *SQLite) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.queue)
+	s.mu.Unlock()
+	<-s.done
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+func (s *SQLite) isClosed() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.closed
+}
+
+// classify turns SQLite's "not a database" and "malformed" errors into a *CorruptError
+// and names the operation otherwise.
+func (s *SQLite) classify(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isCorrupt(err) {
+		return &CorruptError{Dir: s.dir, File: s.path, Err: err}
+	}
+	return fmt.Errorf("storage: %s %s: %w", what, s.path, err)
+}
+
+func isCorrupt(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT:
+			return true
+		}
+	}
+	return false
+}
+
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return true
+		}
+	}
+	return false
+}
+
+func isForeignKey(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations reads migrations/NNNN_name.sql; versions must run 1, 2, 3, ... without gaps.
+func migrations() ([]migration, error) {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, n := range names {
+		base := strings.TrimSuffix(filepath.Base(n), ".sql")
+		num, _, _ := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("storage: migration %s: name must start with its number", n)
+		}
+		b, err := migrationFS.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: base, sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("storage: migration %s: expected version %d", m.name, i+1)
+		}
+	}
+	return out, nil
+}
+
+// migrate applies the missing migrations in one BEGIN IMMEDIATE transaction, so two
+// processes opening a fresh state dir at once apply them exactly once, then checks the
+// schema.
+func (s *SQLite) migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	latest := ms[len(ms)-1].version
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return s.classify("open", err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER NOT NULL PRIMARY KEY,
+		name       TEXT    NOT NULL,
+		applied_at TEXT    NOT NULL
+	) STRICT`); err != nil {
+		return s.classify("migrate", err)
+	}
+	var current int
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return s.classify("migrate", err)
+	}
+	if current > latest {
+		return fmt.Errorf("storage: %s has schema version %d, this luft knows up to %d: %w; use a newer luft or another --state-dir",
+			s.path, current, latest, ErrSchemaTooNew)
+	}
+	for _, m := range ms[current:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			// The embedded migrations are tested on an empty database; failing on this one
+			// means it holds tables luft did not create.
+			return &CorruptError{Dir: s.dir, File: s.path, Err: fmt.Errorf("applying migration %s: %w", m.name, err)}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.version, m.name, fmtTime(s.now())); err != nil {
+			return s.classify("migrate", err)
+		}
+	}
+	if err := checkSchema(ctx, tx); err != nil {
+		var se *sqlite.Error
+		if errors.As(err, &se) {
+			return s.classify("check schema", err) // an I/O error, or corruption
+		}
+		return &CorruptError{Dir: s.dir, File: s.path, Err: err} // a table or column is missing
+	}
+	if err := tx.Commit(); err != nil {
+		return s.classify("migrate", err)
+	}
+	return nil
+}
+
+// schemaColumns is the schema at the latest migration; a table or column missing from the
+// database means it was damaged by hand.
+var schemaColumns = map[string][]string{
+	"runs": {"id", "workflow", "script_hash", "status", "error", "args_json", "report_json", "has_report",
+		"input_tokens", "output_tokens", "cached_tokens", "cost", "agents_ok", "agents_failed", "agents_cached",
+		"attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json"},
+	"events": {"run_id", "seq", "ts", "type", "data_json"},
+	"journal": {"run_id", "call_key", "kind", "input_hash", "status", "result_json", "error", "input_tokens",
+		"output_tokens", "cached_tokens", "cost", "attempts", "completed_seq", "where_pos", "created_at", "updated_at"},
+	"phases": {"run_id", "phase_id", "label", "planned", "description", "status", "ok", "failed", "started_at", "done_at"},
+	"files":  {"run_id", "path", "sha256", "content", "created_at"},
+}
+
+func checkSchema(ctx context.Context, tx *sql.Tx) error {
+	tables := make([]string, 0, len(schemaColumns))
+	for t := range schemaColumns {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables)
+	for _, t := range tables {
+		rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, t)
+		if err != nil {
+			return err
+		}
+		var have []string
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				rows.Close()
+				return err
+			}
+			have = append(have, n)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if len(have) == 0 {
+			return fmt.Errorf("schema is broken: table %s is missing", t)
+		}
+		for _, c := range schemaColumns[t] {
+			if !slices.Contains(have, c) {
+				return fmt.Errorf("schema is broken: table %s has no column %s", t, c)
+			}
+		}
+	}
+	return nil
+}
+
+// tsLayout is RFC 3339 with a fixed nine-digit fraction, so stored times sort as text.
+const tsLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+func fmtTime(t time.Time) string { return t.UTC().Format(tsLayout) }
+
+// nullTime stores the zero time as NULL.
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return fmtTime(t)
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	return time.Parse(time.RFC3339Nano, s)
+}
+
+func parseNullTime(s sql.NullString) (time.Time, error) {
+	if !s.Valid {
+		return time.Time{}, nil
+	}
+	return parseTime(s.String)
+}

@@ -1,0 +1,447 @@
+package storage
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+const runColumns = `id, workflow, script_hash, status, error, args_json, report_json, has_report,
+	input_tokens, output_tokens, cached_tokens, cost, agents_ok, agents_failed, agents_cached,
+	attempt, pid, created_at, updated_at, finished_at, resume_after, cancel_requested, spec_json`
+
+// jsonArg stores nil as NULL and anything else as TEXT, after checking it is JSON.
+func jsonArg(field string, raw json.RawMessage) (any, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("%s is not valid JSON", field)
+	}
+	return string(raw), nil
+}
+
+func validStatus(s string) bool {
+	switch s {
+	case StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusSuspended:
+		return true
+	}
+	return false
+}
+
+// CreateRun implements Store.
+func (s *SQLite) CreateRun(ctx context.Context, r Run) error {
+	if r.ID == "" {
+		return errors.New("storage: create run: empty id")
+	}
+	if r.Status == "" {
+		r.Status = StatusRunning
+	}
+	if !validStatus(r.Status) {
+		return fmt.Errorf("storage: create run %s: unknown status %q", r.ID, r.Status)
+	}
+	if r.Attempt <= 0 {
+		r.Attempt = 1
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = s.now()
+	}
+	args, err := jsonArg("args", r.Args)
+	if err != nil {
+		return errf("create run", r.ID, err)
+	}
+	var report any
+	if r.HasReport {
+		if report, err = jsonArg("report", r.Report); err != nil {
+			return errf("create run", r.ID, err)
+		}
+	}
+	spec, err := jsonArg("spec", r.Spec)
+	if err != nil {
+		return errf("create run", r.ID, err)
+	}
+	created := fmtTime(r.CreatedAt)
+	return s.write(ctx, func(tx *wtx) error {
+		var n int
+		if err := tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ?`, r.ID).Scan(&n); err != nil {
+			return errf("create run", r.ID, err)
+		}
+		if n > 0 {
+			return errf("create run", r.ID, ErrRunExists)
+		}
+		_, err := tx.Exec(`INSERT INTO runs (`+runColumns+`) VALUES
+			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.ID, r.Workflow, r.ScriptHash, r.Status, r.Error, args, report, r.HasReport,
+			r.Usage.Input, r.Usage.Output, r.Usage.Cached, r.Cost, r.Agents.OK, r.Agents.Failed, r.Agents.Cached,
+			r.Attempt, r.PID, created, created, nullTime(r.FinishedAt), nullTime(r.ResumeAfter),
+			r.CancelRequested, spec)
+		if err != nil {
+			return errf("create run", r.ID, err)
+		}
+		return nil
+	})
+}
+
+// UpdateRun implements Store.
+func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
+	var sets []string
+	var args []any
+	set := func(col string, v any) {
+		sets = append(sets, col+" = ?")
+		args = append(args, v)
+	}
+	if u.Status != nil {
+		if !validStatus(*u.Status) {
+			return fmt.Errorf("storage: update run %s: unknown status %q", id, *u.Status)
+		}
+		set("status", *u.Status)
+	}
+	if u.Error != nil {
+		set("error", *u.Error)
+	}
+	if u.ScriptHash != nil {
+		set("script_hash", *u.ScriptHash)
+	}
+	hasReport := u.Report != nil
+	if u.HasReport != nil {
+		hasReport = *u.HasReport
+	}
+	switch {
+	case hasReport && u.Report != nil:
+		v, err := jsonArg("report", *u.Report)
+		if err != nil {
+			return errf("update run", id, err)
+		}
+		set("report_json", v)
+		set("has_report", true)
+	case hasReport: // HasReport true without a value keeps the stored value
+		set("has_report", true)
+	case u.HasReport != nil: // explicitly false
+		set("report_json", nil)
+		set("has_report", false)
+	}
+	if u.Usage != nil {
+		set("input_tokens", u.Usage.Input)
+		set("output_tokens", u.Usage.Output)
+		set("cached_tokens", u.Usage.Cached)
+	}
+	if u.Cost != nil {
+		set("cost", *u.Cost)
+	}
+	if u.Agents != nil {
+		set("agents_ok", u.Agents.OK)
+		set("agents_failed", u.Agents.Failed)
+		set("agents_cached", u.Agents.Cached)
+	}
+	if u.Attempt != nil {
+		set("attempt", *u.Attempt)
+	}
+	if u.PID != nil {
+		set("pid", *u.PID)
+	}
+	if u.FinishedAt != nil {
+		set("finished_at", nullTime(*u.FinishedAt))
+	}
+	if u.ResumeAfter != nil {
+		set("resume_after", nullTime(*u.ResumeAfter))
+	}
+	if u.CancelRequested != nil {
+		set("cancel_requested", *u.CancelRequested)
+	}
+	if u.Spec != nil {
+		v, err := jsonArg("spec", *u.Spec)
+		if err != nil {
+			return errf("update run", id, err)
+		}
+		set("spec_json", v)
+	}
+	set("updated_at", fmtTime(s.now()))
+	args = append(args, id)
+	q := `UPDATE runs SET ` + strings.Join(sets, ", ") + ` WHERE id = ?`
+	return s.write(ctx, func(tx *wtx) error {
+		return execOne(tx, "update run", id, q, args...)
+	})
+}
+
+// execOne runs a statement that must change exactly one run; none is ErrRunNotFound.
+func execOne(tx *wtx, what, id, q string, args ...any) error {
+	res, err := tx.Exec(q, args...)
+	if err != nil {
+		return errf(what, id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errf(what, id, ErrRunNotFound)
+	}
+	return nil
+}
+
+// scanner is *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanRun(sc scanner) (Run, error) {
+	var r Run
+	var created, updated string
+	var finished, resume sql.NullString
+	var args, report, spec []byte
+	err := sc.Scan(&r.ID, &r.Workflow, &r.ScriptHash, &r.Status, &r.Error, &args, &report, &r.HasReport,
+		&r.Usage.Input, &r.Usage.Output, &r.Usage.Cached, &r.Cost, &r.Agents.OK, &r.Agents.Failed, &r.Agents.Cached,
+		&r.Attempt, &r.PID, &created, &updated, &finished, &resume, &r.CancelRequested, &spec)
+	if err != nil {
+		return Run{}, err
+	}
+	r.Args, r.Report, r.Spec = raw(args), raw(report), raw(spec)
+	var errs [4]error
+	r.CreatedAt, errs[0] = parseTime(created)
+	r.UpdatedAt, errs[1] = parseTime(updated)
+	r.FinishedAt, errs[2] = parseNullTime(finished)
+	r.ResumeAfter, errs[3] = parseNullTime(resume)
+	return r, errors.Join(errs[:]...)
+}
+
+func raw(b []byte) json.RawMessage {
+	if b == nil {
+		return nil
+	}
+	return json.RawMessage(b)
+}
+
+func (s *SQLite) reader() (*sql.DB, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	return s.r, nil
+}
+
+// GetRun implements Store.
+func (s *SQLite) GetRun(ctx context.Context, id string) (Run, error) {
+	db, err := s.reader()
+	if err != nil {
+		return Run{}, err
+	}
+	r, err := scanRun(db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Run{}, fmt.Errorf("storage: run %s: %w", id, ErrRunNotFound)
+	}
+	if err != nil {
+		return Run{}, errf("get run", id, err)
+	}
+	return r, nil
+}
+
+func (s *SQLite) queryRuns(ctx context.Context, q string, args ...any) ([]Run, error) {
+	db, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ResolveRun implements Store.
+func (s *SQLite) ResolveRun(ctx context.Context, idOrPrefix string) (Run, error) {
+	p := strings.TrimSpace(idOrPrefix)
+	if p == "" {
+		return Run{}, fmt.Errorf("storage: resolve run: empty id: %w", ErrRunNotFound)
+	}
+	r, err := s.GetRun(ctx, p)
+	if !errors.Is(err, ErrRunNotFound) {
+		return r, err
+	}
+	tries := []string{p}
+	if l := strings.ToLower(p); l != p {
+		tries = append(tries, l) // ids are lower-case UUIDs; accept a prefix typed in capitals
+	}
+	for _, p := range tries {
+		// A range scan on the primary key: every id that starts with p sorts in [p, p+"\U0010FFFF").
+		const limit = 6
+		runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs WHERE id >= ? AND id < ?
+			ORDER BY created_at DESC, id DESC LIMIT ?`, p, p+"\U0010FFFF", limit)
+		if err != nil {
+			return Run{}, errf("resolve run", p, err)
+		}
+		switch {
+		case len(runs) == 1:
+			return runs[0], nil
+		case len(runs) > 1:
+			e := &AmbiguousRunError{Prefix: idOrPrefix, More: len(runs) == limit}
+			for _, r := range runs[:min(len(runs), 5)] {
+				e.Candidates = append(e.Candidates, r.ID)
+			}
+			return Run{}, fmt.Errorf("storage: resolve run: %w", e)
+		}
+	}
+	return Run{}, fmt.Errorf("storage: resolve run %q: %w (see luft list)", idOrPrefix, ErrRunNotFound)
+}
+
+// LatestResumable implements Store.
+func (s *SQLite) LatestResumable(ctx context.Context) (Run, error) {
+	runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs
+		WHERE status IN ('running', 'failed', 'cancelled', 'suspended')
+		ORDER BY created_at DESC, id DESC LIMIT 1`)
+	if err != nil {
+		return Run{}, fmt.Errorf("storage: latest resumable run: %w", err)
+	}
+	if len(runs) == 0 {
+		return Run{}, fmt.Errorf("storage: no resumable run: %w", ErrRunNotFound)
+	}
+	return runs[0], nil
+}
+
+// ListRuns implements Store.
+func (s *SQLite) ListRuns(ctx context.Context, opts ListOptions) ([]Run, error) {
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = -1
+	}
+	var runs []Run
+	var err error
+	if opts.Status != "" {
+		runs, err = s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs WHERE status = ?
+			ORDER BY created_at DESC, id DESC LIMIT ?`, opts.Status, limit)
+	} else {
+		runs, err = s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs
+			ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: list runs: %w", err)
+	}
+	return runs, nil
+}
+
+// RequestCancel implements Store.
+func (s *SQLite) RequestCancel(ctx context.Context, runID string) error {
+	now := fmtTime(s.now())
+	return s.write(ctx, func(tx *wtx) error {
+		return execOne(tx, "request cancel of run", runID,
+			`UPDATE runs SET cancel_requested = 1, updated_at = ? WHERE id = ?`, now, runID)
+	})
+}
+
+// CancelRequested implements Store.
+func (s *SQLite) CancelRequested(ctx context.Context, runID string) (bool, error) {
+	db, err := s.reader()
+	if err != nil {
+		return false, err
+	}
+	var v bool
+	err = db.QueryRowContext(ctx, `SELECT cancel_requested FROM runs WHERE id = ?`, runID).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, fmt.Errorf("storage: run %s: %w", runID, ErrRunNotFound)
+	}
+	if err != nil {
+		return false, errf("cancel requested", runID, err)
+	}
+	return v, nil
+}
+
+// SaveFile implements Store.
+func (s *SQLite) SaveFile(ctx context.Context, runID, path string, content []byte) (string, error) {
+	if path == "" {
+		return "", fmt.Errorf("storage: save file of run %s: empty path", runID)
+	}
+	sum := sha256.Sum256(content)
+	hexsum := hex.EncodeToString(sum[:])
+	if content == nil {
+		content = []byte{}
+	}
+	now := fmtTime(s.now())
+	err := s.write(ctx, func(tx *wtx) error {
+		_, err := tx.Exec(`INSERT INTO files (run_id, path, sha256, content, created_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (run_id, path) DO UPDATE SET sha256 = excluded.sha256, content = excluded.content,
+			created_at = excluded.created_at`, runID, path, hexsum, content, now)
+		return fkErr("save file "+path+" of run", runID, err)
+	})
+	if err != nil {
+		return "", err
+	}
+	return hexsum, nil
+}
+
+// Files implements Store.
+func (s *SQLite) Files(ctx context.Context, runID string) ([]File, error) {
+	db, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT path, sha256, content, created_at FROM files WHERE run_id = ? ORDER BY path`, runID)
+	if err != nil {
+		return nil, errf("files of run", runID, err)
+	}
+	defer rows.Close()
+	var out []File
+	for rows.Next() {
+		f := File{RunID: runID}
+		var created string
+		if err := rows.Scan(&f.Path, &f.SHA256, &f.Content, &created); err != nil {
+			return nil, errf("files of run", runID, err)
+		}
+		if f.Content == nil {
+			f.Content = []byte{} // SQLite returns an empty BLOB as NULL
+		}
+		if f.CreatedAt, err = parseTime(created); err != nil {
+			return nil, errf("files of run", runID, err)
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// Phases implements Store.
+func (s *SQLite) Phases(ctx context.Context, runID string) ([]Phase, error) {
+	db, err := s.reader()
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.QueryContext(ctx, `SELECT phase_id, label, planned, description, status, ok, failed,
+		started_at, done_at FROM phases WHERE run_id = ? ORDER BY phase_id`, runID)
+	if err != nil {
+		return nil, errf("phases of run", runID, err)
+	}
+	defer rows.Close()
+	var out []Phase
+	for rows.Next() {
+		p := Phase{RunID: runID}
+		var started, done sql.NullString
+		if err := rows.Scan(&p.ID, &p.Label, &p.Planned, &p.Description, &p.Status, &p.OK, &p.Failed,
+			&started, &done); err != nil {
+			return nil, errf("phases of run", runID, err)
+		}
+		var e1, e2 error
+		p.StartedAt, e1 = parseNullTime(started)
+		p.DoneAt, e2 = parseNullTime(done)
+		if err := errors.Join(e1, e2); err != nil {
+			return nil, errf("phases of run", runID, err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// fkErr turns a foreign-key failure (a write for a run that does not exist) into
+// ErrRunNotFound.
+func fkErr(what, runID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isForeignKey(err) {
+		return fmt.Errorf("storage: %s %s: %w (create the run first)", what, runID, ErrRunNotFound)
+	}
+	return errf(what, runID, err)
+}

@@ -1,0 +1,262 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/luft-run/luft/event"
+)
+
+// Run statuses. A run is resumable in running (its process died), failed, cancelled and
+// suspended (SPEC §4); queued is a run that was created but has not started yet.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+	StatusSuspended = "suspended"
+)
+
+// Journal entry statuses.
+const (
+	EntryScheduled = "scheduled"
+	EntryCompleted = "completed"
+	EntryFailed    = "failed"
+)
+
+// Phase statuses.
+const (
+	PhaseRunning = "running"
+	PhaseDone    = "done"
+)
+
+var (
+	// ErrRunNotFound means no run has the given id (or id prefix).
+	ErrRunNotFound = errors.New("run not found")
+	// ErrAmbiguousRun means an id prefix matches more than one run; the error that wraps
+	// it is an *AmbiguousRunError listing candidates.
+	ErrAmbiguousRun = errors.New("ambiguous run id")
+	// ErrRunExists means CreateRun was given an id that is already stored.
+	ErrRunExists = errors.New("run already exists")
+	// ErrClosed is returned by every call made after Close.
+	ErrClosed = errors.New("storage: the store is closed")
+	// ErrCorruptState means luft.db is not a SQLite database or its schema is broken.
+	// The error that wraps it is a *CorruptError naming the file.
+	ErrCorruptState = errors.New("state dir is corrupt")
+	// ErrSchemaTooNew means luft.db was written by a newer luft.
+	ErrSchemaTooNew = errors.New("database schema is newer than this luft")
+)
+
+// AmbiguousRunError is returned by ResolveRun when a prefix matches several runs.
+// errors.Is(err, ErrAmbiguousRun) holds.
+type AmbiguousRunError struct {
+	Prefix     string
+	Candidates []string // up to 5 matching ids, newest first
+	More       bool     // more runs match than are listed
+}
+
+func (e *AmbiguousRunError) Error() string {
+	more := ""
+	if e.More {
+		more = ", ..."
+	}
+	return fmt.Sprintf("%v: %q matches %s%s; give more characters", ErrAmbiguousRun, e.Prefix,
+		strings.Join(e.Candidates, ", "), more)
+}
+
+// Unwrap lets errors.Is find ErrAmbiguousRun.
+func (e *AmbiguousRunError) Unwrap() error { return ErrAmbiguousRun }
+
+// CorruptError says which database file could not be used. errors.Is finds both
+// ErrCorruptState and the underlying SQLite error.
+type CorruptError struct {
+	Dir  string // the state dir
+	File string // the database file
+	Err  error  // what SQLite or the schema check said
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%v: %s: %v; luft never deletes state: move the file aside "+
+		"(mv %s %s.corrupt, and its -wal and -shm files if present) and run again to start "+
+		"with an empty state in %s", ErrCorruptState, e.File, e.Err, e.File, e.File, e.Dir)
+}
+
+// Unwrap returns ErrCorruptState and the cause.
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorruptState, e.Err} }
+
+// Usage counts tokens. Its fields match agent.Usage, so the two convert directly.
+type Usage struct {
+	Input  int `json:"input"`
+	Output int `json:"output"`
+	Cached int `json:"cached"`
+}
+
+// AgentCounts counts a run's finished agent calls.
+type AgentCounts struct {
+	OK     int `json:"ok"`
+	Failed int `json:"failed"`
+	Cached int `json:"cached"`
+}
+
+// Run is one execution of a workflow.
+type Run struct {
+	ID              string // UUIDv7 string
+	Workflow        string // the workflow's path or name
+	ScriptHash      string
+	Status          string // one of the Status constants
+	Error           string
+	Args            json.RawMessage // nil: none
+	Report          json.RawMessage // valid when HasReport
+	HasReport       bool
+	Usage           Usage
+	Cost            float64
+	Agents          AgentCounts
+	Attempt         int // 1 on the first start, +1 per resume
+	PID             int // the process driving the run
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	FinishedAt      time.Time // zero: not finished
+	ResumeAfter     time.Time // zero: none
+	CancelRequested bool
+	Spec            json.RawMessage // whatever the runtime needs to resume
+}
+
+// Resumable reports whether a run in this status may be resumed.
+func (r Run) Resumable() bool {
+	switch r.Status {
+	case StatusRunning, StatusFailed, StatusCancelled, StatusSuspended:
+		return true
+	}
+	return false
+}
+
+// RunUpdate changes the fields whose pointers are set; nil fields stay as they are.
+// A non-nil Report also sets HasReport; a non-nil HasReport wins over that (false clears the
+// report). A pointer to the zero time clears FinishedAt or ResumeAfter.
+type RunUpdate struct {
+	Status          *string
+	Error           *string
+	ScriptHash      *string
+	Report          *json.RawMessage
+	HasReport       *bool
+	Usage           *Usage
+	Cost            *float64
+	Agents          *AgentCounts
+	Attempt         *int
+	PID             *int
+	FinishedAt      *time.Time
+	ResumeAfter     *time.Time
+	CancelRequested *bool // false clears a cancel request (on resume)
+	Spec            *json.RawMessage
+}
+
+// ListOptions filter ListRuns.
+type ListOptions struct {
+	Status string // "" = any
+	Limit  int    // <= 0 = all
+}
+
+// Phase is the projection of a run's phase_started and phase_done events.
+type Phase struct {
+	RunID       string
+	ID          int
+	Label       string
+	Planned     int
+	Description string
+	Status      string // PhaseRunning or PhaseDone
+	OK          int
+	Failed      int
+	StartedAt   time.Time // zero when only phase_done was seen
+	DoneAt      time.Time // zero while running
+}
+
+// File is a file a run pinned (its script and every file it loaded).
+type File struct {
+	RunID     string
+	Path      string
+	SHA256    string // hex
+	Content   []byte
+	CreatedAt time.Time
+}
+
+// Entry is one journaled effect of a run (agent call, luft.now/random/uuid, sub-workflow).
+type Entry struct {
+	RunID        string
+	CallKey      string // branch path + per-branch counter, e.g. "main/2/par[4]/1"
+	Kind         string // "agent", "now", "random", "uuid", "workflow", ...
+	InputHash    string // SHA-256 of the canonical inputs
+	Status       string // one of the Entry constants
+	Result       json.RawMessage
+	Error        string
+	Usage        Usage
+	Cost         float64
+	Attempts     int
+	CompletedSeq int64  // 0 while scheduled; per-run completion order otherwise
+	WherePos     string // script position, e.g. "flow.lua:12"
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// EventLog is an append-only, ordered log of events per run.
+type EventLog interface {
+	// Append stamps each event with the run's next sequence numbers and stores them, in
+	// order. It returns the stamped events.
+	Append(ctx context.Context, runID string, evs ...event.Event) ([]event.Event, error)
+	// Events returns up to limit events of the run with seq > since (limit <= 0: all).
+	Events(ctx context.Context, runID string, since int64, limit int) ([]event.Event, error)
+	// EventsOfType is Events restricted to the given types (none: every type).
+	EventsOfType(ctx context.Context, runID string, since int64, limit int, types []string) ([]event.Event, error)
+}
+
+// Store is everything the runtime keeps durable: runs, their events, phases, pinned files
+// and the journal of effects. *SQLite implements it.
+type Store interface {
+	EventLog
+
+	// CreateRun stores a new run. Status defaults to running, Attempt to 1 and CreatedAt to
+	// now. An existing id gives ErrRunExists.
+	CreateRun(ctx context.Context, r Run) error
+	// UpdateRun changes the set fields of u and updated_at.
+	UpdateRun(ctx context.Context, id string, u RunUpdate) error
+	// GetRun returns the run with exactly this id.
+	GetRun(ctx context.Context, id string) (Run, error)
+	// ResolveRun returns the run with this id or, failing that, the only run whose id
+	// starts with it (ErrRunNotFound, ErrAmbiguousRun).
+	ResolveRun(ctx context.Context, idOrPrefix string) (Run, error)
+	// LatestResumable returns the newest run in status running, failed, cancelled or
+	// suspended (ErrRunNotFound when there is none). Whether a running run's process is
+	// still alive is for the caller to check (PID).
+	LatestResumable(ctx context.Context) (Run, error)
+	// ListRuns returns runs, newest first.
+	ListRuns(ctx context.Context, opts ListOptions) ([]Run, error)
+	// Phases returns the run's phases by id.
+	Phases(ctx context.Context, runID string) ([]Phase, error)
+	// RequestCancel flags the run for cancellation; the process driving it polls
+	// CancelRequested.
+	RequestCancel(ctx context.Context, runID string) error
+	CancelRequested(ctx context.Context, runID string) (bool, error)
+	// SaveFile pins a file of the run (replacing one of the same path) and returns its
+	// SHA-256 in hex.
+	SaveFile(ctx context.Context, runID, path string, content []byte) (string, error)
+	// Files returns the run's pinned files by path.
+	Files(ctx context.Context, runID string) ([]File, error)
+
+	// JournalScheduled records that an effect is about to run: it inserts the entry or
+	// resets an existing one to scheduled, dropping any earlier result.
+	JournalScheduled(ctx context.Context, e Entry) error
+	// JournalFinish records a completed or failed effect and returns its completed_seq,
+	// the run's previous maximum + 1. It returns once the entry is committed.
+	JournalFinish(ctx context.Context, e Entry) (int64, error)
+	// Journal returns the run's entries ordered by call key.
+	Journal(ctx context.Context, runID string) ([]Entry, error)
+	// InvalidateFrom deletes the entries with completed_seq >= completedSeq and every
+	// entry still scheduled, and returns how many it deleted.
+	InvalidateFrom(ctx context.Context, runID string, completedSeq int64) (int, error)
+}
+
+var _ Store = (*SQLite)(nil)
