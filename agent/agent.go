@@ -2,8 +2,10 @@ package agent
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 )
 
 // Status is the outcome of one agent call as a script sees it.
@@ -45,37 +47,50 @@ type Request struct {
 	Class       Class    `json:"class,omitempty"`
 }
 
-// canonical is the part of a Request that decides what the call computes. Timeouts, retry
-// policy and scheduling class change how a call is run, not what it returns, so they are
-// left out of the input hash.
-type canonical struct {
-	Backend     string   `json:"backend"`
-	Model       string   `json:"model"`
-	System      string   `json:"system"`
-	Prompt      string   `json:"prompt"`
-	Schema      any      `json:"schema"`
-	Tools       []string `json:"tools"`
-	MaxTokens   int      `json:"max_tokens"`
-	Temperature *float64 `json:"temperature"`
-	SessionID   string   `json:"session_id"`
-	Name        string   `json:"name"`
-}
-
-// Hash returns the SHA-256 of the canonical form of the request, hex encoded. encoding/json
-// sorts map keys, so a schema decoded into maps hashes the same however it was written.
+// Hash returns the SHA-256 of the canonical form of the request, hex encoded. Only what
+// decides what the call computes is hashed: backend, model, system, prompt, schema,
+// tools, max_tokens, temperature, session and name. Timeouts, retry policy and
+// scheduling class change how a call is run, not what it returns, so they are left out.
+// Every field is written with its length, so no two requests share an encoding; the
+// schema is hashed as JSON, whose map keys encoding/json sorts.
 func (r Request) Hash() string {
-	b, err := json.Marshal(canonical{
-		Backend: r.Backend, Model: r.Model, System: r.System, Prompt: r.Prompt,
-		Schema: r.Schema, Tools: r.Tools, MaxTokens: r.MaxTokens,
-		Temperature: r.Temperature, SessionID: r.SessionID, Name: r.Name,
-	})
-	if err != nil {
-		// A schema that came from Lua or JSON always marshals; make a broken one visible
-		// instead of hashing it as empty.
-		b = []byte("unhashable:" + err.Error())
+	h := sha256.New()
+	var n [8]byte
+	field := func(s string) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	field("luft-request-v1")
+	field(r.Backend)
+	field(r.Model)
+	field(r.System)
+	field(r.Prompt)
+	if r.Schema != nil {
+		b, err := json.Marshal(r.Schema)
+		if err != nil {
+			// A schema that came from Lua or JSON always marshals; make a broken one
+			// visible instead of hashing it as empty.
+			b = []byte("unhashable:" + err.Error())
+		}
+		field(string(b))
+	} else {
+		field("")
+	}
+	binary.BigEndian.PutUint64(n[:], uint64(len(r.Tools)))
+	h.Write(n[:])
+	for _, t := range r.Tools {
+		field(t)
+	}
+	field(strconv.Itoa(r.MaxTokens))
+	if r.Temperature != nil {
+		field(strconv.FormatFloat(*r.Temperature, 'g', -1, 64))
+	} else {
+		field("-")
+	}
+	field(r.SessionID)
+	field(r.Name)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Usage counts the tokens of one call (or a sum of calls).
