@@ -92,11 +92,11 @@ func New(opts Options) (*Service, error) {
 
 // Spec says what to run. It is stored with the run, so a resume runs it the same way.
 type Spec struct {
-	Path        string        `json:"path"`             // workflow file
-	Source      []byte        `json:"-"`                // the script itself; when nil it is read from Path
-	Args        any           `json:"args,omitempty"`   // decoded --args JSON
+	Path        string        `json:"path"`              // workflow file
+	Source      []byte        `json:"-"`                 // the script itself; when nil it is read from Path
+	Args        any           `json:"args,omitempty"`    // decoded --args JSON
 	Backend     string        `json:"backend,omitempty"` // default backend for calls that name none
-	Model       string        `json:"model,omitempty"`  // default model for calls that name none
+	Model       string        `json:"model,omitempty"`   // default model for calls that name none
 	Class       agent.Class   `json:"class,omitempty"`
 	Concurrency int           `json:"concurrency,omitempty"` // pipeline default max_inflight
 	Timeout     time.Duration `json:"timeout,omitempty"`     // wall-clock limit of one attempt; 0 = none
