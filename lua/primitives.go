@@ -409,8 +409,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 				j.next++
 				j.running++
 				br := &branch{path: fmt.Sprintf("%s/par[%d]", span, i+1)}
-				var child *task
-				child = v.newTask(jctx, fn, []glua.LValue{items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
+				child := v.newTask(jctx, fn, []glua.LValue{items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
 					func(rets []glua.LValue, err error) {
 						if err != nil {
 							finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)

@@ -152,19 +152,18 @@ type vm struct {
 	codec  *luaval.Codec
 	host   Host
 
-	marker   *glua.LUserData // the only value primitives yield to the driver
-	wrap     *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
-	trampo   *glua.LFunction // calls f(...) in non-tail position and returns its results
-	coResume glua.LValue     // the captured coroutine.resume, the one Go frame a yield may cross
-	base     map[string]glua.LValue
-	libs     map[string]*glua.LTable
-	protos   map[string]*Program // compiled sub-workflows by path
-	current  *task
-	runq     []*task
-	pending  int // async effects started and not yet delivered
-	done     chan struct{}
-	compl    chan completion
-	fatal    error
+	marker  *glua.LUserData // the only value primitives yield to the driver
+	wrap    *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
+	trampo  *glua.LFunction // calls f(...) in non-tail position and returns its results
+	base    map[string]glua.LValue
+	libs    map[string]*glua.LTable
+	protos  map[string]*Program // compiled sub-workflows by path
+	current *task
+	runq    []*task
+	pending int // async effects started and not yet delivered
+	done    chan struct{}
+	compl   chan completion
+	fatal   error
 
 	agentCalls int
 	phase      *phaseState

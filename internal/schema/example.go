@@ -167,10 +167,6 @@ type conj struct {
 // first. A combination containing a false schema is dropped.
 func alternatives(schemas []*jsonschema.Schema) []conj {
 	var out []conj
-	type choice struct {
-		member *jsonschema.Schema
-		kind   int
-	}
 	var walk func(members []*jsonschema.Schema, seen map[*jsonschema.Schema]bool, next int)
 	walk = func(members []*jsonschema.Schema, seen map[*jsonschema.Schema]bool, next int) {
 		if len(out) >= maxAlternatives {
