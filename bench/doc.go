@@ -2,4 +2,5 @@
 // `go test`), that measure wall time and memory and print side-by-side tables:
 //
 //	go run ./bench/fanout            # runtime overhead of a parallel fan-out of mock agents
+//	go run ./bench/resume            # time to resume a run whose journal holds N completed calls
 package bench

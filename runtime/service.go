@@ -278,6 +278,11 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: %w", rs.Run, err)
 	}
+	if row.Status == storage.StatusRunning {
+		if row, err = s.settle(ctx, row); err != nil {
+			return nil, err
+		}
+	}
 	if !row.Resumable() {
 		return nil, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
 	}
@@ -311,7 +316,14 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 		}
 	}
 	if src == nil {
-		return nil, fmt.Errorf("run %s: resume: the run's script %s was never pinned", row.ID, spec.Path)
+		// The process died between recording the run and pinning its script, so no call
+		// ran: the file on disk is the script it was started with.
+		if src, err = s.opts.ReadFile(spec.Path); err != nil {
+			return nil, fmt.Errorf("run %s: resume: its script was never pinned and cannot be read: %w", row.ID, err)
+		}
+		if err := s.pin(ctx, row.ID, spec.Path, src); err != nil {
+			return nil, err
+		}
 	}
 	spec.Source = src
 	prog, _, err := s.Load(spec)
@@ -335,6 +347,40 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
 	}
 	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
+}
+
+// settle finishes the record of a run whose process stored its run_done but died before
+// it updated the run's row: the last attempt's outcome is in run_done.
+func (s *Service) settle(ctx context.Context, row storage.Run) (storage.Run, error) {
+	evs, err := s.opts.Store.EventsOfType(ctx, row.ID, 0, 0, []string{event.RunStarted, event.RunDone})
+	if err != nil || len(evs) == 0 || evs[len(evs)-1].Type != event.RunDone {
+		return row, nil
+	}
+	d := evs[len(evs)-1].Data
+	status, _ := d["status"].(string)
+	msg, _ := d["error"].(string)
+	up := storage.RunUpdate{Status: &status, Error: &msg}
+	var u storage.Usage
+	var agents storage.AgentCounts
+	if b, err := json.Marshal(d["usage"]); err == nil && json.Unmarshal(b, &u) == nil {
+		up.Usage = &u
+	}
+	if b, err := json.Marshal(d["agents"]); err == nil && json.Unmarshal(b, &agents) == nil {
+		up.Agents = &agents
+	}
+	if cost, ok := d["cost"].(float64); ok {
+		up.Cost = &cost
+	}
+	if rep, ok := d["report"]; ok && rep != nil && status == storage.StatusCompleted {
+		if b, err := json.Marshal(rep); err == nil {
+			raw := json.RawMessage(b)
+			up.Report = &raw
+		}
+	}
+	if err := s.opts.Store.UpdateRun(ctx, row.ID, up); err != nil {
+		return row, fmt.Errorf("run %s: settle its record: %w", row.ID, err)
+	}
+	return s.opts.Store.GetRun(ctx, row.ID)
 }
 
 // alive reports whether pid, recorded as the owner of a running run, still drives it.

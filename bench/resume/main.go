@@ -1,0 +1,295 @@
+// Command resume measures how fast a run resumes: the replay of a journal of N completed
+// agent calls through the real runtime (VM, journal lookups, cached agent_done events
+// written to SQLite), and the time to load that journal alone.
+//
+// For each N it first builds a state dir holding one resumable run: a parallel() of N mock
+// agents with zero latency, then one more call on a "gate" backend that waits until the
+// run is cancelled. Once that call has started (so all N calls are journaled as completed)
+// the run is cancelled. Each measurement then works on a fresh copy of that state dir,
+// opened by a new store and Service, and times Resume until the run completes: N calls
+// replay from the journal, the gate call runs again (now answering at once) and the run
+// completes.
+//
+//	go run ./bench/resume [-n 1000,10000] [-repeat 3] [-dir /dev/shm]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
+)
+
+const script = `function main()
+  local items = {}
+  for i = 1, args.n do items[i] = i end
+  local r = parallel(items, function(i) return agent{prompt = "item " .. i}.tokens end)
+  local sum = 0
+  for _, t in ipairs(r) do sum = sum + t end
+  local last = agent{name = "gate", backend = "gate", prompt = "the call the first attempt is cancelled in"}
+  report({calls = #r + 1, tokens = sum, last = last.output})
+end`
+
+// gate is a backend that blocks until its call's context ends, or, once opened, answers
+// at once.
+type gate struct{ open atomic.Bool }
+
+func (g *gate) ID() string { return "gate" }
+
+func (g *gate) Run(ctx context.Context, req agent.Request, _ adapters.Progress) (agent.Result, error) {
+	if !g.open.Load() {
+		<-ctx.Done()
+		return agent.Result{}, ctx.Err()
+	}
+	return agent.Result{Status: agent.StatusOK, Output: "gate open", Text: "gate open", Attempts: 1, Backend: "gate", Model: "gate-1"}, nil
+}
+
+type measurement struct {
+	open, journal, resume, setup time.Duration // setup: Resume() until it returned
+	events                       int           // events the resumed attempt stored
+}
+
+func main() {
+	ns := flag.String("n", "1000,10000", "journal sizes (completed agent calls)")
+	conc := flag.Int("concurrency", 8, "scheduler slots")
+	repeat := flag.Int("repeat", 3, "resumes per size, each of a fresh copy of the state (the median is shown)")
+	dir := flag.String("dir", "", "parent folder of the state dirs (default: the system temp dir)")
+	flag.Parse()
+
+	fmt.Printf("luft resume: replay a journal of N completed mock agent calls (+1 live call) through the real runtime, SQLite state, %d scheduler slots, median of %d\n\n", *conc, *repeat)
+	fmt.Printf("%8s  %10s  %12s  %14s  %12s  %14s  %8s  %8s\n", "N", "build", "open store", "load journal", "Resume()", "resume→done", "calls/s", "events")
+	for _, s := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintln(os.Stderr, "bad -n:", s)
+			os.Exit(2)
+		}
+		if err := bench(n, *conc, *repeat, *dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	fmt.Println("\nopen store: storage.Open of the copied state dir; load journal: Store.Journal of the run (its own copy);")
+	fmt.Println("Resume(): the call alone (run lookup, pinned files, journal load, row update); resume→done: Resume() until the run completed;")
+	fmt.Println("calls/s: replayed calls per second of resume→done; events: events the resumed attempt stored.")
+}
+
+func bench(n, conc, repeat int, parent string) error {
+	base, err := os.MkdirTemp(parent, "luft-resume-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(base)
+	t0 := time.Now()
+	runID, err := build(filepath.Join(base, "base"), n, conc)
+	if err != nil {
+		return fmt.Errorf("build a journal of %d calls: %w", n, err)
+	}
+	built := time.Since(t0)
+	var ms []measurement
+	for i := range repeat {
+		m, err := measure(base, i, runID, n, conc)
+		if err != nil {
+			return fmt.Errorf("resume a journal of %d calls: %w", n, err)
+		}
+		ms = append(ms, m)
+	}
+	med := func(f func(measurement) time.Duration) time.Duration {
+		ds := make([]time.Duration, len(ms))
+		for i, m := range ms {
+			ds[i] = f(m)
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	resume := med(func(m measurement) time.Duration { return m.resume })
+	fmt.Printf("%8d  %10s  %12s  %14s  %12s  %14s  %8.0f  %8d\n", n, built.Round(time.Millisecond),
+		med(func(m measurement) time.Duration { return m.open }).Round(10*time.Microsecond),
+		med(func(m measurement) time.Duration { return m.journal }).Round(10*time.Microsecond),
+		med(func(m measurement) time.Duration { return m.setup }).Round(10*time.Microsecond),
+		resume.Round(time.Millisecond), float64(n)/resume.Seconds(), ms[0].events)
+	return nil
+}
+
+func service(st storage.Store, dir string, conc int, g *gate) (*runtime.Service, error) {
+	return runtime.New(runtime.Options{
+		Store:     st,
+		StateDir:  dir,
+		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{}), g),
+		Scheduler: scheduler.NewGate(conc),
+	})
+}
+
+// build leaves in dir a cancelled run whose journal holds n completed agent calls.
+func build(dir string, n, conc int) (string, error) {
+	ctx := context.Background()
+	st, err := storage.Open(ctx, dir)
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	svc, err := service(st, dir, conc, &gate{})
+	if err != nil {
+		return "", err
+	}
+	run, err := svc.Start(ctx, runtime.Spec{
+		Path: "resume.lua", Source: []byte(script), Args: map[string]any{"n": float64(n)},
+		Concurrency: conc, Limits: lua.Limits{MaxAgentCalls: n + 1},
+	})
+	if err != nil {
+		return "", err
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	gated := false
+	for ev := range run.Subscribe(sctx, 0) {
+		if ev.Type == event.AgentStarted && ev.Data["name"] == "gate" {
+			gated = true
+			run.Cancel()
+			break
+		}
+	}
+	res := run.Wait()
+	if !gated || res.Status != runtime.StatusCancelled {
+		return "", fmt.Errorf("the first attempt ended %s (%v) before its last call", res.Status, res.Err)
+	}
+	entries, err := st.Journal(ctx, run.ID)
+	if err != nil {
+		return "", err
+	}
+	done := 0
+	for _, e := range entries {
+		if e.Kind == lua.KindAgent && e.Status == storage.EntryCompleted {
+			done++
+		}
+	}
+	if done != n {
+		return "", fmt.Errorf("the journal holds %d completed agent calls, want %d", done, n)
+	}
+	return run.ID, nil
+}
+
+// measure resumes a fresh copy of the built state dir, after timing a journal load on
+// another copy.
+func measure(base string, i int, runID string, n, conc int) (measurement, error) {
+	ctx := context.Background()
+	var m measurement
+
+	// The journal alone.
+	jdir := filepath.Join(base, fmt.Sprintf("journal-%d", i))
+	if err := copyDir(filepath.Join(base, "base"), jdir); err != nil {
+		return m, err
+	}
+	goruntime.GC()
+	t0 := time.Now()
+	st, err := storage.Open(ctx, jdir)
+	if err != nil {
+		return m, err
+	}
+	m.open = time.Since(t0)
+	t0 = time.Now()
+	entries, err := st.Journal(ctx, runID)
+	m.journal = time.Since(t0)
+	st.Close()
+	if err != nil {
+		return m, err
+	}
+	if len(entries) < n {
+		return m, fmt.Errorf("the journal has %d entries, want at least %d", len(entries), n)
+	}
+	os.RemoveAll(jdir)
+
+	// Resume until the run completes.
+	rdir := filepath.Join(base, fmt.Sprintf("resume-%d", i))
+	if err := copyDir(filepath.Join(base, "base"), rdir); err != nil {
+		return m, err
+	}
+	defer os.RemoveAll(rdir)
+	st, err = storage.Open(ctx, rdir)
+	if err != nil {
+		return m, err
+	}
+	defer st.Close()
+	g := &gate{}
+	g.open.Store(true)
+	svc, err := service(st, rdir, conc, g)
+	if err != nil {
+		return m, err
+	}
+	before, err := st.Events(ctx, runID, 0, 0)
+	if err != nil {
+		return m, err
+	}
+	goruntime.GC()
+	t0 = time.Now()
+	run, err := svc.Resume(ctx, runtime.ResumeSpec{Run: runID})
+	m.setup = time.Since(t0)
+	if err != nil {
+		return m, err
+	}
+	res := run.Wait()
+	m.resume = time.Since(t0)
+	if res.Status != runtime.StatusCompleted {
+		return m, fmt.Errorf("the resumed run ended %s: %v", res.Status, res.Err)
+	}
+	if res.Agents.Cached != n || res.Agents.OK != 1 {
+		return m, fmt.Errorf("the resumed run replayed %d calls and ran %d, want %d and 1", res.Agents.Cached, res.Agents.OK, n)
+	}
+	after, err := st.Events(ctx, runID, int64(len(before)), 0)
+	if err != nil {
+		return m, err
+	}
+	m.events = len(after)
+	return m, nil
+}
+
+// copyDir copies the files of a closed state dir (luft.db and the pinned scripts).
+func copyDir(src, dst string) error {
+	return filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return errors.New("copy state: " + path + " is not a regular file")
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(target)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}
