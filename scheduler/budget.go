@@ -1,0 +1,241 @@
+package scheduler
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// bucket is the core's model of one provider rate-limit bucket (requests, tokens, or
+// Anthropic's input or output tokens) on one lane, dead-reckoned between responses so
+// that no telemetry request is ever needed:
+//
+//	level(t) = min(limit, level₀ + rate·(t − t₀))
+//
+// Admitting a turn debits its reservation at once. Completing it either reconciles the
+// reservation against the reported usage (no headers) or, when the response carried this
+// bucket's remaining count, re-bases the level on that count: the server's remaining
+// already includes every turn sent before this one, so those reservations are settled
+// without a refund, and the reservations of turns admitted after this one are subtracted
+// again because the server may not have seen them yet. The in-flight reservations are
+// kept in admission order, so settling is always a prefix and costs O(1) amortised.
+// The re-based level forgets the refill between the server's reading and its arrival,
+// which only ever errs on the safe side.
+type bucket struct {
+	cfgPerMin float64 // configured limit per minute; 0 = learn it
+
+	limit float64   // capacity now in force; 0 = unknown
+	rate  float64   // refill per second; 0 = unknown
+	level float64   // at `at`, when known
+	at    time.Time // zero until first used
+	known bool
+	full  time.Time // when the server last said the bucket is full again
+
+	flight  []flight // unsettled reservations in admission order, from fhead
+	fhead   int
+	pending float64 // sum of the unsettled, unfinished reservations
+}
+
+type flight struct {
+	seq  uint64
+	amt  float64
+	done bool // finished and reconciled locally, waiting to leave the front
+}
+
+func newBucket(perMin int) bucket {
+	b := bucket{cfgPerMin: float64(perMin)}
+	if perMin > 0 {
+		b.limit = float64(perMin)
+		b.rate = float64(perMin) / 60
+		b.level = b.limit
+		b.known = true
+	}
+	return b
+}
+
+// levelAt is the dead-reckoned level at now; ok is false when the level is unknown, and
+// an unknown level never blocks a turn.
+func (b *bucket) levelAt(now time.Time) (lvl float64, ok bool) {
+	if !b.known {
+		return 0, false
+	}
+	if b.at.IsZero() {
+		return b.level, true
+	}
+	dt := now.Sub(b.at).Seconds()
+	if dt <= 0 {
+		return b.level, true
+	}
+	switch {
+	case b.rate > 0 && b.limit > 0:
+		return min(b.limit, b.level+b.rate*dt), true
+	case !b.full.IsZero() && !now.Before(b.full):
+		if b.limit > 0 {
+			return b.limit, true
+		}
+		return 0, false // refilled to an unknown capacity
+	}
+	return b.level, true
+}
+
+// advance materialises the level at now.
+func (b *bucket) advance(now time.Time) {
+	lvl, ok := b.levelAt(now)
+	b.level, b.known = lvl, ok
+	if b.at.IsZero() || now.After(b.at) {
+		b.at = now
+	}
+}
+
+// fits reports whether need fits at now, and if not, when it will.
+func (b *bucket) fits(need float64, now time.Time) (bool, time.Time) {
+	lvl, ok := b.levelAt(now)
+	if !ok || lvl+1e-6 >= need {
+		return true, time.Time{}
+	}
+	if b.rate > 0 && b.limit > 0 {
+		// A millisecond of slack keeps floating-point rounding from waking the core
+		// a hair before the level is there.
+		d := time.Duration(math.Ceil((need-lvl)/b.rate*1e9)) + time.Millisecond
+		return false, now.Add(d)
+	}
+	if b.full.After(now) {
+		return false, b.full
+	}
+	return false, now.Add(time.Second) // nothing known about the refill: look again soon
+}
+
+// debit reserves amt for the turn with flight sequence seq.
+func (b *bucket) debit(seq uint64, amt float64, now time.Time) {
+	b.advance(now)
+	if b.known {
+		b.level -= amt
+	}
+	b.flight = append(b.flight, flight{seq: seq, amt: amt})
+	b.pending += amt
+}
+
+// find returns the index of seq's unsettled reservation, or -1.
+func (b *bucket) find(seq uint64) int {
+	f := b.flight[b.fhead:]
+	i := sort.Search(len(f), func(i int) bool { return f[i].seq >= seq })
+	if i < len(f) && f[i].seq == seq {
+		return b.fhead + i
+	}
+	return -1
+}
+
+// finish reconciles seq's reservation against the actual usage when the response said
+// nothing about this bucket.
+func (b *bucket) finish(seq uint64, actual float64, now time.Time) {
+	i := b.find(seq)
+	if i < 0 || b.flight[i].done {
+		return // settled by a later response's headers, which already counted it
+	}
+	f := &b.flight[i]
+	f.done = true
+	b.pending -= f.amt
+	b.advance(now)
+	if b.known {
+		b.level += f.amt - actual
+		if b.limit > 0 {
+			b.level = min(b.level, b.limit)
+		}
+	}
+	b.compact()
+}
+
+// observe learns the limit and refill rate from a response and, when it reports the
+// remaining count and seq's reservation is still unsettled, re-bases the level on it.
+func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time) {
+	if rl.HasLimit && rl.Limit > 0 {
+		l := float64(rl.Limit)
+		if b.cfgPerMin > 0 {
+			l = min(l, b.cfgPerMin)
+		}
+		b.limit = l
+		// OpenAI and Anthropic report the time until the bucket is full, so the
+		// refill rate is what is missing over that time. Readings a few
+		// milliseconds from full carry little information and are skipped once a
+		// rate is known.
+		if rl.HasRemaining && !rl.Reset.IsZero() && rl.Limit > rl.Remaining {
+			if t := rl.Reset.Sub(now).Seconds(); t > 0 && (b.rate == 0 || t >= 0.5) {
+				sample := float64(rl.Limit-rl.Remaining) / t
+				if b.rate == 0 {
+					b.rate = sample
+				} else {
+					b.rate = 0.5*b.rate + 0.5*sample
+				}
+			}
+		}
+		if b.rate == 0 {
+			b.rate = l / 60 // a limit with no other clue is per minute
+		}
+		if b.cfgPerMin > 0 {
+			b.rate = min(b.rate, b.cfgPerMin/60)
+		}
+	}
+	if !rl.Reset.IsZero() {
+		b.full = rl.Reset
+	}
+	if !rl.HasRemaining {
+		b.finish(seq, actual, now)
+		return
+	}
+	i := b.find(seq)
+	if i < 0 {
+		// An older reading than the one the level is already based on.
+		if !b.known {
+			b.level, b.known, b.at = float64(rl.Remaining)-b.pending, true, now
+		}
+		return
+	}
+	for j := b.fhead; j <= i; j++ {
+		if !b.flight[j].done {
+			b.pending -= b.flight[j].amt
+		}
+	}
+	b.fhead = i + 1
+	b.compact()
+	b.level = float64(rl.Remaining) - b.pending
+	if b.limit > 0 {
+		b.level = min(b.level, b.limit)
+	}
+	b.known = true
+	b.at = now
+}
+
+// compact drops finished reservations from the front and reclaims the slice.
+func (b *bucket) compact() {
+	for b.fhead < len(b.flight) && b.flight[b.fhead].done {
+		b.fhead++
+	}
+	if b.fhead == len(b.flight) {
+		b.flight, b.fhead = b.flight[:0], 0
+	} else if b.fhead > 64 && b.fhead > len(b.flight)/2 {
+		n := copy(b.flight, b.flight[b.fhead:])
+		b.flight, b.fhead = b.flight[:n], 0
+	}
+	if len(b.flight) == 0 {
+		b.pending = 0 // no drift from float sums
+	}
+}
+
+// drop forgets seq's reservation without reconciling it (the turn was never sent).
+func (b *bucket) drop(seq uint64, now time.Time) {
+	i := b.find(seq)
+	if i < 0 || b.flight[i].done {
+		return
+	}
+	f := &b.flight[i]
+	f.done = true
+	b.pending -= f.amt
+	b.advance(now)
+	if b.known {
+		b.level += f.amt
+		if b.limit > 0 {
+			b.level = min(b.level, b.limit)
+		}
+	}
+	b.compact()
+}

@@ -1,0 +1,183 @@
+package scheduler
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+func TestEstimator(t *testing.T) {
+	cfg := Config{}.withDefaults()
+	tests := []struct {
+		name       string
+		residuals  []float64 // actual − 1000
+		wantCorr   float64   // corrected(1000)
+		wantMargin float64   // margin(1000)
+	}{
+		{name: "no data: k × 27 % of the estimate", wantCorr: 1000, wantMargin: 2 * 0.27 * 1000},
+		{name: "few samples: still the fallback spread, bias corrected",
+			residuals: []float64{200, 200, 200}, wantCorr: 1200, wantMargin: 540},
+		{name: "a constant bias is corrected, no margin needed",
+			residuals: repeat(200, 10), wantCorr: 1200, wantMargin: 0},
+		{name: "spread: max(quantile above ε, k·σ)",
+			residuals: ramp(30), wantCorr: 1026, wantMargin: 2 * math.Sqrt(899.0/12)},
+		{name: "skew: two large misses in thirty set the quantile, above k·σ",
+			residuals: append([]float64{1000, 1000}, repeat(0, 28)...), wantCorr: 1000, wantMargin: 1000},
+		{name: "recent misses: ε takes the bias, k·σ the rest",
+			residuals: append(repeat(0, 27), 900, 900, 900), wantCorr: 1000 + 450, wantMargin: 2 * 270},
+		{name: "window forgets old errors",
+			residuals: append(repeat(5000, 10), repeat(100, 30)...), wantCorr: 1100, wantMargin: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := estimator{cfg: &cfg}
+			for _, r := range tt.residuals {
+				e.record(1000, 1000+r)
+			}
+			if got := e.corrected(1000); !near(got, tt.wantCorr) {
+				t.Errorf("corrected = %v, want %v", got, tt.wantCorr)
+			}
+			if got := e.margin(1000, t0); !near(got, tt.wantMargin) {
+				t.Errorf("margin = %v, want %v", got, tt.wantMargin)
+			}
+		})
+	}
+}
+
+func repeat(v float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func ramp(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = float64(i)
+	}
+	return out
+}
+
+func TestEstimatorBumpDecays(t *testing.T) {
+	cfg := Config{}.withDefaults()
+	e := estimator{cfg: &cfg}
+	for i := 0; i < 10; i++ {
+		e.record(1000, 1000) // σ 0: spread is 5 % of the estimate
+	}
+	if m := e.margin(1000, t0); m != 0 {
+		t.Fatalf("margin %v", m)
+	}
+	e.raise(t0)
+	e.raise(t0)
+	if m := e.margin(1000, t0); !near(m, 100) {
+		t.Fatalf("after two 429s margin %v, want 2 × 50", m)
+	}
+	if m := e.margin(1000, t0.Add(cfg.MarginHalfLife)); !near(m, 50) {
+		t.Fatalf("after one half-life margin %v, want 50", m)
+	}
+	for i := 0; i < 10; i++ {
+		e.raise(t0)
+	}
+	if m := e.margin(1000, t0); !near(m, cfg.MarginBumpMax*50) {
+		t.Fatalf("capped margin %v", m)
+	}
+}
+
+func TestBucketDeadReckoning(t *testing.T) {
+	b := newBucket(6000) // 100 tokens/s
+	b.debit(1, 5000, t0)
+	if lvl, _ := b.levelAt(t0.Add(10 * time.Second)); !near(lvl, 2000) {
+		t.Fatalf("level after 10 s = %v, want 2000", lvl)
+	}
+	if lvl, _ := b.levelAt(t0.Add(time.Hour)); !near(lvl, 6000) {
+		t.Fatalf("level caps at the limit, got %v", lvl)
+	}
+	fit, at := b.fits(3000, t0)
+	if fit || !at.Equal(t0.Add(20*time.Second+time.Millisecond)) {
+		t.Fatalf("fits(3000) = %v, %v", fit, at)
+	}
+	// Reconcile: the turn used 4,000 of its 5,000; 1,000 comes back.
+	b.finish(1, 4000, t0)
+	if lvl, _ := b.levelAt(t0); !near(lvl, 2000) {
+		t.Fatalf("after refund level %v", lvl)
+	}
+	b.finish(1, 4000, t0) // twice is harmless
+	if lvl, _ := b.levelAt(t0); !near(lvl, 2000) || b.pending != 0 {
+		t.Fatalf("second finish changed level %v pending %v", lvl, b.pending)
+	}
+}
+
+// A response's remaining count re-bases the level: reservations admitted before it are
+// settled (the server counted them), later ones are still subtracted, and an older
+// response arriving afterwards changes nothing.
+func TestBucketSettlesOnHeaders(t *testing.T) {
+	b := newBucket(0)
+	if _, known := b.levelAt(t0); known {
+		t.Fatal("unconfigured bucket claims a level")
+	}
+	b.debit(1, 100, t0)
+	b.debit(2, 200, t0)
+	b.debit(3, 300, t0)
+	reading := RateLimit{Limit: 6000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: t0.Add(20 * time.Second)}
+	b.observe(2, reading, 180, t0)
+	if lvl, ok := b.levelAt(t0); !ok || !near(lvl, 3700) {
+		t.Fatalf("level %v (known %v), want 4000 − 300", lvl, ok)
+	}
+	if !near(b.rate, 100) || b.limit != 6000 {
+		t.Fatalf("learned rate %v limit %v, want 100/s and 6000", b.rate, b.limit)
+	}
+	b.observe(1, RateLimit{Remaining: 10, HasRemaining: true}, 90, t0) // stale
+	b.finish(1, 90, t0)
+	if lvl, _ := b.levelAt(t0); !near(lvl, 3700) {
+		t.Fatalf("stale reading moved the level to %v", lvl)
+	}
+	b.observe(3, RateLimit{Remaining: 3500, HasRemaining: true}, 300, t0.Add(time.Second))
+	if lvl, _ := b.levelAt(t0.Add(time.Second)); !near(lvl, 3500) || b.pending != 0 || len(b.flight) != 0 {
+		t.Fatalf("level %v pending %v flight %d", lvl, b.pending, len(b.flight))
+	}
+}
+
+// Without a limit or rate, the bucket waits for the reported reset and then no longer
+// claims to know its level.
+func TestBucketUnknownRefill(t *testing.T) {
+	b := newBucket(0)
+	b.debit(1, 10, t0)
+	b.observe(1, RateLimit{Remaining: 0, HasRemaining: true, Reset: t0.Add(45 * time.Second)}, 10, t0)
+	fit, at := b.fits(10, t0)
+	if fit || !at.Equal(t0.Add(45*time.Second)) {
+		t.Fatalf("fits = %v, %v", fit, at)
+	}
+	if fit, _ := b.fits(10, t0.Add(45*time.Second)); !fit {
+		t.Fatal("still blocked after the reset")
+	}
+}
+
+func TestIndexHeap(t *testing.T) {
+	type item struct{ v, i int }
+	h := indexHeap[*item]{less: func(a, b *item) bool { return a.v < b.v }, setIdx: func(x *item, i int) { x.i = i }}
+	items := make([]*item, 200)
+	for i := range items {
+		items[i] = &item{v: (i * 7919) % 200}
+		h.Push(items[i])
+	}
+	for i := 0; i < 200; i += 3 {
+		h.Remove(items[i].i)
+		if items[i].i != -1 {
+			t.Fatal("removed item keeps an index")
+		}
+	}
+	items[1].v = -5
+	h.Fix(items[1].i)
+	prev := math.MinInt
+	for h.Len() > 0 {
+		x := h.Pop()
+		if x.v < prev {
+			t.Fatalf("out of order: %d after %d", x.v, prev)
+		}
+		prev = x.v
+	}
+}

@@ -1,0 +1,219 @@
+package scheduler
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RateLimit is one rate-limit dimension (requests, tokens, input or output tokens) as a
+// provider reported it on one response. A provider that omits a header leaves the
+// matching Has flag false: an absent header is unknown, never zero, because "0 remaining"
+// and "not reported" call for opposite decisions.
+type RateLimit struct {
+	Limit        int64     // the bucket's capacity, when HasLimit
+	Remaining    int64     // what is left now, when HasRemaining
+	Reset        time.Time // when the bucket is full again; zero when not reported
+	HasLimit     bool
+	HasRemaining bool
+}
+
+// Known reports whether the response said anything about this dimension.
+func (r RateLimit) Known() bool { return r.HasLimit || r.HasRemaining || !r.Reset.IsZero() }
+
+// Telemetry is the rate-limit information of one response, parsed into absolute times
+// relative to the now it was parsed at. Both header families map onto the same fields:
+// OpenAI-compatible servers (OpenAI, Groq, vLLM, luft's fake engine) send
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens}; Anthropic sends
+// anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}.
+type Telemetry struct {
+	Requests     RateLimit
+	Tokens       RateLimit
+	InputTokens  RateLimit // Anthropic's separate input-token bucket
+	OutputTokens RateLimit // Anthropic's separate output-token bucket
+
+	// RetryAt is when the server asked to be called again (retry-after-ms, else
+	// retry-after as seconds or an HTTP date); zero when it did not say.
+	RetryAt time.Time
+}
+
+// Empty reports whether the response carried no rate-limit information at all.
+func (t Telemetry) Empty() bool {
+	return !t.Requests.Known() && !t.Tokens.Known() && !t.InputTokens.Known() &&
+		!t.OutputTokens.Known() && t.RetryAt.IsZero()
+}
+
+// ParseTelemetry reads the rate-limit headers of a response received at now. Header
+// names match case-insensitively (a map built by hand need not be canonical). A value
+// that does not parse is ignored as if absent; ParseTelemetry never panics and never
+// returns a negative count or a reset before now.
+func ParseTelemetry(h http.Header, now time.Time) Telemetry {
+	var t Telemetry
+	if len(h) == 0 {
+		return t
+	}
+	var retryAfter, retryAfterMS string
+	for name, vals := range h {
+		if len(vals) == 0 {
+			continue
+		}
+		v := strings.TrimSpace(vals[0])
+		n := strings.ToLower(name)
+		switch {
+		case n == "retry-after":
+			retryAfter = v
+		case n == "retry-after-ms":
+			retryAfterMS = v
+		case strings.HasPrefix(n, "x-ratelimit-"):
+			// x-ratelimit-<field>-<dimension>
+			rest := n[len("x-ratelimit-"):]
+			field, dim, ok := strings.Cut(rest, "-")
+			if !ok {
+				continue
+			}
+			setField(openAIDim(&t, dim), field, v, now)
+		case strings.HasPrefix(n, "anthropic-ratelimit-"):
+			// anthropic-ratelimit-<dimension>-<field>
+			rest := n[len("anthropic-ratelimit-"):]
+			i := strings.LastIndexByte(rest, '-')
+			if i < 0 {
+				continue
+			}
+			setField(anthropicDim(&t, rest[:i]), rest[i+1:], v, now)
+		}
+	}
+	if d, ok := parseMillis(retryAfterMS); ok {
+		t.RetryAt = now.Add(d)
+	} else if at, ok := parseRetryAfter(retryAfter, now); ok {
+		t.RetryAt = at
+	}
+	return t
+}
+
+func openAIDim(t *Telemetry, dim string) *RateLimit {
+	switch dim {
+	case "requests":
+		return &t.Requests
+	case "tokens":
+		return &t.Tokens
+	}
+	return nil
+}
+
+func anthropicDim(t *Telemetry, dim string) *RateLimit {
+	switch dim {
+	case "requests":
+		return &t.Requests
+	case "tokens":
+		return &t.Tokens
+	case "input-tokens":
+		return &t.InputTokens
+	case "output-tokens":
+		return &t.OutputTokens
+	}
+	return nil
+}
+
+func setField(r *RateLimit, field, v string, now time.Time) {
+	if r == nil {
+		return
+	}
+	switch field {
+	case "limit":
+		if n, ok := parseCount(v); ok {
+			r.Limit, r.HasLimit = n, true
+		}
+	case "remaining":
+		if n, ok := parseCount(v); ok {
+			r.Remaining, r.HasRemaining = n, true
+		}
+	case "reset":
+		if at, ok := parseReset(v, now); ok {
+			r.Reset = at
+		}
+	}
+}
+
+// maxSeconds bounds every parsed wait so that converting it to a time.Duration cannot
+// overflow; no provider asks for a wait of more than a few days.
+const maxSeconds = 365 * 24 * 3600
+
+// parseCount reads a non-negative integer count. A decimal is accepted and truncated,
+// because some proxies re-serialise counts as floats.
+func parseCount(v string) (int64, bool) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, n >= 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > 1e18 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// parseSeconds reads a non-negative, finite number of seconds.
+func parseSeconds(v string) (time.Duration, bool) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > maxSeconds {
+		return 0, false
+	}
+	return time.Duration(f * float64(time.Second)), true
+}
+
+func parseMillis(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > maxSeconds*1000 {
+		return 0, false
+	}
+	return time.Duration(f * float64(time.Millisecond)), true
+}
+
+// parseReset reads a reset value: an RFC 3339 time (Anthropic), a Go-style duration
+// such as 7.66s, 2m59.56s, 450ms or 1h2m3s (OpenAI, Groq), or a bare number of seconds.
+// A time in the past means "now": a reset is never negative.
+func parseReset(v string, now time.Time) (time.Time, bool) {
+	if v == "" {
+		return time.Time{}, false
+	}
+	if strings.ContainsAny(v, "T:") && strings.Contains(v, "-") {
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return time.Time{}, false
+		}
+		if at.Before(now) {
+			return now, true
+		}
+		return at, true
+	}
+	if d, ok := parseSeconds(v); ok {
+		return now.Add(d), true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > maxSeconds*time.Second {
+		return time.Time{}, false
+	}
+	return now.Add(d), true
+}
+
+// parseRetryAfter reads retry-after as seconds (integer or decimal) or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Time, bool) {
+	if v == "" {
+		return time.Time{}, false
+	}
+	if d, ok := parseSeconds(v); ok {
+		return now.Add(d), true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return time.Time{}, false
+	}
+	if at.Before(now) {
+		return now, true
+	}
+	return at, true
+}
