@@ -1,0 +1,328 @@
+package testkit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+)
+
+// Server serves an Engine over HTTP as an OpenAI-compatible endpoint:
+//
+//	POST /v1/chat/completions                 routed by the engine
+//	POST /replicas/{i}/v1/chat/completions    pinned to replica i (one base URL per replica)
+//	GET  /v1/models, /replicas/{i}/v1/models
+//	GET  /health, /metrics
+//
+// x-luft-caller (or x-gateway-inference-fairness-id, or the body's user), x-luft-run-id
+// and x-luft-class are copied into the ground-truth log. A streamed request gets its
+// first chunk when prefill ends and the rest when decoding ends.
+type Server struct {
+	// AllowNonLoopback lets Start bind an address that is not a loopback address.
+	AllowNonLoopback bool
+
+	engine *Engine
+	mux    *http.ServeMux
+
+	mu  sync.Mutex
+	srv *http.Server
+	url string
+}
+
+// NewServer returns a server for the engine; call Start, or mount Handler yourself.
+func NewServer(e *Engine) *Server {
+	s := &Server{engine: e, mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	s.mux.HandleFunc("POST /replicas/{replica}/v1/chat/completions", s.chat)
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /replicas/{replica}/v1/models", s.models)
+	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	s.mux.HandleFunc("GET /metrics", s.metrics)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, APIError{
+			Message: fmt.Sprintf("%s %s: no such endpoint", r.Method, r.URL.Path),
+			Type:    "invalid_request_error", Code: strptr("unknown_url"),
+		})
+	})
+	return s
+}
+
+// Handler returns the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Start listens on addr ("127.0.0.1:0" when empty) and serves in the background. It
+// returns the base URL, ending in /v1 as OpenAI clients expect (OPENAI_BASE_URL). An
+// address that is not loopback is refused unless AllowNonLoopback is set.
+func (s *Server) Start(addr string) (string, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("fake engine: listen address %q: %w", addr, err)
+	}
+	if !s.AllowNonLoopback && !IsLoopback(host) {
+		return "", fmt.Errorf("fake engine: refusing to listen on %q: not a loopback address (use 127.0.0.1, [::1] or localhost)", addr)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return "", errors.New("fake engine: server already started")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("fake engine: %w", err)
+	}
+	s.srv = &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	s.url = "http://" + ln.Addr().String() + "/v1"
+	srv := s.srv
+	go func() { _ = srv.Serve(ln) }()
+	return s.url, nil
+}
+
+// IsLoopback reports whether host (a name or an IP, as in a listen address) is
+// localhost or a loopback IP. An empty host (all interfaces) is not.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// URL returns the base URL (…/v1) once started.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// ReplicaURL returns the base URL that pins requests to replica i.
+func (s *Server) ReplicaURL(i int) string {
+	u := s.URL()
+	return strings.TrimSuffix(u, "/v1") + "/replicas/" + strconv.Itoa(i) + "/v1"
+}
+
+// Close stops the server at once; requests in flight are abandoned.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Close()
+}
+
+// Shutdown stops the server gracefully.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	return srv.Shutdown(ctx)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, e APIError) {
+	writeJSON(w, status, ErrorResponse{Error: e})
+}
+
+func (s *Server) callOptions(r *http.Request, req *ChatRequest) ([]CallOption, error) {
+	var opts []CallOption
+	if v := r.PathValue("replica"); v != "" {
+		i, err := strconv.Atoi(v)
+		if err != nil || i < 0 {
+			return nil, fmt.Errorf("replica %q: want a replica index from 0", v)
+		}
+		opts = append(opts, OnReplica(i))
+	}
+	caller := r.Header.Get("x-luft-caller")
+	if caller == "" {
+		caller = r.Header.Get("x-gateway-inference-fairness-id")
+	}
+	if caller == "" {
+		caller = req.User
+	}
+	return append(opts, WithCaller(caller), WithRun(r.Header.Get("x-luft-run-id")),
+		WithClass(r.Header.Get("x-luft-class"))), nil
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	var req ChatRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, APIError{
+			Message: "We could not parse the JSON body of your request: " + err.Error(),
+			Type:    "invalid_request_error",
+		})
+		return
+	}
+	opts, err := s.callOptions(r, &req)
+	if err != nil {
+		writeError(w, http.StatusNotFound, APIError{Message: err.Error(), Type: "invalid_request_error"})
+		return
+	}
+	if req.Stream {
+		s.stream(w, r, &req, opts)
+		return
+	}
+	res, err := s.engine.Do(r.Context(), &req, opts...)
+	if err != nil {
+		return // the client went away
+	}
+	copyHeader(w.Header(), res.Header)
+	if res.Status != http.StatusOK {
+		writeJSON(w, res.Status, res.Error)
+		return
+	}
+	writeJSON(w, http.StatusOK, res.Response)
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *ChatRequest, opts []CallOption) {
+	first := make(chan *Result, 1)
+	done := make(chan *Result, 1)
+	opts = append(opts, OnFirstToken(func(res *Result) { first <- res }))
+	cancel := s.engine.Submit(req, func(res *Result) { done <- res }, opts...)
+
+	startStream := func(h http.Header) {
+		copyHeader(w.Header(), h)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.WriteHeader(http.StatusOK)
+	}
+	var res *Result
+	select {
+	case <-r.Context().Done():
+		cancel()
+		return
+	case res = <-done:
+		if res.Status != http.StatusOK {
+			copyHeader(w.Header(), res.Header)
+			writeJSON(w, res.Status, res.Error)
+			return
+		}
+		startStream(res.Header)
+		s.writeChunk(w, res.Record, req.Model, ChunkChoice{Delta: Delta{Role: "assistant", Content: strptr("")}}, nil)
+	case partial := <-first:
+		startStream(partial.Header)
+		s.writeChunk(w, partial.Record, req.Model, ChunkChoice{Delta: Delta{Role: "assistant", Content: strptr("")}}, nil)
+		select {
+		case <-r.Context().Done():
+			cancel()
+			return
+		case res = <-done:
+		}
+	}
+	rec := res.Record
+	msg := res.Response.Choices[0].Message
+	for _, piece := range splitKeepSpace(string(msg.Content)) {
+		s.writeChunk(w, rec, req.Model, ChunkChoice{Delta: Delta{Content: strptr(piece)}}, nil)
+	}
+	for i, c := range msg.ToolCalls {
+		idx := i
+		head := ToolCall{Index: &idx, ID: c.ID, Type: c.Type, Function: FunctionCall{Name: c.Function.Name}}
+		s.writeChunk(w, rec, req.Model, ChunkChoice{Delta: Delta{ToolCalls: []ToolCall{head}}}, nil)
+		args := ToolCall{Index: &idx, Function: FunctionCall{Arguments: c.Function.Arguments}}
+		s.writeChunk(w, rec, req.Model, ChunkChoice{Delta: Delta{ToolCalls: []ToolCall{args}}}, nil)
+	}
+	s.writeChunk(w, rec, req.Model, ChunkChoice{Delta: Delta{}, FinishReason: strptr(res.Response.Choices[0].FinishReason)}, nil)
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		s.writeChunk(w, rec, req.Model, nil, res.Response.Usage)
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	flush(w)
+}
+
+func (s *Server) writeChunk(w http.ResponseWriter, rec Record, model string, choice any, usage *Usage) {
+	c := ChatChunk{
+		ID: rec.ID, Object: "chat.completion.chunk", Created: rec.Arrival.Unix(), Model: model,
+		SystemFingerprint: "fp_luft_fake", Choices: []ChunkChoice{}, Usage: usage,
+	}
+	if cc, ok := choice.(ChunkChoice); ok {
+		c.Choices = []ChunkChoice{cc}
+	}
+	b, _ := json.Marshal(c)
+	fmt.Fprintf(w, "data: %s\n\n", b)
+	flush(w)
+}
+
+func flush(w http.ResponseWriter) {
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// splitKeepSpace splits s into pieces of leading white space plus one word, so that the
+// pieces concatenate back to s exactly; one piece per streamed chunk.
+func splitKeepSpace(s string) []string {
+	var out []string
+	start := 0
+	inWord := false
+	for i, r := range s {
+		space := unicode.IsSpace(r)
+		if space && inWord {
+			out = append(out, s[start:i])
+			start = i
+		}
+		inWord = !space
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	list := ModelList{Object: "list"}
+	for _, id := range s.engine.Models() {
+		list.Data = append(list.Data, Model{ID: id, Object: "model", Created: 1700000000, OwnedBy: "luft-testkit"})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// metrics exposes vLLM's queue gauges per replica, which routers such as llm-d scrape,
+// plus the engine's counters.
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
+	st := s.engine.Stats()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	var b strings.Builder
+	b.WriteString("# TYPE vllm:num_requests_running gauge\n")
+	for i, r := range st.Replicas {
+		fmt.Fprintf(&b, "vllm:num_requests_running{replica=\"%d\"} %d\n", i, r.Busy)
+	}
+	b.WriteString("# TYPE vllm:num_requests_waiting gauge\n")
+	for i, r := range st.Replicas {
+		fmt.Fprintf(&b, "vllm:num_requests_waiting{replica=\"%d\"} %d\n", i, r.Queued)
+	}
+	b.WriteString("# TYPE luft_fake_prefix_cache_blocks gauge\n")
+	for i, r := range st.Replicas {
+		fmt.Fprintf(&b, "luft_fake_prefix_cache_blocks{replica=\"%d\"} %d\n", i, r.CachedBlocks)
+	}
+	fmt.Fprintf(&b, "# TYPE luft_fake_requests_total counter\nluft_fake_requests_total %d\n", st.Requests)
+	fmt.Fprintf(&b, "# TYPE luft_fake_requests_completed_total counter\nluft_fake_requests_completed_total %d\n", st.Completed)
+	fmt.Fprintf(&b, "# TYPE luft_fake_requests_rejected_total counter\nluft_fake_requests_rejected_total %d\n", st.Rejected)
+	_, _ = w.Write([]byte(b.String()))
+}
