@@ -41,6 +41,7 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		paid  bool
 	)
 	attempts := 0
+	tally := &turnTally{}
 	for attempt := 1; attempt <= 1+req.Retries; attempt++ {
 		if attempt > 1 {
 			wait := h.e.opts.Backoff(attempt)
@@ -54,13 +55,14 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 			}
 		}
 		attempts = attempt
-		res, err = h.structured(ctx, c, req, b, sch, attempt > 1)
+		res, err = h.structured(ctx, c, req, b, sch, attempt > 1, tally)
 		total = total.Add(res.Usage)
 		if res.Cost != nil {
 			cost += *res.Cost
 			paid = true
 		}
-		if (err == nil && res.OK()) || ctx.Err() != nil || res.Status == agent.StatusTimedOut && req.Retries == 0 {
+		if (err == nil && res.OK()) || ctx.Err() != nil || res.Status == agent.StatusTimedOut && req.Retries == 0 ||
+			!tally.runtimeRetries(err) {
 			break
 		}
 	}
@@ -68,7 +70,7 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	if paid {
 		res.Cost = &cost
 	}
-	res.Attempts = attempts
+	res.Attempts = attempts + tally.resends
 	if res.Backend == "" {
 		res.Backend = req.Backend
 	}
@@ -83,8 +85,8 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 
 // structured runs one attempt and, when the call has a schema, checks the output and
 // re-prompts with the validation errors up to maxSchemaRetries times.
-func (h *host) structured(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, sch *schema.Schema, continuation bool) (agent.Result, error) {
-	res, err := h.turn(ctx, c, req, b, continuation)
+func (h *host) structured(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, sch *schema.Schema, continuation bool, tally *turnTally) (agent.Result, error) {
+	res, err := h.turn(ctx, c, req, b, continuation, tally)
 	if sch == nil || err != nil || !res.OK() {
 		return res, err
 	}
@@ -111,7 +113,7 @@ func (h *host) structured(ctx context.Context, c lua.Call, req agent.Request, b 
 		if req.SessionID == "" && res.SessionID != "" {
 			again.SessionID = res.SessionID
 		}
-		res, err = h.turn(ctx, c, again, b, true)
+		res, err = h.turn(ctx, c, again, b, true, tally)
 		total = total.Add(res.Usage)
 		if err != nil || !res.OK() {
 			res.Usage = total
@@ -152,15 +154,79 @@ func decodeStructured(res agent.Result) (any, error) {
 	return nil, errors.New("the reply contains no JSON value")
 }
 
-// turn is one admitted model request.
-func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, continuation bool) (agent.Result, error) {
+// turnTally is what the turns of one agent call tell its retry loop.
+type turnTally struct {
+	resends      int  // turns the scheduler sent again after a 429, a 5xx or no response
+	schedRetries bool // the scheduler retries HTTP failures itself (its permits are Retriers)
+}
+
+// runtimeRetries reports whether the call's own retry loop (req.Retries) should try again
+// after err. It does not when the scheduler refused the turn or suspended the run, nor
+// after an HTTP failure when the scheduler has already retried it as far as it would;
+// errors without an HTTP status (the mock's, a transport that gave up) are retried as
+// before.
+func (t *turnTally) runtimeRetries(err error) bool {
+	var (
+		re *scheduler.RefuseError
+		se *scheduler.SuspendError
+	)
+	if errors.As(err, &re) || errors.As(err, &se) {
+		return false
+	}
+	if _, _, ok := scheduler.HTTPStatus(err); ok && t.schedRetries {
+		return false
+	}
+	return true
+}
+
+// turn is one model request, admitted by the scheduler. When the scheduler retries a
+// failed turn itself (a 429 honours the server's wait and keeps the turn's place, a 5xx
+// backs off), the turn waits here for its re-admission and is sent again; the usage and
+// cost of every send count. A backend error that carries an HTTP status (see
+// scheduler.HTTPStatus) is what the scheduler classifies; the response headers come with
+// it.
+func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, continuation bool, tally *turnTally) (agent.Result, error) {
 	permit, err := h.e.opts.Scheduler.Admit(ctx, scheduler.Turn{
 		RunID: h.run.ID, CallKey: c.Key, Lane: req.Backend + "/" + req.Model, Class: req.Class,
 		Caller: h.e.opts.Caller, EstTokens: (len(req.System)+len(req.Prompt))/4 + req.MaxTokens, Continuation: continuation,
+		EstOutput: req.MaxTokens, RunStart: h.start, Notify: h.notify(c.Key),
 	})
 	if err != nil {
-		return agent.Result{Status: agent.StatusCancelled}, err
+		return h.unscheduled(agent.Result{}, err)
 	}
+	_, tally.schedRetries = permit.(scheduler.Retrier)
+	var (
+		usage agent.Usage
+		cost  float64
+		paid  bool
+	)
+	for {
+		res, outcome, sendErr := h.send(ctx, req, b)
+		usage = usage.Add(res.Usage)
+		if res.Cost != nil {
+			cost += *res.Cost
+			paid = true
+		}
+		next, serr := scheduler.Finish(ctx, permit, outcome)
+		if next == nil {
+			res.Usage = usage
+			if paid {
+				res.Cost = &cost
+			}
+			if serr != nil {
+				return h.unscheduled(res, serr)
+			}
+			return res, sendErr
+		}
+		tally.resends++
+		permit = next
+	}
+}
+
+// send runs one admitted turn on the backend, under the call's timeout_ms, and says how
+// it went for the scheduler: the backend's own error, even when a timeout turns it into
+// a result.
+func (h *host) send(ctx context.Context, req agent.Request, b adapters.Backend) (agent.Result, scheduler.Outcome, error) {
 	actx := ctx
 	if req.TimeoutMS > 0 {
 		var cancel context.CancelFunc
@@ -168,10 +234,10 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		defer cancel()
 	}
 	res, err := b.Run(actx, req, nil)
-	permit.Done(scheduler.Outcome{Usage: res.Usage, Err: err})
+	o := scheduler.Outcome{Usage: res.Usage, Err: err}
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errCallTimeout) {
 		return agent.Result{Status: agent.StatusTimedOut, Error: fmt.Sprintf("timed out after %d ms (timeout_ms)", req.TimeoutMS),
-			Usage: res.Usage, Backend: req.Backend, Model: req.Model}, nil
+			Usage: res.Usage, Backend: req.Backend, Model: req.Model}, o, nil
 	}
 	if err != nil && res.Status == "" {
 		res.Status = agent.StatusError
@@ -179,7 +245,56 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	if err == nil && res.Status == "" {
 		res.Status = agent.StatusOK
 	}
+	return res, o, err
+}
+
+// unscheduled is the end of a turn the scheduler would not (or no longer) run. A
+// suspension stops the whole run before the script sees the call fail: the run ends
+// suspended with the scheduler's resume time (SPEC §7). A refusal fails the call. res
+// carries what earlier sends of the turn used.
+func (h *host) unscheduled(res agent.Result, err error) (agent.Result, error) {
+	var (
+		se *scheduler.SuspendError
+		re *scheduler.RefuseError
+	)
+	switch {
+	case errors.As(err, &se):
+		h.run.cancel(suspension{se})
+		res.Status = agent.StatusCancelled
+	case errors.As(err, &re):
+		res.Status = agent.StatusError
+		res.Error = err.Error()
+	default: // the call's context ended while the turn waited
+		res.Status = agent.StatusCancelled
+	}
 	return res, err
+}
+
+// notify turns the scheduler's notices about one turn of the call key into the run's
+// events (SPEC §5).
+func (h *host) notify(key string) func(scheduler.Notice) {
+	return func(n scheduler.Notice) {
+		switch n.Kind {
+		case scheduler.NoticeQueued:
+			h.emit(event.AgentQueued, map[string]any{"call_key": key, "lane": n.Lane, "position": n.Position})
+		case scheduler.NoticeWait, scheduler.NoticeSuspend:
+			action := "wait"
+			if n.Kind == scheduler.NoticeSuspend {
+				action = "suspend"
+			}
+			d := map[string]any{"lane": n.Lane, "action": action, "wait_ms": n.Wait.Milliseconds(), "reason": n.Reason, "call_key": key}
+			if !n.Until.IsZero() {
+				d["until"] = n.Until.UTC().Format(time.RFC3339Nano)
+			}
+			h.emit(event.RateLimit, d)
+		case scheduler.NoticeRetry:
+			d := map[string]any{"call_key": key, "attempt": n.Attempt, "reason": n.Reason, "wait_ms": n.Wait.Milliseconds()}
+			if n.Err != nil {
+				d["error"] = n.Err.Error()
+			}
+			h.emit(event.AgentRetry, d)
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

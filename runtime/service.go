@@ -34,7 +34,7 @@ type Options struct {
 	Store     storage.Store       // required: runs, events and the journal
 	StateDir  string              // where copies of each run's scripts go (runs/<id>/); "" = none
 	Backends  BackendSource       // required
-	Scheduler scheduler.Scheduler // default: a Gate of 8
+	Scheduler scheduler.Scheduler // admits every model turn; default: an Executor, 8 slots per lane
 	Now       func() time.Time    // default: time.Now
 	Caller    string              // who starts runs ("cli", an MCP session id, ...)
 	// ReadFile reads workflow files; default os.ReadFile.
@@ -67,7 +67,7 @@ func New(opts Options) (*Service, error) {
 		return nil, errors.New("runtime: Options.Backends is nil")
 	}
 	if opts.Scheduler == nil {
-		opts.Scheduler = scheduler.NewGate(8)
+		opts.Scheduler = scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 8}}, nil)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -137,6 +137,9 @@ type Result struct {
 	Agents    Counts
 	Elapsed   time.Duration
 	Attempt   int
+	// ResumeAfter is when a run the scheduler suspended can go on (its rate-limit
+	// budget is back); zero otherwise.
+	ResumeAfter time.Time
 }
 
 // Causes a run can be stopped for.
@@ -144,7 +147,18 @@ var (
 	ErrCancelled  = errors.New("cancelled by request")
 	ErrTimeout    = errors.New("the run reached its --timeout")
 	ErrTimeBudget = errors.New("the run's time budget (budget.time_ms) is used up")
+	// ErrSuspended is the cause of a run the scheduler suspended: a turn's wait for its
+	// lane's rate-limit budget would exceed suspend_after. The error that carries it
+	// wraps the *scheduler.SuspendError with the resume time.
+	ErrSuspended = errors.New("suspended by the scheduler")
 )
+
+// suspension is the cancel cause of a run the scheduler suspended.
+type suspension struct{ *scheduler.SuspendError }
+
+func (s suspension) Error() string        { return s.Detail() }
+func (s suspension) Is(target error) bool { return target == ErrSuspended }
+func (s suspension) Unwrap() error        { return s.SuspendError }
 
 // Errors of Resume that callers test for.
 var (
@@ -455,7 +469,12 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 		res.Report, res.HasReport = out.Report, out.HasReport
 	}
 	if res.Status == StatusSuspended {
-		r.bus.emit(event.New(event.RunSuspended, map[string]any{"reason": res.Err.Error()}))
+		res.ResumeAfter = resumeAfter(res.Err)
+		d := map[string]any{"reason": res.Err.Error()}
+		if !res.ResumeAfter.IsZero() {
+			d["resume_after"] = res.ResumeAfter.UTC().Format(time.RFC3339Nano)
+		}
+		r.bus.emit(event.New(event.RunSuspended, d))
 	}
 	done := map[string]any{
 		"status": string(res.Status), "report": res.Report, "tokens": res.Usage.Total(),
@@ -490,6 +509,9 @@ func (s *Service) finishRow(res Result) error {
 	u := storage.Usage(res.Usage)
 	now := s.opts.Now()
 	up := storage.RunUpdate{Status: &status, Error: &msg, Usage: &u, Cost: &res.Cost, Agents: &res.Agents, FinishedAt: &now}
+	if !res.ResumeAfter.IsZero() {
+		up.ResumeAfter = &res.ResumeAfter
+	}
 	if res.HasReport {
 		b, err := json.Marshal(res.Report)
 		if err == nil {
@@ -532,6 +554,8 @@ func classify(err error, ctx context.Context) (Status, error) {
 		switch {
 		case errors.Is(cause, ErrTimeBudget):
 			return StatusSuspended, ErrTimeBudget
+		case errors.Is(cause, ErrSuspended):
+			return StatusSuspended, cause
 		case errors.Is(cause, ErrTimeout):
 			return StatusFailed, ErrTimeout
 		case errors.Is(cause, ErrCancelled) || errors.Is(cause, context.Canceled):
@@ -539,6 +563,15 @@ func classify(err error, ctx context.Context) (Status, error) {
 		}
 	}
 	return StatusFailed, err
+}
+
+// resumeAfter is the resume time a suspended run's error names; zero when none.
+func resumeAfter(err error) time.Time {
+	var se *scheduler.SuspendError
+	if errors.As(err, &se) {
+		return se.Until
+	}
+	return time.Time{}
 }
 
 func defaultBackoff(attempt int) time.Duration {

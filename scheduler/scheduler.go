@@ -2,9 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/luft-run/luft/agent"
 )
@@ -18,6 +20,19 @@ type Turn struct {
 	Caller       string
 	EstTokens    int  // estimated prompt + expected output tokens
 	Continuation bool // follows a tool result or an earlier turn of the same call
+
+	// EstOutput is the part of EstTokens expected as output (the request's max_tokens);
+	// 0 = unknown. The Executor hands it to the decision core as Job.EstOutput.
+	EstOutput int
+	// RunStart is when the turn's run started, for ranking continuations by run age;
+	// zero = the first time the scheduler saw the run. The Executor hands it to the
+	// decision core as Job.RunStart.
+	RunStart time.Time
+	// Notify, when set, is told what happens to the turn while it waits: queued,
+	// waiting for a rate-limit budget, its run suspended, retried (see Notice). It is
+	// called outside the scheduler's lock, in the order the scheduler decided, and must
+	// neither block for long nor call the scheduler.
+	Notify func(Notice)
 }
 
 // Outcome is what a turn cost and how it ended, reported when its permit is released.
@@ -25,6 +40,9 @@ type Outcome struct {
 	Usage  agent.Usage
 	Header http.Header // response headers, for rate-limit learning; may be nil
 	Err    error
+	// StatusCode is the HTTP status of the response, when the caller has one outside
+	// Err; 0 = none, and then an Err that carries a status (see HTTPStatus) gives it.
+	StatusCode int
 }
 
 // Scheduler admits turns. Admit blocks until the turn may run or ctx ends.
@@ -32,9 +50,61 @@ type Scheduler interface {
 	Admit(ctx context.Context, t Turn) (Permit, error)
 }
 
-// Permit is the right to run one turn. Done must be called exactly once.
+// Permit is the right to run one turn. Done must be called exactly once (a second Done
+// is harmless); Done ends the turn even when its scheduler would have retried it.
 type Permit interface {
 	Done(o Outcome)
+}
+
+// Retrier is implemented by the permits of a scheduler that retries failed turns itself
+// (the Executor): a turn answered with HTTP 429 honours the server's wait and keeps its
+// place in line, a 5xx or a lost response backs off, and both come back to the same
+// caller instead of being submitted again.
+type Retrier interface {
+	// Again releases the permit like Done and reports o. When the scheduler retries
+	// the turn, Again blocks until it is admitted again and returns the permit of the
+	// next attempt, which the caller sends and releases like the first. When the turn
+	// is over (success, or a failure the scheduler does not retry) it returns nil, nil.
+	// Errors: *RefuseError when the retries are used up (it wraps o.Err), *SuspendError
+	// when the run was suspended while the turn waited, or ctx's cause when ctx ended
+	// first (the turn is then withdrawn).
+	Again(ctx context.Context, o Outcome) (Permit, error)
+}
+
+// Finish releases p with o and returns the permit of the turn's next attempt when p's
+// scheduler retries it (see Retrier); with any other permit it calls Done and returns
+// nil, nil. A caller's turn loop is:
+//
+//	p, err := s.Admit(ctx, turn)
+//	for err == nil && p != nil {
+//		o := send()
+//		p, err = scheduler.Finish(ctx, p, o)
+//	}
+func Finish(ctx context.Context, p Permit, o Outcome) (Permit, error) {
+	if r, ok := p.(Retrier); ok {
+		return r.Again(ctx, o)
+	}
+	p.Done(o)
+	return nil, nil
+}
+
+// HTTPStatus reports the HTTP status a backend error carries. The convention, for
+// backends that speak HTTP (this package never imports them): the error, or one it
+// wraps, has a method StatusCode() int, and optionally Header() http.Header with the
+// response's headers (retry-after, x-ratelimit-*). Code 0 means the request got no
+// response at all (a connection error or a transport timeout), which is retried like a
+// 5xx. An error without StatusCode is not an HTTP failure: the scheduler does not retry
+// it, and the runtime's own retry policy applies.
+func HTTPStatus(err error) (code int, header http.Header, ok bool) {
+	var sc interface{ StatusCode() int }
+	if err == nil || !errors.As(err, &sc) {
+		return 0, nil, false
+	}
+	var hc interface{ Header() http.Header }
+	if errors.As(err, &hc) {
+		header = hc.Header()
+	}
+	return sc.StatusCode(), header, true
 }
 
 // Gate admits at most n turns at once, first come first served.

@@ -49,7 +49,7 @@ func main() {
 		fmt.Println(d.Nanoseconds())
 		return
 	}
-	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots, durable journal and events in SQLite, best of %d\n\n", *conc, *repeat)
+	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots per lane, durable journal and events in SQLite, best of %d\n\n", *conc, *repeat)
 	fmt.Printf("%10s  %12s  %14s  %12s\n", "N", "wall", "calls/s", "peak RSS")
 	for _, s := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -106,7 +106,7 @@ func fanout(n, conc int, stateDir string) (time.Duration, error) {
 	eng, err := runtime.New(runtime.Options{
 		Store:     st,
 		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{})),
-		Scheduler: scheduler.NewGate(conc),
+		Scheduler: scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: conc}}, nil),
 	})
 	if err != nil {
 		return 0, err

@@ -87,7 +87,7 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 	fl.StringVar(&f.backend, "backend", "", "backend for agent calls that name none: mock (default) or mockfile")
 	fl.StringVar(&f.model, "model", "", "model for agent calls that name none")
 	fl.StringVar(&f.mockFile, "mock-file", "", "scripted replies for the mockfile backend (JSON)")
-	fl.IntVar(&f.maxConcurrency, "max-concurrency", 8, "agent calls running at once")
+	fl.IntVar(&f.maxConcurrency, "max-concurrency", 8, "model turns running at once per backend/model (the scheduler's slots), and the default pipeline max_inflight")
 	fl.IntVar(&f.maxAgentCalls, "max-agent-calls", 10000, "agent calls allowed per run")
 	fl.StringVar(&f.class, "class", "interactive", "scheduling class of the run's calls: interactive or batch")
 	fl.BoolVar(&f.json, "json", false, "write events as JSON lines on stdout instead of the report")

@@ -42,13 +42,15 @@ func openStore(ctx context.Context, e *env, g *globalFlags, mustExist bool) (*st
 	return st, nil
 }
 
-// newService builds the runtime over an open store.
+// newService builds the runtime over an open store, with the process's one admission
+// scheduler: every lane (backend + model) gets slots concurrent turns and learns its
+// rate-limit budgets from the headers of its responses.
 func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, slots int) (*runtime.Service, error) {
 	return runtime.New(runtime.Options{
 		Store:     st,
 		StateDir:  dir,
 		Backends:  backends,
-		Scheduler: scheduler.NewGate(slots),
+		Scheduler: scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: slots}}, nil),
 		Now:       e.now,
 		Caller:    "cli",
 	})
