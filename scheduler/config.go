@@ -28,7 +28,7 @@ type Config struct {
 	// BatchOffset is how much later than an interactive turn a batch turn counts as
 	// having arrived. It is the whole of class priority: interactive work goes first,
 	// and a batch turn that has waited BatchOffset competes as if it were interactive,
-	// so batch never starves. Default 60 s.
+	// so batch never starves. Default 5 min.
 	BatchOffset time.Duration
 
 	// ContinuationLead ranks continuations ahead of new work of their class: a

@@ -3,7 +3,16 @@
 // what the turn cost, so the scheduler can learn budgets. This package never imports the
 // backends or the Lua VM: it sees turns and outcomes as plain values.
 //
-// Gate is the simple admission policy: a fixed number of concurrent turns, granted in
-// arrival order. The admission scheduler (classes, continuations first, fair shares,
-// predictive rate-limit budgets) replaces it behind the same interface.
+// Core is the decision logic, pure over (state, event, now): lanes (backend + model) with
+// slots and tokens/requests-per-minute budgets configured or learned from rate-limit
+// headers; interactive before batch with ageing; continuations first; fair shares across
+// callers by tokens served; reservations with a learned safety margin; wait, suspend or
+// refuse decisions; 429 and 5xx handling, circuit breakers, fallback lanes and
+// load-bounded replica affinity. It has no goroutines and no clock, so it is tested and
+// benchmarked on virtual time.
+//
+// Executor puts a Core behind the Scheduler interface for real use: one lock, an injected
+// clock, a timer at the core's next wake-up, blocking Admit, and Notify callbacks the
+// runtime turns into events. Gate is the simplest policy (fixed slots, arrival order),
+// kept as a baseline for benchmarks.
 package scheduler
