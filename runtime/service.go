@@ -233,15 +233,15 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 	if spec.Concurrency <= 0 {
 		spec.Concurrency = 8
 	}
+	if spec.Path == "" {
+		spec.Path = "workflow.lua" // the name the script is pinned and resumed under
+	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("start run: encode its spec: %w", err)
 	}
 	argsJSON, _ := json.Marshal(spec.Args)
 	id := uuid.Must(uuid.NewV7()).String()
-	if spec.Path == "" {
-		spec.Path = "workflow.lua"
-	}
 	if err := s.opts.Store.CreateRun(ctx, storage.Run{
 		ID: id, Workflow: spec.Path, ScriptHash: sha(src), Status: storage.StatusRunning,
 		Args: argsJSON, Attempt: 1, PID: s.opts.PID, Spec: specJSON,
@@ -282,7 +282,7 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 		err error
 	)
 	if rs.Run == "" {
-		row, err = st.LatestResumable(ctx)
+		row, err = s.newestResumable(ctx)
 		if errors.Is(err, storage.ErrRunNotFound) {
 			return nil, fmt.Errorf("resume: no unfinished run to resume: %w", err)
 		}
@@ -324,6 +324,12 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 			cur = f.Content // gone from disk: the pinned copy is the script
 		case sha(cur) != f.SHA256 && !rs.AllowChangedScript:
 			return nil, fmt.Errorf("run %s: resume refused: %s changed since the run started (use --allow-changed-script to run the new version; calls whose inputs changed then count as divergence): %w", short(row.ID), f.Path, ErrScriptChanged)
+		case sha(cur) != f.SHA256:
+			// The new version is what this attempt runs, so it is what a later resume
+			// compares against.
+			if err := s.pin(ctx, row.ID, f.Path, cur); err != nil {
+				return nil, err
+			}
 		}
 		if f.Path == spec.Path {
 			src = cur
@@ -357,7 +363,11 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	no := false
 	hash := sha(src)
 	if err := st.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
-		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash}); err != nil {
+		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash,
+		IfAttempt: &row.Attempt}); err != nil {
+		if errors.Is(err, storage.ErrRunChanged) {
+			return nil, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
+		}
 		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
 	}
 	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
@@ -373,7 +383,7 @@ func (s *Service) settle(ctx context.Context, row storage.Run) (storage.Run, err
 	d := evs[len(evs)-1].Data
 	status, _ := d["status"].(string)
 	msg, _ := d["error"].(string)
-	up := storage.RunUpdate{Status: &status, Error: &msg}
+	up := storage.RunUpdate{Status: &status, Error: &msg, IfAttempt: &row.Attempt}
 	var u storage.Usage
 	var agents storage.AgentCounts
 	if b, err := json.Marshal(d["usage"]); err == nil && json.Unmarshal(b, &u) == nil {
@@ -392,6 +402,9 @@ func (s *Service) settle(ctx context.Context, row storage.Run) (storage.Run, err
 		}
 	}
 	if err := s.opts.Store.UpdateRun(ctx, row.ID, up); err != nil {
+		if errors.Is(err, storage.ErrRunChanged) {
+			return row, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
+		}
 		return row, fmt.Errorf("run %s: settle its record: %w", row.ID, err)
 	}
 	return s.opts.Store.GetRun(ctx, row.ID)
@@ -405,7 +418,27 @@ func (s *Service) alive(id string, pid int) bool {
 		s.mu.Unlock()
 		return ok
 	}
-	return syscall.Kill(pid, 0) == nil
+	// EPERM means the process exists but belongs to someone else: it is alive.
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// newestResumable is the newest run that may be resumed and that no live process drives.
+func (s *Service) newestResumable(ctx context.Context) (storage.Run, error) {
+	runs, err := s.opts.Store.ListRuns(ctx, storage.ListOptions{Limit: 500})
+	if err != nil {
+		return storage.Run{}, err
+	}
+	for _, r := range runs {
+		if !r.Resumable() {
+			continue
+		}
+		if r.Status == storage.StatusRunning && r.PID != 0 && s.alive(r.ID, r.PID) {
+			continue
+		}
+		return r, nil
+	}
+	return storage.Run{}, storage.ErrRunNotFound
 }
 
 func short(id string) string {
@@ -434,15 +467,16 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	go func() {
 		defer stop()
 		r.execute(rctx, s, h, prog)
+		// Off the live list before anyone waiting on Done looks at the run again.
 		s.mu.Lock()
 		delete(s.live, id)
 		s.mu.Unlock()
+		close(r.done)
 	}()
 	return r
 }
 
 func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Program) {
-	defer close(r.done)
 	defer r.cancel(nil)
 	start := s.opts.Now()
 	pollDone := make(chan struct{})
@@ -470,10 +504,10 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 	}
 	if res.Status == StatusSuspended {
 		res.ResumeAfter = resumeAfter(res.Err)
-		d := map[string]any{"reason": res.Err.Error()}
-		if !res.ResumeAfter.IsZero() {
-			d["resume_after"] = res.ResumeAfter.UTC().Format(time.RFC3339Nano)
+		if res.ResumeAfter.IsZero() {
+			res.ResumeAfter = s.opts.Now() // a used-up time budget: resumable at once
 		}
+		d := map[string]any{"reason": res.Err.Error(), "resume_after": res.ResumeAfter.UTC().Format(time.RFC3339Nano)}
 		r.bus.emit(event.New(event.RunSuspended, d))
 	}
 	done := map[string]any{

@@ -11,9 +11,6 @@ import (
 	"github.com/luft-run/luft/storage"
 )
 
-// settleDeadPID is a process id that does not exist.
-const settleDeadPID = 1<<22 + 54321
-
 // A process killed after it stored run_done but before it updated the run's row leaves a
 // row saying running; resume settles it from run_done instead of running it again.
 func TestResumeSettlesARunWhoseRunDoneIsStored(t *testing.T) {
@@ -21,7 +18,7 @@ func TestResumeSettlesARunWhoseRunDoneIsStored(t *testing.T) {
 	st := svc.opts.Store
 	ctx := t.Context()
 	spec, _ := json.Marshal(Spec{Path: "gone.lua"})
-	if err := st.CreateRun(ctx, storage.Run{ID: "run-a", Workflow: "gone.lua", Status: storage.StatusRunning, PID: settleDeadPID, Spec: spec}); err != nil {
+	if err := st.CreateRun(ctx, storage.Run{ID: "run-a", Workflow: "gone.lua", Status: storage.StatusRunning, PID: deadPID, Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Append(ctx, "run-a",
@@ -51,7 +48,7 @@ func TestResumeARunWhoseScriptWasNeverPinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec, _ := json.Marshal(Spec{Path: path})
-	if err := st.CreateRun(ctx, storage.Run{ID: "run-b", Workflow: path, Status: storage.StatusRunning, PID: settleDeadPID, Spec: spec}); err != nil {
+	if err := st.CreateRun(ctx, storage.Run{ID: "run-b", Workflow: path, Status: storage.StatusRunning, PID: deadPID, Spec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := svc.Resume(ctx, ResumeSpec{})

@@ -163,8 +163,19 @@ func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
 	set("updated_at", fmtTime(s.now()))
 	args = append(args, id)
 	q := `UPDATE runs SET ` + strings.Join(sets, ", ") + ` WHERE id = ?`
+	if u.IfAttempt != nil {
+		q += ` AND attempt = ?`
+		args = append(args, *u.IfAttempt)
+	}
 	return s.write(ctx, func(tx *wtx) error {
-		return execOne(tx, "update run", id, q, args...)
+		err := execOne(tx, "update run", id, q, args...)
+		if u.IfAttempt != nil && errors.Is(err, ErrRunNotFound) {
+			var n int
+			if tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ?`, id).Scan(&n) == nil && n == 1 {
+				return errf("update run", id, ErrRunChanged)
+			}
+		}
+		return err
 	})
 }
 

@@ -43,6 +43,8 @@ var (
 	ErrAmbiguousRun = errors.New("ambiguous run id")
 	// ErrRunExists means CreateRun was given an id that is already stored.
 	ErrRunExists = errors.New("run already exists")
+	// ErrRunChanged means a conditional UpdateRun found the run changed by someone else.
+	ErrRunChanged = errors.New("run was changed by another process")
 	// ErrClosed is returned by every call made after Close.
 	ErrClosed = errors.New("storage: the store is closed")
 	// ErrCorruptState means luft.db is not a SQLite database or its schema is broken.
@@ -153,6 +155,10 @@ type RunUpdate struct {
 	ResumeAfter     *time.Time
 	CancelRequested *bool // false clears a cancel request (on resume)
 	Spec            *json.RawMessage
+	// IfAttempt makes the update conditional: it applies only while the run's attempt
+	// is this value, and otherwise fails with ErrRunChanged. Two processes resuming one
+	// run claim it this way, so only one of them drives it.
+	IfAttempt *int
 }
 
 // ListOptions filter ListRuns.

@@ -168,8 +168,11 @@ func statusMessage(res runtime.Result) string {
 	case runtime.StatusSuspended:
 		return fmt.Sprintf("run %s suspended: %v%s", res.RunID, res.Err, resume)
 	}
-	if k := lua.ErrorKindOf(res.Err); k == lua.KindSyntax || k == lua.KindInvalid {
+	switch lua.ErrorKindOf(res.Err) {
+	case lua.KindSyntax, lua.KindInvalid:
 		return fmt.Sprintf("run %s failed: %v", res.RunID, res.Err)
+	case lua.KindDivergence:
+		return fmt.Sprintf("run %s failed: %v; to run from that call on: luft run --resume %s --allow-changed-script --rerun-from-divergence", res.RunID, res.Err, res.RunID)
 	}
 	return fmt.Sprintf("run %s failed: %v%s", res.RunID, res.Err, resume)
 }

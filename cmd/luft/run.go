@@ -53,6 +53,14 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 				if f.workflow != "" || f.args != "" {
 					return usageErr("--resume runs the stored workflow with its stored args; drop --workflow and --args")
 				}
+				// A resume runs the run as it was started: settings that would change
+				// what its calls compute or how the run is limited are refused, not
+				// silently ignored.
+				for _, name := range []string{"backend", "model", "class", "timeout", "max-agent-calls"} {
+					if cmd.Flags().Changed(name) {
+						return usageErr("--%s cannot change a resumed run: it runs with the settings it was started with", name)
+					}
+				}
 				if len(args) > 1 {
 					return usageErr("--resume takes one run id (or none for the newest unfinished run)")
 				}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -59,6 +60,9 @@ func newService(e *env, st storage.Store, dir string, backends runtime.BackendSo
 // runRefError maps a failure to find a run to an input error.
 func runRefError(err error) error {
 	if errors.Is(err, storage.ErrRunNotFound) || errors.Is(err, storage.ErrAmbiguousRun) {
+		if strings.Contains(err.Error(), "luft list") {
+			return usageErr("%v", err)
+		}
 		return usageErr("%v (luft list shows your runs)", err)
 	}
 	return err
