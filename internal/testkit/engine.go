@@ -85,9 +85,9 @@ type Record struct {
 	Prefill   time.Duration `json:"prefill_ns"`
 	Decode    time.Duration `json:"decode_ns"`
 
-	PromptTokens  int `json:"prompt_tokens"`
-	CachedTokens  int `json:"cached_tokens"`
-	OutputTokens  int `json:"output_tokens"`
+	PromptTokens int `json:"prompt_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	OutputTokens int `json:"output_tokens"`
 	// ChargedTokens is the request's token charge (prompt + max_tokens) when admitted;
 	// for a refused request, only with Limits.ChargeRejectedTokens.
 	ChargedTokens int `json:"charged_tokens"`
