@@ -1,0 +1,480 @@
+package schedbench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/luft-run/luft/agent"
+)
+
+// Check is one of the issue's targets, evaluated.
+type Check struct {
+	ID     string  `json:"id"`
+	What   string  `json:"what"`
+	Value  float64 `json:"value"`
+	Op     string  `json:"op"` // "<=" or ">="
+	Target float64 `json:"target"`
+	Pass   bool    `json:"pass"`
+	Unit   string  `json:"unit,omitempty"`
+}
+
+func check(id, what string, value float64, op string, target float64, unit string) Check {
+	pass := value <= target
+	if op == ">=" {
+		pass = value >= target
+	}
+	if math.IsNaN(value) || math.IsInf(value, 0) {
+		pass = false
+	}
+	return Check{ID: id, What: what, Value: value, Op: op, Target: target, Pass: pass, Unit: unit}
+}
+
+// Report is one workload's results and targets.
+type Report struct {
+	Workload string             `json:"workload"`
+	Size     string             `json:"size"`
+	About    string             `json:"about"`
+	Results  []*Result          `json:"results"`
+	Figures  map[string]float64 `json:"figures"` // derived figures (floors, ideals, ratios)
+	Checks   []Check            `json:"checks"`
+	Notes    []string           `json:"notes,omitempty"`
+	rows     []row
+}
+
+// Result returns the result of the named policy, or nil.
+func (r *Report) Result(policy string) *Result {
+	for _, x := range r.Results {
+		if x.Policy == policy {
+			return x
+		}
+	}
+	return nil
+}
+
+// Check returns the named check.
+func (r *Report) Check(id string) (Check, bool) {
+	for _, c := range r.Checks {
+		if c.ID == id {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+type row struct {
+	label string
+	f     func(*Result) string
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return math.Inf(1)
+	}
+	return a / b
+}
+
+func f2(x float64) string { return fmt.Sprintf("%.2f", x) }
+func f1(x float64) string { return fmt.Sprintf("%.1f", x) }
+func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
+
+func latRow(class agent.Class, q string) row {
+	return row{string(class) + " turn " + q + " (s)", func(r *Result) string {
+		d, ok := r.Latency[string(class)]
+		if !ok {
+			return "-"
+		}
+		switch q {
+		case "p50":
+			return f2(d.P50)
+		case "p95":
+			return f2(d.P95)
+		}
+		return f2(d.P99)
+	}}
+}
+
+func waitRow(class agent.Class) row {
+	return row{string(class) + " queue wait p99 (s)", func(r *Result) string {
+		d, ok := r.QueueWait[string(class)]
+		if !ok {
+			return "-"
+		}
+		return f2(d.P99)
+	}}
+}
+
+var (
+	rowRuns     = row{"runs (failed)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.Runs, r.RunsFailed) }}
+	rowTurns    = row{"turns ok / requests", func(r *Result) string { return fmt.Sprintf("%d / %d", r.TurnsOK, r.Requests) }}
+	rowMakespan = row{"makespan (s)", func(r *Result) string { return f1(r.Makespan) }}
+	rowBatchMk  = row{"batch makespan (s)", func(r *Result) string {
+		if r.BatchMakespan == 0 {
+			return "-"
+		}
+		return f1(r.BatchMakespan)
+	}}
+	rowHit    = row{"prefix-cache hit ratio", func(r *Result) string { return f3(r.CacheHit) }}
+	rowOracle = row{"  oracle hit ratio", func(r *Result) string { return f3(r.OracleHit) }}
+	rowAff    = row{"  continuations on same replica", func(r *Result) string { return f2(r.Affinity) }}
+	row429    = row{"429s (after first headers)", func(r *Result) string { return fmt.Sprintf("%d (%d)", r.R429, r.R429Late) }}
+	rowRetry  = row{"retries", func(r *Result) string { return fmt.Sprint(r.Retries) }}
+	rowCost   = row{"decision cost p50 / p99 (µs)", func(r *Result) string {
+		if r.Decision == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f / %.1f", r.Decision.P50, r.Decision.P99)
+	}}
+	rowWork = row{"busy slot-seconds", func(r *Result) string { return fmt.Sprintf("%.0f", r.Work) }}
+)
+
+// Print writes the side-by-side table and the targets.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "%s (%s): %s\n\n", r.Workload, r.Size, r.About)
+	const lw = 34
+	fmt.Fprintf(w, "%-*s", lw, "")
+	for _, x := range r.Results {
+		fmt.Fprintf(w, " %14s", x.Policy)
+	}
+	fmt.Fprintln(w)
+	for _, rw := range r.rows {
+		fmt.Fprintf(w, "%-*s", lw, rw.label)
+		for _, x := range r.Results {
+			fmt.Fprintf(w, " %14s", rw.f(x))
+		}
+		fmt.Fprintln(w)
+	}
+	if len(r.Figures) > 0 {
+		fmt.Fprintln(w)
+		for _, k := range sortedKeys(r.Figures) {
+			fmt.Fprintf(w, "  %-62s %10.3f\n", k, r.Figures[k])
+		}
+	}
+	fmt.Fprintln(w, "\n  targets")
+	for _, c := range r.Checks {
+		mark := "PASS"
+		if !c.Pass {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  %-62s %10.3f%-2s %s %8.3f%-2s  %s\n", c.What, c.Value, c.Unit, c.Op, c.Target, c.Unit, mark)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	fmt.Fprintln(w)
+}
+
+func sortedKeys(m map[string]float64) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	for i := 1; i < len(ks); i++ {
+		for j := i; j > 0 && ks[j] < ks[j-1]; j-- {
+			ks[j], ks[j-1] = ks[j-1], ks[j]
+		}
+	}
+	return ks
+}
+
+// ---------------------------------------------------------------------------------------
+// W1
+
+// RunW1 runs W1 under luft and the baselines.
+func RunW1(size Size) *Report {
+	w := W1(size)
+	rep := &Report{Workload: "W1", Size: size.String(), Figures: map[string]float64{},
+		About: fmt.Sprintf("saturation: %d batch + %d interactive agent runs on %d replicas × %d slots, %dk-token prefix cache per replica",
+			w.Streams[0].Parallel, w.Streams[1].Parallel, w.Engine.Replicas, w.Engine.Slots, w.Engine.CacheTokens/1024)}
+	for _, p := range []string{PolLuft, PolFIFO, PolNoSched, PolRR, PolSticky} {
+		rep.Results = append(rep.Results, Simulate(w, p))
+	}
+	rep.Results = append(rep.Results, Simulate(w.Only("interactive"), PolIsolate))
+	l, fifo, rr, iso, sticky := rep.Result(PolLuft), rep.Result(PolFIFO), rep.Result(PolRR), rep.Result(PolIsolate), rep.Result(PolSticky)
+	li, fi, ii := l.Latency["interactive"], fifo.Latency["interactive"], iso.Latency["interactive"]
+	rep.Figures["interactive p50: fifo / luft"] = ratio(fi.P50, li.P50)
+	rep.Figures["interactive p99: nosched / luft"] = ratio(rep.Result(PolNoSched).Latency["interactive"].P99, li.P99)
+	rep.Figures["cache hit: luft / oracle"] = ratio(l.CacheHit, l.OracleHit)
+	rep.Figures["cache hit: sticky (B3, perfect affinity) / rr (reachable bound)"] = ratio(sticky.CacheHit, rr.CacheHit)
+	rep.Figures["cache hit: oracle / rr"] = ratio(l.OracleHit, rr.CacheHit)
+	rep.Figures["cache hit: luft / fifo"] = ratio(l.CacheHit, fifo.CacheHit)
+	rep.Checks = []Check{
+		check("W1/interactive_p99_vs_idle", "interactive p99 vs idle engines (luft / isolated)", ratio(li.P99, ii.P99), "<=", 2, "×"),
+		check("W1/interactive_p99_vs_fifo", "interactive p99 lower than FIFO by (fifo / luft)", ratio(fi.P99, li.P99), ">=", 5, "×"),
+		check("W1/batch_makespan_vs_fifo", "batch makespan vs FIFO (luft / fifo)", ratio(l.BatchMakespan, fifo.BatchMakespan), "<=", 1.05, "×"),
+		check("W1/cache_hit_vs_rr", "prefix-cache hit ratio vs round-robin (luft / rr)", ratio(l.CacheHit, rr.CacheHit), ">=", 1.6, "×"),
+	}
+	rep.rows = []row{rowRuns, rowTurns,
+		latRow(agent.ClassInteractive, "p50"), latRow(agent.ClassInteractive, "p99"), waitRow(agent.ClassInteractive),
+		latRow(agent.ClassBatch, "p50"), latRow(agent.ClassBatch, "p99"),
+		rowBatchMk, rowMakespan, rowHit, rowOracle, rowAff, rowWork, row429, rowCost}
+	rep.Notes = append(rep.Notes,
+		"sticky = notes' B3 (FIFO gate, runs pinned to their first replica, no load check): a bound on what routing alone can buy; isolated = luft with only the interactive runs (idle-engine latency)")
+	return rep
+}
+
+// ---------------------------------------------------------------------------------------
+// W2
+
+// W2DeepQueue is the queue depth at which W2's decision cost is read.
+const W2DeepQueue = 10_000
+
+// RunW2 runs W2 under luft and the baselines, and luft once more with 10,000 sub-agents
+// for the decision cost at a deep queue. costHorizon bounds that run's virtual time (0 =
+// to the end): the cost is read while the queue is deep, and the run need not finish.
+func RunW2(size Size, costHorizon time.Duration) *Report {
+	w := W2(size, 0)
+	subs := w.Streams[1].Parallel
+	rep := &Report{Workload: "W2", Size: size.String(), Figures: map[string]float64{},
+		About: fmt.Sprintf("fan-out: one run plans, fans out to %d sub-agents (1–3 turns, 1k shared prefix + 300 unique), summarises; one interactive caller from t=10 s; %d replicas × %d slots",
+			subs, w.Engine.Replicas, w.Engine.Slots)}
+	for _, p := range []string{PolLuft, PolFIFO, PolNoSched, PolRR} {
+		rep.Results = append(rep.Results, Simulate(w, p))
+	}
+	rep.Results = append(rep.Results, Simulate(w.Only("interactive"), PolIsolate))
+
+	big := W2(size, W2DeepQueue+w.Engine.Replicas*w.Engine.Slots)
+	if costHorizon > 0 {
+		big.Horizon = costHorizon
+	}
+	cost := Measure(NewHarness(big, NewPolicy(PolLuft, big)).Run())
+	cost.Policy = "luft-10k"
+	cost.DeepCost(W2DeepQueue * 9 / 10)
+	rep.Results = append(rep.Results, cost)
+
+	l, iso := rep.Result(PolLuft), rep.Result(PolIsolate)
+	ideal := w2Ideal(l)
+	rep.Figures["ideal makespan (s): plan + oracle work ÷ slots + summary"] = ideal
+	rep.Figures["makespan / ideal: fifo"] = ratio(rep.Result(PolFIFO).Makespan, ideal)
+	rep.Figures["makespan / ideal: nosched"] = ratio(rep.Result(PolNoSched).Makespan, ideal)
+	rep.Figures["interactive p99 vs isolation (luft / isolated)"] = ratio(l.Latency["interactive"].P99, iso.Latency["interactive"].P99)
+	rep.Figures["interactive p99 vs isolation (fifo / isolated)"] = ratio(rep.Result(PolFIFO).Latency["interactive"].P99, iso.Latency["interactive"].P99)
+	rep.Figures["luft-10k: events read at ≥ 9,000 queued"] = float64(cost.DecisionDeep.N)
+	rep.Figures["luft-10k: decision cost p50 at ≥ 9,000 queued (µs)"] = cost.DecisionDeep.P50
+	rep.Figures["luft-10k: decision cost max at ≥ 9,000 queued (µs)"] = cost.DecisionDeep.Max
+	rep.Figures["luft-10k: max queued turns"] = float64(cost.MaxQueued)
+	rep.Checks = []Check{
+		check("W2/decision_p99", "decision cost p99 with ~10,000 queued turns (luft-10k)", cost.DecisionDeep.P99, "<=", 50, "µs"),
+		check("W2/makespan_vs_ideal", "makespan vs ideal (luft / ideal)", ratio(l.Makespan, ideal), "<=", 1.10, "×"),
+	}
+	rep.rows = []row{rowRuns, rowTurns,
+		latRow(agent.ClassInteractive, "p50"), latRow(agent.ClassInteractive, "p99"), waitRow(agent.ClassInteractive),
+		latRow(agent.ClassBatch, "p50"), latRow(agent.ClassBatch, "p99"),
+		rowMakespan, rowHit, rowOracle, rowAff, rowWork, row429, rowCost,
+		{"max queued turns in luft", func(r *Result) string {
+			if r.Decision == nil {
+				return "-"
+			}
+			return fmt.Sprint(r.MaxQueued)
+		}}}
+	if costHorizon > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("luft-10k stops at %v of virtual time: it exists to read the decision cost with the queue deep", costHorizon))
+	}
+	rep.Notes = append(rep.Notes, "decision cost is wall time around each Core.Submit/Complete/Tick call on this machine; the ideal assumes every slot busy (decode ×LoadFactor) and the oracle's cache hits")
+	return rep
+}
+
+// w2Ideal is the fan-out's ideal makespan: the planning turn alone, then the
+// sub-agents' and the interactive caller's work with the oracle's cache hits packed onto
+// every slot (decode at the full-load factor), then the summary turn alone.
+func w2Ideal(r *Result) float64 {
+	h := r.h
+	cfg := h.Engine.Config()
+	slots := float64(cfg.Replicas * cfg.Slots)
+	var packed, serial float64
+	for _, t := range h.Turns {
+		if t.Final == nil {
+			continue
+		}
+		switch t.Run.Stream.Name {
+		case "plan", "final":
+			serial += OracleWork(cfg, t.Final.PromptTokens, t.Oracle, t.Final.OutputTokens, 1).Seconds()
+		default:
+			packed += OracleWork(cfg, t.Final.PromptTokens, t.Oracle, t.Final.OutputTokens, max(1, cfg.LoadFactor)).Seconds()
+		}
+	}
+	return serial + packed/slots
+}
+
+// ---------------------------------------------------------------------------------------
+// W3
+
+// RunW3 runs W3 under luft and the baselines.
+func RunW3(size Size) *Report {
+	w := W3(size)
+	period := w.Streams[0].For
+	rep := &Report{Workload: "W3", Size: size.String(), Figures: map[string]float64{},
+		About: fmt.Sprintf("fairness: 4 backlogged callers (A heavy ~8k prompts, B light ~500, C bursty 30 runs / 30 s, D joins at %v) on %d replicas × %d slots for %v",
+			W3Join, w.Engine.Replicas, w.Engine.Slots, period)}
+	for _, p := range []string{PolLuft, PolFIFO, PolNoSched, PolRR} {
+		r := Simulate(w, p)
+		r.MeasureFairness(W3Callers, T0.Add(W3Join), T0.Add(period), W3Window, W3Coverage)
+		r.MeasureLateJoin("D-late", T0.Add(W3Join))
+		rep.Results = append(rep.Results, r)
+	}
+	if size == Full {
+		// The same callers for 30 minutes: an overloaded caller's new turns age past
+		// BatchOffset and then outrank every caller whose turns have not.
+		long := W3Long(size, 30*time.Minute)
+		r := Simulate(long, PolLuft)
+		r.Policy = "luft-30m"
+		r.MeasureFairness(W3Callers, T0.Add(W3Join), T0.Add(30*time.Minute), W3Window, W3Coverage)
+		r.MeasureLateJoin("D-late", T0.Add(W3Join))
+		rep.Results = append(rep.Results, r)
+		rep.Notes = append(rep.Notes, "luft-30m: the same callers for 30 min (not a target): from ~6 min on, the bursty caller's queued turns have waited longer than BatchOffset (5 min), turn urgent and outrank the other callers whatever their token counters")
+	}
+	l := rep.Result(PolLuft)
+	rep.Figures["late joiner delay / slot turnover (luft)"] = ratio(l.LateJoin.Delay, l.LateJoin.Turnover)
+	rep.Checks = []Check{
+		check("W3/jain", fmt.Sprintf("Jain's index, least over %v windows with all backlogged", W3Window), l.Fairness.JainMin, ">=", 0.95, ""),
+		check("W3/late_joiner", "late joiner: other turns admitted before its first (0 = next slot turnover)", float64(l.LateJoin.OthersBefore), "<=", 0, ""),
+	}
+	rep.rows = []row{rowRuns, rowTurns,
+		{"windows with all backlogged", func(r *Result) string { return fmt.Sprint(r.Fairness.Windows) }},
+		{"Jain's index: least window", func(r *Result) string { return f3(r.Fairness.JainMin) }},
+		{"Jain's index: mean window", func(r *Result) string { return f3(r.Fairness.JainMean) }},
+		{"Jain's index: counted windows summed", func(r *Result) string { return f3(r.Fairness.JainAll) }},
+	}
+	for _, c := range W3Callers {
+		c := c
+		rep.rows = append(rep.rows, row{"  tokens served " + c + " (k)", func(r *Result) string {
+			return fmt.Sprintf("%.0f", r.Fairness.Tokens[c]/1000)
+		}})
+	}
+	for _, c := range W3Callers {
+		c := c
+		rep.rows = append(rep.rows, row{"  slot share " + c, func(r *Result) string { return f2(r.Fairness.SlotShares[c]) }})
+	}
+	rep.rows = append(rep.rows,
+		row{"late joiner: first admission delay (s)", func(r *Result) string { return f2(r.LateJoin.Delay) }},
+		row{"late joiner: others admitted before", func(r *Result) string { return fmt.Sprint(r.LateJoin.OthersBefore) }},
+		row{"slot turnover before joining (s)", func(r *Result) string { return f2(r.LateJoin.Turnover) }},
+		row{"late joiner share of next 8 admissions", func(r *Result) string { return f2(r.LateJoin.ShareNext) }},
+		latRow(agent.ClassBatch, "p50"), latRow(agent.ClassBatch, "p99"), rowMakespan, rowHit, rowCost)
+	rep.Notes = append(rep.Notes, fmt.Sprintf("tokens served = prompt + output (what the virtual token counter charges), spread over each request's start → finish; a window counts when every caller had a turn waiting ≥ %.0f%% of it", 100*W3Coverage))
+	return rep
+}
+
+// W3Window and W3Coverage define W3's fairness windows.
+const (
+	W3Window   = 60 * time.Second
+	W3Coverage = 0.95
+)
+
+// ---------------------------------------------------------------------------------------
+// W4
+
+// RunW4 runs W4 under luft and the baselines.
+func RunW4(size Size) *Report {
+	w := W4(size)
+	lim := w.Engine.Limits
+	rep := &Report{Workload: "W4", Size: size.String(), Figures: map[string]float64{},
+		About: fmt.Sprintf("hosted API: one upstream, RPM %d, TPM %d (continuous, 429s charged a request), %d batch + %d interactive runs; luft learns the limits from headers",
+			lim.RPM, lim.TPM, w.Streams[0].Parallel, w.Streams[1].Parallel)}
+	for _, p := range []string{PolLuft, PolFIFO, PolNoSched} {
+		rep.Results = append(rep.Results, Simulate(w, p))
+	}
+	rep.Results = append(rep.Results, Simulate(w.Only("interactive"), PolIsolate))
+	// Not a target: the interactive runs paced like W1's (1 s pauses) need about twice
+	// the TPM between them, so their latency is the bucket's refill, whatever the policy.
+	paced := W4Paced(size, time.Second)
+	lp := Simulate(paced, PolLuft)
+	lp.Policy = "luft-1s"
+	ip := Simulate(paced.Only("interactive"), PolIsolate)
+	ip.Policy = "isolated-1s"
+	rep.Results = append(rep.Results, lp, ip)
+	rep.Figures["interactive p99 vs isolation with 1 s pauses (luft-1s / isolated-1s)"] = ratio(lp.Latency["interactive"].P99, ip.Latency["interactive"].P99)
+	l, iso := rep.Result(PolLuft), rep.Result(PolIsolate)
+	floor := float64(l.ChargedTokens) / float64(lim.TPM) * 60
+	burst := float64(l.ChargedTokens-int64(lim.TPM)) / float64(lim.TPM) * 60
+	rep.Figures["physical floor (s): total tokens ÷ TPM"] = floor
+	rep.Figures["floor net of the initial full bucket (s): (total − TPM) ÷ TPM"] = burst
+	rep.Figures["makespan / net floor: luft"] = ratio(l.Makespan, burst)
+	rep.Figures["makespan / floor: fifo"] = ratio(rep.Result(PolFIFO).Makespan, floor)
+	rep.Figures["makespan / floor: nosched"] = ratio(rep.Result(PolNoSched).Makespan, floor)
+	rep.Figures["achieved TPM share: luft (tokens ÷ makespan ÷ TPM)"] = float64(l.ChargedTokens) / (l.Makespan / 60) / float64(lim.TPM)
+	rep.Checks = []Check{
+		check("W4/429_after_headers", "429s once the first headers are known (luft)", float64(l.R429Late), "<=", 0, ""),
+		check("W4/429_share", "429s overall (luft, share of requests)", l.RateLimited, "<=", 0.01, ""),
+		check("W4/makespan_vs_floor", "makespan vs physical floor (luft / (tokens ÷ TPM))", ratio(l.Makespan, floor), "<=", 1.05, "×"),
+		check("W4/interactive_p99_vs_isolation", "interactive p99 vs isolation (luft / isolated)", ratio(l.Latency["interactive"].P99, iso.Latency["interactive"].P99), "<=", 2, "×"),
+	}
+	rep.rows = []row{rowRuns, rowTurns, row429,
+		{"429 share of requests", func(r *Result) string { return fmt.Sprintf("%.3f", r.RateLimited) }},
+		rowRetry,
+		latRow(agent.ClassInteractive, "p50"), latRow(agent.ClassInteractive, "p99"), waitRow(agent.ClassInteractive),
+		latRow(agent.ClassBatch, "p50"), latRow(agent.ClassBatch, "p99"),
+		rowMakespan, {"tokens charged (k)", func(r *Result) string { return fmt.Sprintf("%.1f", float64(r.ChargedTokens)/1000) }},
+		{"luft waits / suspends", func(r *Result) string {
+			if r.Decision == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%d / %d", r.Waits, r.Suspends)
+		}},
+		rowCost}
+	rep.Notes = append(rep.Notes, "fifo and nosched retry a 429 like the OpenAI SDKs (retry-after ≤ 60 s honoured, else 0.5 s × 2^n ≤ 8 s, jittered) at most 6 times, then the run fails: their makespan is when the last run ended, failed or not",
+		"interactive runs pause median 5 s (p95 20 s); luft-1s / isolated-1s pace them like W1 (1 s pauses): the two runs alone then need about twice the TPM refill, a full bucket hides it in isolation, and under load their waits are the refill itself")
+	return rep
+}
+
+// ---------------------------------------------------------------------------------------
+
+// RunAll runs the named workloads ("W1".."W4").
+func RunAll(names []string, size Size) []*Report {
+	var out []*Report
+	for _, n := range names {
+		switch strings.ToUpper(strings.TrimSpace(n)) {
+		case "W1":
+			out = append(out, RunW1(size))
+		case "W2":
+			h := time.Duration(0)
+			if size == Fast {
+				h = W2FastCostHorizon
+			}
+			out = append(out, RunW2(size, h))
+		case "W3":
+			out = append(out, RunW3(size))
+		case "W4":
+			out = append(out, RunW4(size))
+		}
+	}
+	return out
+}
+
+// W2FastCostHorizon bounds the fast variant's 10,000-sub-agent run.
+const W2FastCostHorizon = 60 * time.Second
+
+// MarshalJSON writes the report with non-finite figures (a ratio over zero) as null,
+// which encoding/json cannot otherwise represent.
+func (r *Report) MarshalJSON() ([]byte, error) {
+	type check struct {
+		Check
+		Value *float64 `json:"value"`
+	}
+	fin := func(x float64) *float64 {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+		return &x
+	}
+	figs := map[string]*float64{}
+	for k, v := range r.Figures {
+		figs[k] = fin(v)
+	}
+	var checks []check
+	for _, c := range r.Checks {
+		checks = append(checks, check{Check: c, Value: fin(c.Value)})
+	}
+	return json.Marshal(struct {
+		Workload string              `json:"workload"`
+		Size     string              `json:"size"`
+		About    string              `json:"about"`
+		Checks   []check             `json:"checks"`
+		Figures  map[string]*float64 `json:"figures"`
+		Notes    []string            `json:"notes,omitempty"`
+		Results  []*Result           `json:"results"`
+	}{r.Workload, r.Size, r.About, checks, figs, r.Notes, r.Results})
+}
