@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"net/http"
 	"strconv"
 )
 
@@ -131,6 +132,10 @@ type Result struct {
 	Attempts  int       `json:"attempts"`
 	Backend   string    `json:"backend"`
 	Model     string    `json:"model"`
+	// Header holds the response headers of the backend's last request (rate-limit
+	// telemetry the scheduler learns budgets from); nil when the backend has none. It is
+	// not journaled.
+	Header http.Header `json:"-"`
 }
 
 // OK reports whether the call succeeded.

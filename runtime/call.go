@@ -234,7 +234,7 @@ func (h *host) send(ctx context.Context, req agent.Request, b adapters.Backend) 
 		defer cancel()
 	}
 	res, err := b.Run(actx, req, nil)
-	o := scheduler.Outcome{Usage: res.Usage, Err: err}
+	o := scheduler.Outcome{Usage: res.Usage, Err: err, Header: res.Header}
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errCallTimeout) {
 		return agent.Result{Status: agent.StatusTimedOut, Error: fmt.Sprintf("timed out after %d ms (timeout_ms)", req.TimeoutMS),
 			Usage: res.Usage, Backend: req.Backend, Model: req.Model}, o, nil

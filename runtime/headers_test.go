@@ -1,0 +1,48 @@
+package runtime
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
+)
+
+// A successful response's rate-limit headers reach the scheduler, which learns the lane's
+// token budget from them.
+func TestSuccessHeadersTeachTheScheduler(t *testing.T) {
+	b := &scripted{reply: func(ctx context.Context, req agent.Request, n int) (agent.Result, error) {
+		res := okText("re: "+req.Prompt, 10, 5)
+		res.Header = http.Header{}
+		res.Header.Set("x-ratelimit-limit-tokens", "40000")
+		res.Header.Set("x-ratelimit-remaining-tokens", "39985")
+		res.Header.Set("x-ratelimit-reset-tokens", "22ms")
+		return res, nil
+	}}
+	st, err := storage.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	ex := scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 2}}, nil)
+	svc, err := New(Options{Store: st, Backends: adapters.NewRegistry("fake", b), Scheduler: ex,
+		Backoff: func(int) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.Start(t.Context(), Spec{Path: "h.lua", Source: []byte(`function main() agent{prompt="x"} end`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := r.Wait(); res.Status != StatusCompleted {
+		t.Fatal(res.Err)
+	}
+	lanes := ex.Stats().Lanes
+	if len(lanes) != 1 || lanes[0].TokenLimit != 40000 {
+		t.Fatalf("lane stats %+v: the token limit was not learned from the response headers", lanes)
+	}
+}
