@@ -323,7 +323,8 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 }
 
 func newCancelCmd(e *env, g *globalFlags) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "cancel RUN",
 		Short: "Cancel a running run (also one driven by another luft process)",
 		Args:  cobra.ExactArgs(1),
@@ -336,9 +337,15 @@ func newCancelCmd(e *env, g *globalFlags) *cobra.Command {
 					}
 					return usageErr("%v", err)
 				}
+				if asJSON {
+					return writeJSON(e.stdout, map[string]any{"run_id": r.ID, "result": "cancel_requested",
+						"resume_with": "luft run --resume " + r.ID})
+				}
 				fmt.Fprintf(e.stdout, "cancel requested for run %s (resume later with: luft run --resume %s)\n", r.ID, r.ID)
 				return nil
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }
