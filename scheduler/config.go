@@ -44,6 +44,14 @@ type Config struct {
 	// negative disables affinity.
 	AffinityBound int
 
+	// AffinityWindow is how much worse a batch turn's rank may be than the best
+	// turn's and still take a freed slot in its place, when the best turn's run last
+	// ran on another replica (that cannot take it now) and this turn's run last ran on
+	// the freed one: the best turn then waits for its own replica's next free slot.
+	// It trades a bounded reordering within a caller's batch work for KV-cache hits.
+	// Default 5 s; negative disables it.
+	AffinityWindow time.Duration
+
 	// Estimation and margins (see estimator).
 	SafetyK        float64       // σ multiplier; default 2
 	Quantile       float64       // residual quantile; default 0.95
@@ -98,6 +106,7 @@ func (c Config) withDefaults() Config {
 	def(&c.BatchOffset, 5*time.Minute)
 	def(&c.ContinuationLead, 10*time.Second)
 	defi(&c.AffinityBound, 2)
+	def(&c.AffinityWindow, 5*time.Second)
 	deff(&c.SafetyK, 2)
 	deff(&c.Quantile, 0.95)
 	defi(&c.MinSamples, 8)

@@ -227,7 +227,9 @@ type idleRun struct {
 // time the bucket will hold it. A wait longer than SuspendAfter suspends the run. A turn
 // that alone needs more than RefuseFraction of a bucket is refused. With replicas, a
 // run's next turn goes back to the replica that served its last one while that replica
-// carries at most AffinityBound turns more than the least-loaded one.
+// carries at most AffinityBound turns more than the least-loaded one; and when a slot
+// frees on a replica the best batch turn's run did not last run on, a batch turn of the
+// same caller ranked within AffinityWindow whose run did takes it (see affine).
 //
 // Failures. A 429 pauses the lane until retry-after-ms, retry-after or the exhausted
 // bucket's reset, raises the lane's margin (the raise decays), and requeues the turn at
@@ -683,6 +685,14 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 			}
 			return
 		}
+		if alt := c.affine(l, t, j); alt != nil {
+			if r, ok := t.reserve(alt, &c.cfg, now); ok {
+				if fit, _, _ := t.fits(r, &c.cfg, now); fit {
+					c.admit(l, t, alt, r, probe, now)
+					continue
+				}
+			}
+		}
 		r, ok := t.reserve(j, &c.cfg, now)
 		if !ok {
 			l.unqueue(j, ns)
@@ -697,6 +707,58 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 		}
 		c.admit(l, t, j, r, probe, now)
 	}
+}
+
+// affineScan bounds how many queued turns affine looks at.
+const affineScan = 32
+
+// affine returns a turn to admit in place of l's best turn j, or nil. When j is batch
+// work of a run whose previous replica on t cannot take it now (full, or loaded past
+// AffinityBound), its turn would land on replica r and lose its KV cache; if a batch
+// turn of the same caller whose run last ran on r is ranked within AffinityWindow of j,
+// that turn takes r's slot instead and j keeps its place at the head, so it gets the
+// next slot its own replica frees (or, failing that, any slot). Only j's caller's heap
+// is searched, pruned at the window and capped at affineScan turns, so the cost stays
+// bounded and the fair shares across callers are untouched.
+func (c *Core) affine(l, t *lane, j *job) *job {
+	if c.cfg.AffinityBound < 0 || c.cfg.AffinityWindow <= 0 || len(t.replicas) < 2 ||
+		j.Class != agent.ClassBatch || j.run.lane != t || j.run.replica < 0 {
+		return nil
+	}
+	prev := j.run.replica
+	r := t.pickReplica(prev, c.cfg.AffinityBound)
+	if r == prev || r < 0 {
+		return nil
+	}
+	cl := l.callers[j.Caller]
+	if cl == nil {
+		return nil
+	}
+	limit := j.key + int64(c.cfg.AffinityWindow)
+	h := cl.jobs.s
+	var best *job
+	stack := [affineScan]int{0}
+	sp, seen := 1, 0
+	for sp > 0 && seen < affineScan {
+		sp--
+		i := stack[sp]
+		x := h[i]
+		seen++
+		if x != j && x.Class == agent.ClassBatch && x.run.lane == t && x.run.replica == r &&
+			(best == nil || x.key < best.key || (x.key == best.key && x.seq < best.seq)) {
+			best = x
+		}
+		for _, k := range [2]int{2*i + 1, 2*i + 2} {
+			if k < len(h) && h[k].key <= limit && sp < affineScan {
+				stack[sp] = k
+				sp++
+			}
+		}
+	}
+	if best == nil || t.pickReplica(r, c.cfg.AffinityBound) != r {
+		return nil
+	}
+	return best
 }
 
 func (l *lane) unblock() {

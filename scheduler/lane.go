@@ -14,8 +14,10 @@ import (
 // future (interactive work, continuations, and batch work that has aged past
 // BatchOffset) and calm otherwise. The next turn is the best turn of the urgent caller
 // with the least virtual token counter, or, with no urgent caller, of the calm caller
-// with the least counter (VTC, Sheng et al., OSDI '24). Calm callers are also kept by
-// best key, so the moment one ages into urgency costs one heap move.
+// with the least counter (VTC, Sheng et al., OSDI '24). Ageing ranks classes only: when
+// the urgent caller with the least counter is urgent only through aged batch work, a calm
+// (batch) caller with a smaller counter goes first. Calm callers are also kept by best
+// key, so the moment one ages into urgency costs one heap move.
 type lane struct {
 	name     string
 	cfg      LaneConfig
@@ -218,6 +220,14 @@ func (l *lane) head(now int64) (*caller, *job) {
 	switch {
 	case l.urgent.Len() > 0:
 		c = l.urgent.Peek()
+		// Ageing reorders classes, not callers within a class: when the urgent
+		// caller with the least counter is there only because its batch work has
+		// aged, batch is due, and the batch caller with the least counter gets it,
+		// aged or not (calm callers hold only unaged batch work).
+		if c.jobs.Peek().Class == agent.ClassBatch && l.calmCnt.Len() > 0 &&
+			l.calmCnt.Peek().counter < c.counter {
+			c = l.calmCnt.Peek()
+		}
 	case l.calmCnt.Len() > 0:
 		c = l.calmCnt.Peek()
 	default:
