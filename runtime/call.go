@@ -186,6 +186,10 @@ func (t *turnTally) runtimeRetries(err error) bool {
 // scheduler.HTTPStatus) is what the scheduler classifies; the response headers come with
 // it.
 func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, continuation bool, tally *turnTally) (agent.Result, error) {
+	// A turn continues work already under way when it follows an earlier turn of its call
+	// (a retry, a schema re-prompt) or when its run has already been served: a run that has
+	// started goes ahead of runs that have not (SPEC §7).
+	continuation = continuation || h.served.Load()
 	permit, err := h.e.opts.Scheduler.Admit(ctx, scheduler.Turn{
 		RunID: h.run.ID, CallKey: c.Key, Lane: req.Backend + "/" + req.Model, Class: req.Class,
 		Caller: h.e.opts.Caller, EstTokens: (len(req.System)+len(req.Prompt))/4 + req.MaxTokens, Continuation: continuation,
@@ -202,6 +206,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	)
 	for {
 		res, outcome, sendErr := h.send(ctx, req, b)
+		h.served.Store(true)
 		usage = usage.Add(res.Usage)
 		if res.Cost != nil {
 			cost += *res.Cost

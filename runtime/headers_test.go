@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,5 +45,47 @@ func TestSuccessHeadersTeachTheScheduler(t *testing.T) {
 	lanes := ex.Stats().Lanes
 	if len(lanes) != 1 || lanes[0].TokenLimit != 40000 {
 		t.Fatalf("lane stats %+v: the token limit was not learned from the response headers", lanes)
+	}
+}
+
+// recordingScheduler admits everything and records the turns it saw.
+type recordingScheduler struct {
+	mu    sync.Mutex
+	turns []scheduler.Turn
+}
+
+func (s *recordingScheduler) Admit(_ context.Context, t scheduler.Turn) (scheduler.Permit, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.turns = append(s.turns, t)
+	return noopPermit{}, nil
+}
+
+type noopPermit struct{}
+
+func (noopPermit) Done(scheduler.Outcome) {}
+
+// The first turn of a run is new work; once the run has been served, its later turns are
+// continuations, which the scheduler ranks ahead of new work of their class.
+func TestLaterTurnsOfAServedRunAreContinuations(t *testing.T) {
+	st, err := storage.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rec := &recordingScheduler{}
+	svc, err := New(Options{Store: st, Backends: adapters.NewRegistry("fake", &scripted{reply: echo}), Scheduler: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.Start(t.Context(), Spec{Path: "c.lua", Source: []byte(`function main() agent{prompt="a"} agent{prompt="b"} end`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := r.Wait(); res.Status != StatusCompleted {
+		t.Fatal(res.Err)
+	}
+	if len(rec.turns) != 2 || rec.turns[0].Continuation || !rec.turns[1].Continuation {
+		t.Fatalf("turns %+v: want the first new and the second a continuation", rec.turns)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/luft-run/luft/adapters"
@@ -37,6 +38,7 @@ type host struct {
 	budget  lua.Budget
 	timer   *time.Timer
 	calls   sync.WaitGroup // call goroutines still running
+	served  atomic.Bool    // a turn of this run has been sent: later turns are continuations
 }
 
 var _ lua.Host = (*host)(nil)
