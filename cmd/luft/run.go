@@ -194,10 +194,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):
 				return usageErr("%v", err)
 			}
-			if lua.ErrorKindOf(err) != "" {
-				return err
-			}
-			return err
+			return err // a syntax error in a changed script maps to exit 2 in exitCode
 		}
 	} else {
 		run, err = svc.Start(ctx, runtime.Spec{
