@@ -12,6 +12,7 @@ import (
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
 )
@@ -27,7 +28,7 @@ func withService(cmd *cobra.Command, e *env, g *globalFlags, fn func(ctx context
 		return err
 	}
 	defer st.Close()
-	svc, err := newService(e, st, stateDir(e, g), adapters.NewRegistry("mock"), 1)
+	svc, err := newService(e, st, stateDir(e, g), adapters.NewRegistry("mock"), scheduler.Config{})
 	if err != nil {
 		return err
 	}

@@ -41,8 +41,9 @@ var (
 )
 
 type globalFlags struct {
-	logLevel string
-	stateDir string
+	logLevel   string
+	stateDir   string
+	configPath string
 }
 
 func newRootCmd(e *env) *cobra.Command {
@@ -55,6 +56,7 @@ func newRootCmd(e *env) *cobra.Command {
 	}
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
+	root.PersistentFlags().StringVar(&g.configPath, "config", "", "config file (default ./luft.toml, else ~/.config/luft/config.toml)")
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "where runs are kept (default $LUFT_HOME, else ./.luft)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "lowest level of script log lines shown in progress output: trace, debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {

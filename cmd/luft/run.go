@@ -20,6 +20,7 @@ import (
 )
 
 type runFlags struct {
+	slotsFromFlag  bool // --max-concurrency was given (it beats the config file)
 	resume         bool
 	allowChanged   bool
 	rerunDiverged  bool
@@ -49,6 +50,7 @@ carries one JSON event per line instead, ending with run_done.
 Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent runs),
 3 cancelled or suspended, 130 a second Ctrl-C.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f.slotsFromFlag = cmd.Flags().Changed("max-concurrency")
 			if f.resume {
 				if f.workflow != "" || f.args != "" {
 					return usageErr("--resume runs the stored workflow with its stored args; drop --workflow and --args")
@@ -169,6 +171,10 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err != nil {
 		return err
 	}
+	cfg, err := loadConfig(e, g)
+	if err != nil {
+		return err
+	}
 	if f.output != "" {
 		// Refuse a report path that cannot be written before any agent runs.
 		if st, err := os.Stat(filepath.Dir(f.output)); err != nil || !st.IsDir() {
@@ -180,7 +186,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return err
 	}
 	defer st.Close()
-	svc, err := newService(e, st, stateDir(e, g), reg, f.maxConcurrency)
+	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag))
 	if err != nil {
 		return err
 	}

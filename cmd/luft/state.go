@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
@@ -43,15 +44,48 @@ func openStore(ctx context.Context, e *env, g *globalFlags, mustExist bool) (*st
 	return st, nil
 }
 
+// loadConfig reads the config file (--config, else ./luft.toml, else the user's
+// config.toml). An invalid file is an input error naming the file, line and key.
+func loadConfig(e *env, g *globalFlags) (config.Config, error) {
+	cfg, err := config.Load(g.configPath, e.getenv, e.getenv("HOME"))
+	if err != nil {
+		return cfg, usageErr("invalid config: %v", err)
+	}
+	return cfg, nil
+}
+
+// schedulerConfig is the admission scheduler's configuration: a lane per configured
+// backend (its slots, TPM, RPM, replicas and fallback) and, for every other lane, slots
+// concurrent turns (--max-concurrency when given, else [scheduler] slots, else 8). Lanes
+// learn what is not configured from the headers of their responses.
+func schedulerConfig(cfg config.Config, slots int, slotsFromFlag bool) scheduler.Config {
+	if !slotsFromFlag && cfg.Scheduler.Slots > 0 {
+		slots = cfg.Scheduler.Slots
+	}
+	sc := scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: slots}, SuspendAfter: cfg.Scheduler.SuspendAfter,
+		Lanes: map[string]scheduler.LaneConfig{}}
+	for id, b := range cfg.Backends {
+		n, tpm, rpm, replicas, fallback := cfg.Lane(id)
+		if n == 0 {
+			n = slots
+		}
+		lane := scheduler.LaneConfig{Slots: n, TPM: tpm, RPM: rpm, Replicas: 1 + len(replicas)}
+		if fallback != "" {
+			lane.Fallback = fallback + "/" + cfg.Backends[fallback].Model
+		}
+		sc.Lanes[id+"/"+b.Model] = lane
+	}
+	return sc
+}
+
 // newService builds the runtime over an open store, with the process's one admission
-// scheduler: every lane (backend + model) gets slots concurrent turns and learns its
-// rate-limit budgets from the headers of its responses.
-func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, slots int) (*runtime.Service, error) {
+// scheduler.
+func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, sc scheduler.Config) (*runtime.Service, error) {
 	return runtime.New(runtime.Options{
 		Store:     st,
 		StateDir:  dir,
 		Backends:  backends,
-		Scheduler: scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: slots}}, nil),
+		Scheduler: scheduler.NewExecutor(sc, nil),
 		Now:       e.now,
 		Caller:    "cli",
 	})

@@ -1,0 +1,370 @@
+// Package config loads luft's TOML configuration (SPEC §1, §6): ./luft.toml, then
+// $XDG_CONFIG_HOME/luft/config.toml (or ~/.config/luft/config.toml), or the file named
+// by --config. Every error names the file, the line and the key.
+//
+// The package only reads and validates; precedence against flags and env ("flags beat
+// env beat config") is the caller's job. Relative paths in the file (tools.workspace,
+// backends.*.mock_file) are returned as written.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Config is a loaded configuration. The zero value is "no config file".
+type Config struct {
+	Path           string // the file it came from; "" when none
+	DefaultBackend string
+	Backends       map[string]Backend
+	Tools          Tools
+	MCPServers     map[string]MCPServer
+	Scheduler      Scheduler
+}
+
+// Backend is one [backends.NAME] table.
+type Backend struct {
+	Type               string // "openai", "mock", "mockfile", "acp" (or "acp:AGENT")
+	BaseURL            string // openai; "" = env OPENAI_BASE_URL
+	Model              string
+	APIKeyEnv          string // name of the env var holding the API key
+	Command            string // acp: the agent command
+	Args               []string
+	MaxConcurrency     int // slots on this lane; 0 = unlimited
+	TPM, RPM           int // 0 = learn from rate-limit headers
+	Replicas           []string
+	Fallback           string // backend id taking this lane's turns while its circuit is open
+	PriceInputPerMTok  float64
+	PriceOutputPerMTok float64
+	MockFile           string // mockfile: the JSON reply file
+}
+
+// Tools is the [tools] table.
+type Tools struct {
+	Workspace     string
+	AllowCommands []string
+}
+
+// MCPServer is one [mcp_servers.NAME] table: a stdio command or an HTTP URL.
+type MCPServer struct {
+	Command string
+	Args    []string
+	URL     string
+	Env     map[string]string
+}
+
+// Scheduler is the [scheduler] table.
+type Scheduler struct {
+	SuspendAfter time.Duration // 0 = scheduler default
+	Slots        int           // slots of a lane with no backend entry; 0 = unlimited
+}
+
+// Lane returns the scheduler settings of one backend. A backend that is not configured
+// gets [scheduler] slots and nothing else.
+func (c Config) Lane(backendID string) (slots, tpm, rpm int, replicas []string, fallback string) {
+	b, ok := c.Backends[backendID]
+	if !ok {
+		return c.Scheduler.Slots, 0, 0, nil, ""
+	}
+	return b.MaxConcurrency, b.TPM, b.RPM, b.Replicas, b.Fallback
+}
+
+// Error is an invalid configuration. Error() is "FILE:LINE: KEY: MSG" (the line and the
+// key are left out when unknown).
+type Error struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+	err  error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	if e.Key != "" {
+		b.WriteString(": " + e.Key)
+	}
+	b.WriteString(": " + e.Msg)
+	return b.String()
+}
+
+func (e *Error) Unwrap() error { return e.err }
+
+// Types are the valid backend types ("acp:AGENT" is accepted too).
+var Types = []string{"openai", "mock", "mockfile", "acp"}
+
+// Load finds and parses the configuration. explicit is the --config flag: that file and
+// no other (missing is an error). Otherwise ./luft.toml, then
+// $XDG_CONFIG_HOME/luft/config.toml (XDG_CONFIG_HOME read through getenv) or
+// home/.config/luft/config.toml; none of them is an empty Config and no error.
+func Load(explicit string, getenv func(string) string, home string) (Config, error) {
+	if explicit != "" {
+		return loadFile(explicit)
+	}
+	cands := []string{"luft.toml"}
+	xdg := ""
+	if getenv != nil {
+		xdg = getenv("XDG_CONFIG_HOME")
+	}
+	switch {
+	case xdg != "":
+		cands = append(cands, filepath.Join(xdg, "luft", "config.toml"))
+	case home != "":
+		cands = append(cands, filepath.Join(home, ".config", "luft", "config.toml"))
+	}
+	for _, p := range cands {
+		if _, err := os.Stat(p); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return Config{}, &Error{File: p, Msg: err.Error(), err: err}
+		}
+		return loadFile(p)
+	}
+	return Config{}, nil
+}
+
+func loadFile(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Err.Error()
+		}
+		return Config{}, &Error{File: path, Msg: msg, err: err}
+	}
+	return Parse(path, data)
+}
+
+// The TOML shapes; tags are the keys of SPEC §6.
+type rawConfig struct {
+	DefaultBackend string                `toml:"default_backend"`
+	Backends       map[string]rawBackend `toml:"backends"`
+	Tools          rawTools              `toml:"tools"`
+	MCPServers     map[string]rawMCP     `toml:"mcp_servers"`
+	Scheduler      rawScheduler          `toml:"scheduler"`
+}
+
+type rawBackend struct {
+	Type               string   `toml:"type"`
+	BaseURL            string   `toml:"base_url"`
+	Model              string   `toml:"model"`
+	APIKeyEnv          string   `toml:"api_key_env"`
+	Command            string   `toml:"command"`
+	Args               []string `toml:"args"`
+	MaxConcurrency     int      `toml:"max_concurrency"`
+	TPM                int      `toml:"tpm"`
+	RPM                int      `toml:"rpm"`
+	Replicas           []string `toml:"replicas"`
+	Fallback           string   `toml:"fallback"`
+	PriceInputPerMTok  float64  `toml:"price_input_per_mtok"`
+	PriceOutputPerMTok float64  `toml:"price_output_per_mtok"`
+	MockFile           string   `toml:"mock_file"`
+}
+
+type rawTools struct {
+	Workspace     string   `toml:"workspace"`
+	AllowCommands []string `toml:"allow_commands"`
+}
+
+type rawMCP struct {
+	Command string            `toml:"command"`
+	Args    []string          `toml:"args"`
+	URL     string            `toml:"url"`
+	Env     map[string]string `toml:"env"`
+}
+
+type rawScheduler struct {
+	SuspendAfter string `toml:"suspend_after"`
+	Slots        int    `toml:"slots"`
+}
+
+var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key ("(?:[^"\\]|\\.)*")\): (.*)$`)
+
+// Parse parses and validates one file's contents; path names the file in errors and
+// becomes Config.Path.
+func Parse(path string, data []byte) (Config, error) {
+	src := string(data)
+	var raw rawConfig
+	md, err := toml.Decode(src, &raw)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return Config{}, &Error{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message, err: err}
+		}
+		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			key, _ := strconv.Unquote(m[2])
+			return Config{}, &Error{File: path, Line: line, Key: key, Msg: m[3], err: err}
+		}
+		return Config{}, &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: "), err: err}
+	}
+	v := validator{file: path, lines: keyLines(src)}
+
+	// Unknown keys, in source order; an unknown table hides the keys inside it.
+	var reported []toml.Key
+	for _, k := range md.Undecoded() {
+		if slices.ContainsFunc(reported, func(r toml.Key) bool { return hasPrefix(k, r) }) {
+			continue
+		}
+		reported = append(reported, k)
+		v.errf(k, "unknown key (known: %s)", strings.Join(knownKeys(k), ", "))
+	}
+
+	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, Tools: Tools(raw.Tools)}
+	if raw.DefaultBackend != "" {
+		if _, ok := raw.Backends[raw.DefaultBackend]; !ok {
+			v.errf(toml.Key{"default_backend"}, "backend %q is not defined%s", raw.DefaultBackend, defined(raw.Backends))
+		}
+	}
+	for _, id := range sortedKeys(raw.Backends) {
+		b := raw.Backends[id]
+		k := func(name string) toml.Key { return toml.Key{"backends", id, name} }
+		switch {
+		case b.Type == "":
+			v.errf(toml.Key{"backends", id}, "type is required (one of %s)", strings.Join(Types, ", "))
+		case !slices.Contains(Types, b.Type) && !(strings.HasPrefix(b.Type, "acp:") && len(b.Type) > 4):
+			v.errf(k("type"), "unknown backend type %q (one of %s)", b.Type, strings.Join(Types, ", "))
+		}
+		for name, n := range map[string]int{"max_concurrency": b.MaxConcurrency, "tpm": b.TPM, "rpm": b.RPM} {
+			if n < 0 {
+				v.errf(k(name), "must not be negative (got %d)", n)
+			}
+		}
+		for name, f := range map[string]float64{"price_input_per_mtok": b.PriceInputPerMTok, "price_output_per_mtok": b.PriceOutputPerMTok} {
+			if f < 0 {
+				v.errf(k(name), "must not be negative (got %g)", f)
+			}
+		}
+		if b.Fallback != "" {
+			if b.Fallback == id {
+				v.errf(k("fallback"), "a backend cannot be its own fallback")
+			} else if _, ok := raw.Backends[b.Fallback]; !ok {
+				v.errf(k("fallback"), "backend %q is not defined%s", b.Fallback, defined(raw.Backends))
+			}
+		}
+		if c.Backends == nil {
+			c.Backends = map[string]Backend{}
+		}
+		c.Backends[id] = Backend(b)
+	}
+	for _, id := range sortedKeys(raw.MCPServers) {
+		s := raw.MCPServers[id]
+		if s.Command == "" && s.URL == "" {
+			v.errf(toml.Key{"mcp_servers", id}, "needs command or url")
+		}
+		if c.MCPServers == nil {
+			c.MCPServers = map[string]MCPServer{}
+		}
+		c.MCPServers[id] = MCPServer(s)
+	}
+	if s := raw.Scheduler.SuspendAfter; s != "" {
+		d, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			v.errf(toml.Key{"scheduler", "suspend_after"}, "not a duration: %q (e.g. \"2m\", \"90s\")", s)
+		case d < 0:
+			v.errf(toml.Key{"scheduler", "suspend_after"}, "must not be negative (got %s)", s)
+		}
+		c.Scheduler.SuspendAfter = d
+	}
+	if raw.Scheduler.Slots < 0 {
+		v.errf(toml.Key{"scheduler", "slots"}, "must not be negative (got %d)", raw.Scheduler.Slots)
+	}
+	c.Scheduler.Slots = raw.Scheduler.Slots
+	if e := v.first(); e != nil {
+		return Config{}, e
+	}
+	return c, nil
+}
+
+func defined[V any](m map[string]V) string {
+	if len(m) == 0 {
+		return " (no backends are configured)"
+	}
+	return " (defined: " + strings.Join(sortedKeys(m), ", ") + ")"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func hasPrefix(k, p toml.Key) bool {
+	return len(k) >= len(p) && slices.Equal(k[:len(p)], p)
+}
+
+// knownKeys lists the keys valid beside the unknown key k.
+func knownKeys(k toml.Key) []string {
+	var t reflect.Type
+	switch {
+	case len(k) == 1:
+		t = reflect.TypeFor[rawConfig]()
+	case k[0] == "backends" && len(k) == 3:
+		t = reflect.TypeFor[rawBackend]()
+	case k[0] == "mcp_servers" && len(k) == 3:
+		t = reflect.TypeFor[rawMCP]()
+	case k[0] == "tools" && len(k) == 2:
+		t = reflect.TypeFor[rawTools]()
+	case k[0] == "scheduler" && len(k) == 2:
+		t = reflect.TypeFor[rawScheduler]()
+	default:
+		return []string{"none"}
+	}
+	var out []string
+	for f := range t.Fields() {
+		out = append(out, f.Tag.Get("toml"))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// validator collects errors and reports the one earliest in the file.
+type validator struct {
+	file  string
+	lines map[string]int
+	errs  []*Error
+}
+
+func (v *validator) errf(k toml.Key, format string, args ...any) {
+	v.errs = append(v.errs, &Error{File: v.file, Line: v.line(k), Key: k.String(), Msg: fmt.Sprintf(format, args...)})
+}
+
+// line finds the line of k, or of its closest enclosing table written in the file.
+func (v *validator) line(k toml.Key) int {
+	for n := len(k); n > 0; n-- {
+		if l, ok := v.lines[strings.Join(k[:n], "\x00")]; ok {
+			return l
+		}
+	}
+	return 0
+}
+
+func (v *validator) first() error {
+	if len(v.errs) == 0 {
+		return nil
+	}
+	sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].Line < v.errs[j].Line })
+	return v.errs[0]
+}

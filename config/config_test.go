@@ -1,0 +1,208 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func parseFile(t *testing.T, name string) (Config, error) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Parse(p, data)
+}
+
+func TestSpecExample(t *testing.T) {
+	c, err := parseFile(t, "spec.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Path:           "testdata/spec.toml",
+		DefaultBackend: "local",
+		Backends: map[string]Backend{"local": {
+			Type: "openai", BaseURL: "http://127.0.0.1:11434/v1", Model: "llama3.2",
+			MaxConcurrency: 4, Replicas: []string{},
+		}},
+		Tools:      Tools{Workspace: ".", AllowCommands: []string{"go test", "ls"}},
+		MCPServers: map[string]MCPServer{"search": {Command: "npx", Args: []string{"-y", "some-mcp-server"}}},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got  %+v\nwant %+v", c, want)
+	}
+	slots, tpm, rpm, replicas, fb := c.Lane("local")
+	if slots != 4 || tpm != 0 || rpm != 0 || len(replicas) != 0 || fb != "" {
+		t.Fatalf("Lane(local) = %d %d %d %v %q", slots, tpm, rpm, replicas, fb)
+	}
+}
+
+func TestFull(t *testing.T) {
+	c, err := parseFile(t, "full.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Path:           "testdata/full.toml",
+		DefaultBackend: "claude",
+		Backends: map[string]Backend{
+			"claude": {Type: "acp:claude", Fallback: "groq"},
+			"groq": {Type: "openai", BaseURL: "https://api.groq.com/openai/v1", Model: "llama-3.3-70b",
+				APIKeyEnv: "GROQ_API_KEY", TPM: 6000, RPM: 30, PriceInputPerMTok: 0.59, PriceOutputPerMTok: 0.79},
+			"vllm":     {Type: "openai", MaxConcurrency: 8, Replicas: []string{"http://gpu2:8000/v1", "http://gpu3:8000/v1"}},
+			"agent":    {Type: "acp", Command: "my-agent", Args: []string{"--acp"}},
+			"scripted": {Type: "mockfile", MockFile: "replies.json"},
+		},
+		MCPServers: map[string]MCPServer{"web": {URL: "http://127.0.0.1:9000/mcp", Env: map[string]string{"TOKEN": "x"}}},
+		Scheduler:  Scheduler{SuspendAfter: 90 * time.Second, Slots: 2},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got  %+v\nwant %+v", c, want)
+	}
+	for _, tc := range []struct {
+		id                     string
+		slots, tpm, rpm, nrepl int
+		fb                     string
+	}{
+		{"claude", 0, 0, 0, 0, "groq"},
+		{"groq", 0, 6000, 30, 0, ""},
+		{"vllm", 8, 0, 0, 2, ""},
+		{"unconfigured", 2, 0, 0, 0, ""},
+	} {
+		slots, tpm, rpm, repl, fb := c.Lane(tc.id)
+		if slots != tc.slots || tpm != tc.tpm || rpm != tc.rpm || len(repl) != tc.nrepl || fb != tc.fb {
+			t.Errorf("Lane(%s) = %d %d %d %v %q", tc.id, slots, tpm, rpm, repl, fb)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key (known: api_key_env, args, base_url, command, fallback, max_concurrency, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, tpm, type)"},
+		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key (known: backends, default_backend, mcp_servers, scheduler, tools)"},
+		{"bad_type.toml", `testdata/bad_type.toml:2: backends.local.type: unknown backend type "anthropic" (one of openai, mock, mockfile, acp)`},
+		{"missing_type.toml", `testdata/missing_type.toml:1: backends.local: type is required (one of openai, mock, mockfile, acp)`},
+		{"negative.toml", "testdata/negative.toml:4: backends.local.rpm: must not be negative (got -1)"},
+		{"negative_price.toml", "testdata/negative_price.toml:3: backends.local.price_output_per_mtok: must not be negative (got -0.5)"},
+		{"default_undefined.toml", `testdata/default_undefined.toml:2: default_backend: backend "lcoal" is not defined (defined: local)`},
+		{"fallback_undefined.toml", `testdata/fallback_undefined.toml:6: backends.b.fallback: backend "c" is not defined (defined: a, b)`},
+		{"fallback_self.toml", `testdata/fallback_self.toml:3: backends.a.fallback: a backend cannot be its own fallback`},
+		{"bad_duration.toml", `testdata/bad_duration.toml:3: scheduler.suspend_after: not a duration: "two minutes" (e.g. "2m", "90s")`},
+		{"wrong_value_type.toml", "testdata/wrong_value_type.toml:3: backends.local.max_concurrency: incompatible types: TOML value has type string; destination has type integer"},
+		{"syntax.toml", "testdata/syntax.toml:3: backends.local.model: expected value but found '\\n' instead"},
+		{"dotted.toml", "testdata/dotted.toml:2: backends.x.tpm: must not be negative (got -5)"},
+		{"mcp_empty.toml", "testdata/mcp_empty.toml:1: mcp_servers.s: needs command or url"},
+		{"multiline.toml", "testdata/multiline.toml:10: backends.a.tpm: must not be negative (got -1)"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			c, err := parseFile(t, tc.file)
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("err = %v (%T), config %+v; want *Error", err, err, c)
+			}
+			if err.Error() != tc.want {
+				t.Fatalf("got  %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadOrder(t *testing.T) {
+	root := t.TempDir()
+	cwd := filepath.Join(root, "cwd")
+	home := filepath.Join(root, "home")
+	xdg := filepath.Join(root, "xdg")
+	explicit := filepath.Join(root, "explicit.toml")
+	local := filepath.Join(cwd, "luft.toml")
+	homeCfg := filepath.Join(home, ".config", "luft", "config.toml")
+	xdgCfg := filepath.Join(xdg, "luft", "config.toml")
+	for _, p := range []string{explicit, local, homeCfg, xdgCfg} {
+		write(t, p, "default_backend = \""+filepath.Base(filepath.Dir(p))+"\"\n[backends."+filepath.Base(filepath.Dir(p))+"]\ntype = \"mock\"\n")
+	}
+	if err := os.MkdirAll(filepath.Join(root, "empty"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	noXDG := env(nil)
+	withXDG := env(map[string]string{"XDG_CONFIG_HOME": xdg})
+
+	t.Chdir(cwd)
+	for _, tc := range []struct {
+		name     string
+		explicit string
+		getenv   func(string) string
+		rm       []string
+		want     string // Path; "" = empty config
+	}{
+		{"explicit beats all", explicit, withXDG, nil, explicit},
+		{"local beats home", "", noXDG, nil, "luft.toml"},
+		{"local beats xdg", "", withXDG, nil, "luft.toml"},
+		{"xdg beats home", "", withXDG, []string{local}, xdgCfg},
+		{"home", "", noXDG, []string{local}, homeCfg},
+		{"nil getenv", "", nil, []string{local}, homeCfg},
+		{"xdg set but empty: not home", "", withXDG, []string{local, xdgCfg}, ""},
+		{"nothing", "", noXDG, []string{local, xdgCfg, homeCfg}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, p := range tc.rm {
+				os.Remove(p)
+			}
+			c, err := Load(tc.explicit, tc.getenv, home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Path != tc.want {
+				t.Fatalf("Path = %q, want %q", c.Path, tc.want)
+			}
+			if tc.want == "" && !reflect.DeepEqual(c, Config{}) {
+				t.Fatalf("want the empty config, got %+v", c)
+			}
+			if tc.want != "" && len(c.Backends) != 1 {
+				t.Fatalf("backends = %v", c.Backends)
+			}
+		})
+	}
+
+	t.Run("explicit missing", func(t *testing.T) {
+		missing := filepath.Join(root, "nope.toml")
+		_, err := Load(missing, noXDG, home)
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, os.ErrNotExist) || e.File != missing {
+			t.Fatalf("err = %v", err)
+		}
+		if want := missing + ": no such file or directory"; err.Error() != want {
+			t.Fatalf("got %q, want %q", err, want)
+		}
+	})
+	t.Run("invalid local", func(t *testing.T) {
+		write(t, local, "[backends.x]\ntype = \"nope\"\n")
+		_, err := Load("", noXDG, home)
+		if want := `luft.toml:2: backends.x.type: unknown backend type "nope" (one of openai, mock, mockfile, acp)`; err == nil || err.Error() != want {
+			t.Fatalf("got %v, want %s", err, want)
+		}
+	})
+}
+
+func TestKeyLinesQuoted(t *testing.T) {
+	src := "[backends.\"a.b\"]\ntype = 'mock'\n\"rpm\" = -1\n"
+	c, err := Parse("q.toml", []byte(src))
+	if want := `q.toml:3: backends."a.b".rpm: must not be negative (got -1)`; err == nil || err.Error() != want {
+		t.Fatalf("got %v (%+v), want %s", err, c, want)
+	}
+}
