@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
@@ -94,7 +96,7 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 	fl.BoolVar(&f.rerunDiverged, "rerun-from-divergence", false, "with --resume: forget the journal from the first call whose inputs changed and run from there")
 	fl.StringVar(&f.args, "args", "", "arguments for the script as a JSON object (the script's `args`)")
 	fl.StringVarP(&f.output, "output", "o", "", "also write the report to this file")
-	fl.StringVar(&f.backend, "backend", "", "backend for agent calls that name none: mock (default) or mockfile")
+	fl.StringVar(&f.backend, "backend", "", "backend for agent calls that name none: mock, mockfile, openai (with OPENAI_BASE_URL/OPENAI_API_KEY) or a [backends.NAME] of the config file")
 	fl.StringVar(&f.model, "model", "", "model for agent calls that name none")
 	fl.StringVar(&f.mockFile, "mock-file", "", "scripted replies for the mockfile backend (JSON)")
 	fl.IntVar(&f.maxConcurrency, "max-concurrency", 8, "model turns running at once per backend/model (the scheduler's slots), and the default pipeline max_inflight")
@@ -122,13 +124,16 @@ func parseArgs(s string) (any, error) {
 	return nil, usageErr("invalid --args: must be a JSON object or array, got %s", s)
 }
 
-// backends builds the registry of this process from flags and environment.
-func backends(e *env, mockFile string) (*adapters.Registry, error) {
-	cfg, err := adapters.ParseMockEnv(e.getenv)
+// backends builds the registry of this process from flags, environment and config: the
+// mock always; mockfile with --mock-file; an "openai" backend when OPENAI_BASE_URL or
+// OPENAI_API_KEY is set (model from LUFT_MODEL); and every [backends.NAME] of type openai
+// in the config file. The default backend is the config's default_backend, else mock.
+func backends(e *env, cfg config.Config, mockFile string) (*adapters.Registry, error) {
+	mcfg, err := adapters.ParseMockEnv(e.getenv)
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	bs := []adapters.Backend{adapters.NewMock(cfg)}
+	bs := []adapters.Backend{adapters.NewMock(mcfg)}
 	if mockFile != "" {
 		data, err := os.ReadFile(mockFile)
 		if err != nil {
@@ -140,7 +145,50 @@ func backends(e *env, mockFile string) (*adapters.Registry, error) {
 		}
 		bs = append(bs, mf)
 	}
-	return adapters.NewRegistry("mock", bs...), nil
+	if base, key := e.getenv("OPENAI_BASE_URL"), e.getenv("OPENAI_API_KEY"); base != "" || key != "" {
+		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{BaseURL: base, APIKey: key, Model: e.getenv("LUFT_MODEL")})
+		if err != nil {
+			return nil, usageErr("OPENAI_BASE_URL/OPENAI_API_KEY: %v", err)
+		}
+		bs = append(bs, o)
+	}
+	ids := make([]string, 0, len(cfg.Backends))
+	for id := range cfg.Backends {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		b := cfg.Backends[id]
+		if b.Type != "openai" {
+			continue // mock and mockfile are built in; acp backends are not available yet
+		}
+		keyEnv := b.APIKeyEnv
+		if keyEnv == "" {
+			keyEnv = "OPENAI_API_KEY"
+		}
+		base := b.BaseURL
+		if base == "" {
+			base = e.getenv("OPENAI_BASE_URL")
+		}
+		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: id, BaseURL: base, APIKey: e.getenv(keyEnv), Model: b.Model,
+			PriceInPerMTok: b.PriceInputPerMTok, PriceOutPerMTok: b.PriceOutputPerMTok})
+		if err != nil {
+			return nil, usageErr("%s: backends.%s: %v", cfg.Path, id, err)
+		}
+		bs = append(bs, o)
+	}
+	def := "mock"
+	if cfg.DefaultBackend != "" {
+		def = cfg.DefaultBackend
+		if t := cfg.Backends[def].Type; t == "mock" || t == "mockfile" {
+			def = t
+		}
+	}
+	reg := adapters.NewRegistry(def, bs...)
+	if _, err := reg.Get(""); err != nil {
+		return nil, usageErr("%s: default_backend %q: %v", cfg.Path, cfg.DefaultBackend, err)
+	}
+	return reg, nil
 }
 
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
@@ -160,7 +208,11 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if f.mockFile != "" && f.backend == "" {
 		f.backend = "mockfile"
 	}
-	reg, err := backends(e, f.mockFile)
+	cfg, err := loadConfig(e, g)
+	if err != nil {
+		return err
+	}
+	reg, err := backends(e, cfg, f.mockFile)
 	if err != nil {
 		return err
 	}
@@ -168,10 +220,6 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return usageErr("--backend: %v", err)
 	}
 	level, err := parseLevel(g.logLevel)
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(e, g)
 	if err != nil {
 		return err
 	}
