@@ -292,7 +292,9 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: %w", rs.Run, err)
 	}
-	if row.Status == storage.StatusRunning {
+	// Settle only a run whose process is gone: a run another process has just claimed may
+	// not have stored its run_started yet, and its row must not be taken for a dead one.
+	if row.Status == storage.StatusRunning && !(row.PID != 0 && s.alive(row.ID, row.PID)) {
 		if row, err = s.settle(ctx, row); err != nil {
 			return nil, err
 		}
