@@ -287,6 +287,16 @@ func (ct *crashTest) runCycle(n int, rng *rand.Rand, ref crashRef, points int, t
 				t.Fatalf("cycle %d, process %d (%s) exited with %d\nstdout:\n%s\nstderr:\n%s", n, len(c.procs),
 					strings.Join(args, " "), code, p.rawText(), p.stderrText())
 			}
+			if c.runID == "" && len(p.lines()) > 0 {
+				// Every earlier process of this cycle died before it created the run.
+				var head struct {
+					RunID string `json:"run_id"`
+				}
+				if err := json.Unmarshal([]byte(p.lines()[0]), &head); err != nil || head.RunID == "" {
+					t.Fatalf("cycle %d: first line has no run_id: %s", n, p.lines()[0])
+				}
+				c.runID = head.RunID
+			}
 			return c // the run completed
 		}
 		total.kills++
