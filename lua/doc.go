@@ -8,7 +8,9 @@
 // primitive that has to wait (agent, parallel, pipeline, workflow) hands its request to the
 // Host and yields; a driver loop — the only caller of Resume — resumes coroutines when
 // their results arrive on a channel. Branches therefore run concurrently while Lua code
-// itself runs one coroutine at a time.
+// itself runs one coroutine at a time. A parallel call without max_concurrency keeps at
+// most 32 × the run's concurrency branches alive at once (the scheduler bounds the agent
+// calls anyway), so a 100,000-item fan-out holds a few hundred coroutines, not 100,000.
 //
 // Three gopher-lua traps are handled: pcall/xpcall are replaced by Lua versions that pass
 // yields through an inner coroutine (the stock ones silently end a coroutine that yields
@@ -21,7 +23,8 @@
 //
 //   - Globals: assert error ipairs next pairs pcall xpcall select tonumber tostring type
 //     unpack rawequal rawget rawset setmetatable getmetatable, string (no dump; rep,
-//     format, gsub capped), table, math (no random/randomseed), json, args/_args, ctx,
+//     format, gsub capped; find/match/gmatch/gsub on an interruptible matcher), table,
+//     math (no random/randomseed), json, args/_args, ctx,
 //     luft.now/random/uuid and the primitives. There is no io, os, debug, package,
 //     require, load*, dofile, collectgarbage, coroutine or print-to-terminal: print and
 //     log emit log events.
