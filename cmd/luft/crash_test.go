@@ -289,13 +289,7 @@ func (ct *crashTest) runCycle(n int, rng *rand.Rand, ref crashRef, points int, t
 			}
 			if c.runID == "" && len(p.lines()) > 0 {
 				// Every earlier process of this cycle died before it created the run.
-				var head struct {
-					RunID string `json:"run_id"`
-				}
-				if err := json.Unmarshal([]byte(p.lines()[0]), &head); err != nil || head.RunID == "" {
-					t.Fatalf("cycle %d: first line has no run_id: %s", n, p.lines()[0])
-				}
-				c.runID = head.RunID
+				c.runID = runIDOf(t, n, p.lines()[0])
 			}
 			return c // the run completed
 		}
@@ -304,13 +298,7 @@ func (ct *crashTest) runCycle(n int, rng *rand.Rand, ref crashRef, points int, t
 			total.atStart++
 		}
 		if c.runID == "" && len(p.lines()) > 0 {
-			var head struct {
-				RunID string `json:"run_id"`
-			}
-			if err := json.Unmarshal([]byte(p.lines()[0]), &head); err != nil || head.RunID == "" {
-				t.Fatalf("cycle %d: first line has no run_id: %s", n, p.lines()[0])
-			}
-			c.runID = head.RunID
+			c.runID = runIDOf(t, n, p.lines()[0])
 		}
 		kr := ct.afterKill(c, len(c.procs)-1, k, len(p.lines()))
 		c.kills = append(c.kills, kr)
@@ -319,6 +307,18 @@ func (ct *crashTest) runCycle(n int, rng *rand.Rand, ref crashRef, points int, t
 			return c
 		}
 	}
+}
+
+// runIDOf is the run id in the first JSON event line a process printed.
+func runIDOf(t *testing.T, cycle int, line string) string {
+	t.Helper()
+	var head struct {
+		RunID string `json:"run_id"`
+	}
+	if err := json.Unmarshal([]byte(line), &head); err != nil || head.RunID == "" {
+		t.Fatalf("cycle %d: first line has no run_id: %s", cycle, line)
+	}
+	return head.RunID
 }
 
 // afterKill reads the state a killed process left behind.

@@ -135,11 +135,7 @@ func backends(e *env, cfg config.Config, mockFile string) (*adapters.Registry, e
 	}
 	bs := []adapters.Backend{adapters.NewMock(mcfg)}
 	if mockFile != "" {
-		data, err := os.ReadFile(mockFile)
-		if err != nil {
-			return nil, usageErr("read --mock-file: %v", err)
-		}
-		mf, err := adapters.NewMockFile(mockFile, data)
+		mf, err := adapters.OpenMockFile(mockFile)
 		if err != nil {
 			return nil, usageErr("%v", err)
 		}

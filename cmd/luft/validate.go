@@ -41,13 +41,8 @@ file:line errors when it does not.`,
 				return err
 			}
 			defer st.Close()
-			eng, err := runtime.New(runtime.Options{
-				Store:     st,
-				Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{})),
-				Scheduler: scheduler.NewGate(64),
-				Now:       e.now,
-				Caller:    "validate",
-			})
+			eng, err := newService(e, st, "", adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{})),
+				scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 64}})
 			if err != nil {
 				return err
 			}
