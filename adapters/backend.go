@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/luft-run/luft/agent"
 )
@@ -15,9 +16,58 @@ import (
 type Backend interface {
 	// ID is the registry id the backend is known by ("mock", "mockfile", "openai", "acp:claude").
 	ID() string
-	// Run carries out req. progress may be nil; when it is not, the backend may report
-	// partial output through it while the call runs.
-	Run(ctx context.Context, req agent.Request, progress Progress) (agent.Result, error)
+	// Run carries out req. Every model request it makes goes through call.Do, which admits
+	// it through the scheduler (SPEC §7: every turn, not just every call).
+	Run(ctx context.Context, req agent.Request, call Call) (agent.Result, error)
+}
+
+// Call is what the runtime hands a backend besides the request: the admission of each
+// turn and a sink for progress. The zero value sends turns straight away and drops
+// progress, which is what tests and tools that use a backend on its own want.
+type Call struct {
+	// Turn admits one model turn; nil sends at once (see Do).
+	Turn TurnFunc
+	// Progress receives streamed updates; nil drops them.
+	Progress Progress
+}
+
+// TurnFunc admits one model turn and runs send once it is admitted. When the scheduler
+// takes the turn back after a failure it honours (a 429 with its wait, a 5xx with backoff),
+// send runs again after the new admission. It returns the error of the last send, or the
+// scheduler's own (a suspension, a refusal, the context's end) when the turn was not run.
+//
+// The first turn of a call ranks as the scheduler decides; every later turn of the same
+// call (after a tool result) is a continuation.
+type TurnFunc func(ctx context.Context, cost TurnCost, send func(ctx context.Context) TurnReport) error
+
+// TurnCost is what a turn is expected to use, for the scheduler's budgets.
+type TurnCost struct {
+	Input     int // estimated prompt tokens (the whole conversation sent)
+	MaxOutput int // the turn's output cap; 0 when the request sets none
+}
+
+// TurnReport is how one send went, for the scheduler: the usage the endpoint reported,
+// its response headers (rate-limit telemetry, retry-after) and the send's error. An error
+// carrying an HTTP status (StatusCode() int, Header() http.Header) is classified by it.
+type TurnReport struct {
+	Usage  agent.Usage
+	Header http.Header
+	Err    error
+}
+
+// Do admits and sends one turn through c.Turn, or sends it at once when there is none.
+func (c Call) Do(ctx context.Context, cost TurnCost, send func(ctx context.Context) TurnReport) error {
+	if c.Turn == nil {
+		return send(ctx).Err
+	}
+	return c.Turn(ctx, cost, send)
+}
+
+// Report sends u to c.Progress when there is one.
+func (c Call) Report(u Update) {
+	if c.Progress != nil {
+		c.Progress(u)
+	}
 }
 
 // Progress receives streaming updates of a running call. It is called from the backend's
@@ -26,6 +76,10 @@ type Progress func(Update)
 
 // Update is one piece of streamed progress.
 type Update struct {
-	Kind string // "text", "tool_call", "tokens"
+	Kind string // "text" (a chunk of the reply), "message" (a whole message), "tool_call", "tool_result", "edit", "thought"
 	Text string
 }
+
+// EstimateTokens is a rough token count of text (four bytes a token), for turn costs
+// before the endpoint has counted.
+func EstimateTokens(text string) int { return (len(text) + 3) / 4 }

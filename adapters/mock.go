@@ -112,13 +112,25 @@ func (m *Mock) ID() string { return "mock" }
 // Injected failures ("error", or a rate hit) come back as a non-nil error, the way a
 // transport failure would, together with a Result whose Status is error; the runtime
 // retries them like any failed call. "hang" returns ctx.Err() once ctx is done.
-func (m *Mock) Run(ctx context.Context, req agent.Request, progress Progress) (agent.Result, error) {
+func (m *Mock) Run(ctx context.Context, req agent.Request, call Call) (agent.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return agent.Result{}, err
 	}
 	if m.failErr != nil {
 		return agent.Result{}, fmt.Errorf("mock: invalid failure mode %q: %v", m.cfg.Fail, m.failErr)
 	}
+	var res agent.Result
+	err := call.Do(ctx, TurnCost{Input: EstimateTokens(req.System) + EstimateTokens(req.Prompt), MaxOutput: req.MaxTokens},
+		func(ctx context.Context) TurnReport {
+			var err error
+			res, err = m.turn(ctx, req)
+			return TurnReport{Usage: res.Usage, Err: err}
+		})
+	return res, err
+}
+
+// turn is the mock's one model turn.
+func (m *Mock) turn(ctx context.Context, req agent.Request) (agent.Result, error) {
 	if m.fail.kind == failHang {
 		<-ctx.Done()
 		return agent.Result{}, ctx.Err()
@@ -157,9 +169,6 @@ func (m *Mock) Run(ctx context.Context, req agent.Request, progress Progress) (a
 			text = "mock: " + snippet(req.Prompt, 60)
 		}
 		output = text
-	}
-	if progress != nil {
-		progress(Update{Kind: "text", Text: text})
 	}
 	usage := estimateUsage(req, schemaText, text)
 	return agent.Result{

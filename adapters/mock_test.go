@@ -44,8 +44,8 @@ func TestMockDeterministic(t *testing.T) {
 	for i, req := range reqs {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			// Two instances: nothing may depend on per-instance state such as caches.
-			a, errA := NewMock(MockConfig{}).Run(context.Background(), req, nil)
-			b, errB := NewMock(MockConfig{}).Run(context.Background(), req, nil)
+			a, errA := NewMock(MockConfig{}).Run(context.Background(), req, Call{})
+			b, errB := NewMock(MockConfig{}).Run(context.Background(), req, Call{})
 			if errA != nil || errB != nil {
 				t.Fatal(errA, errB)
 			}
@@ -68,7 +68,7 @@ func TestMockText(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := NewMock(MockConfig{}).Run(context.Background(), agent.Request{Prompt: tc.prompt}, nil)
+			res, err := NewMock(MockConfig{}).Run(context.Background(), agent.Request{Prompt: tc.prompt}, Call{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +87,7 @@ func TestMockSchemaOutputs(t *testing.T) {
 	for i, raw := range loadSchemas(t) {
 		for _, prompt := range []string{"Review main.go", "Find bugs in the parser", ""} {
 			t.Run(fmt.Sprintf("%d/%q", i, prompt), func(t *testing.T) {
-				res, err := m.Run(context.Background(), agent.Request{Prompt: prompt, Schema: raw, Model: "m2"}, nil)
+				res, err := m.Run(context.Background(), agent.Request{Prompt: prompt, Schema: raw, Model: "m2"}, Call{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -117,11 +117,11 @@ func TestMockSchemaAsJSONText(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := NewMock(MockConfig{})
-	a, err := m.Run(context.Background(), agent.Request{Prompt: "p", Schema: asText}, nil)
+	a, err := m.Run(context.Background(), agent.Request{Prompt: "p", Schema: asText}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := m.Run(context.Background(), agent.Request{Prompt: "p", Schema: asMap}, nil)
+	b, err := m.Run(context.Background(), agent.Request{Prompt: "p", Schema: asMap}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestMockBadSchema(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewMock(MockConfig{}).Run(context.Background(), agent.Request{Prompt: "p", Schema: tc.schema}, nil)
+			_, err := NewMock(MockConfig{}).Run(context.Background(), agent.Request{Prompt: "p", Schema: tc.schema}, Call{})
 			if err == nil || !strings.HasPrefix(err.Error(), "mock: ") || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one starting with mock: and containing %q", err, tc.want)
 			}
@@ -154,7 +154,7 @@ func TestMockUsageAndCost(t *testing.T) {
 	var prev int
 	for _, n := range []int{0, 10, 100, 1000, 10000} {
 		req := agent.Request{Prompt: strings.Repeat("x", n), System: "sys"}
-		res, err := NewMock(MockConfig{}).Run(context.Background(), req, nil)
+		res, err := NewMock(MockConfig{}).Run(context.Background(), req, Call{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +174,7 @@ func TestMockUsageAndCost(t *testing.T) {
 	}
 
 	m := NewMock(MockConfig{PriceInPerMTok: 3, PriceOutPerMTok: 15})
-	res, err := m.Run(context.Background(), agent.Request{Prompt: strings.Repeat("y", 4000)}, nil)
+	res, err := m.Run(context.Background(), agent.Request{Prompt: strings.Repeat("y", 4000)}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +184,8 @@ func TestMockUsageAndCost(t *testing.T) {
 	}
 
 	// The schema counts towards input.
-	plain, _ := m.Run(context.Background(), agent.Request{Prompt: "p"}, nil)
-	structured, err := m.Run(context.Background(), agent.Request{Prompt: "p", Schema: map[string]any{"type": "string", "description": strings.Repeat("d", 400)}}, nil)
+	plain, _ := m.Run(context.Background(), agent.Request{Prompt: "p"}, Call{})
+	structured, err := m.Run(context.Background(), agent.Request{Prompt: "p", Schema: map[string]any{"type": "string", "description": strings.Repeat("d", 400)}}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,18 +196,18 @@ func TestMockUsageAndCost(t *testing.T) {
 
 func TestMockSession(t *testing.T) {
 	m := NewMock(MockConfig{})
-	first, err := m.Run(context.Background(), agent.Request{Prompt: "start a chat"}, nil)
+	first, err := m.Run(context.Background(), agent.Request{Prompt: "start a chat"}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !regexp.MustCompile(`^mock-[0-9a-f]{12}$`).MatchString(first.SessionID) {
 		t.Fatalf("new session id %q, want mock-<12 hex>", first.SessionID)
 	}
-	other, _ := m.Run(context.Background(), agent.Request{Prompt: "start another chat"}, nil)
+	other, _ := m.Run(context.Background(), agent.Request{Prompt: "start another chat"}, Call{})
 	if other.SessionID == first.SessionID {
 		t.Errorf("different requests share session %q", first.SessionID)
 	}
-	next, err := m.Run(context.Background(), agent.Request{Prompt: "and then?", SessionID: first.SessionID}, nil)
+	next, err := m.Run(context.Background(), agent.Request{Prompt: "and then?", SessionID: first.SessionID}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,20 +217,9 @@ func TestMockSession(t *testing.T) {
 	if want := "mock (continuing session " + first.SessionID + "): and then?"; next.Text != want {
 		t.Errorf("text %q, want %q", next.Text, want)
 	}
-	structured, err := m.Run(context.Background(), agent.Request{Prompt: "x", SessionID: "s-9", Schema: map[string]any{"type": "integer"}}, nil)
+	structured, err := m.Run(context.Background(), agent.Request{Prompt: "x", SessionID: "s-9", Schema: map[string]any{"type": "integer"}}, Call{})
 	if err != nil || structured.SessionID != "s-9" {
 		t.Errorf("structured call: session %q, err %v", structured.SessionID, err)
-	}
-}
-
-func TestMockProgress(t *testing.T) {
-	var got []Update
-	res, err := NewMock(MockConfig{}).Run(context.Background(), agent.Request{Prompt: "hi"}, func(u Update) { got = append(got, u) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []Update{{Kind: "text", Text: res.Text}}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("progress %v, want %v", got, want)
 	}
 }
 
@@ -242,7 +231,7 @@ type runResult struct {
 func startRun(ctx context.Context, b Backend, req agent.Request) <-chan runResult {
 	done := make(chan runResult, 1)
 	go func() {
-		res, err := b.Run(ctx, req, nil)
+		res, err := b.Run(ctx, req, Call{})
 		done <- runResult{res, err}
 	}()
 	return done
@@ -297,7 +286,7 @@ func TestMockCancel(t *testing.T) {
 			})
 		})
 	}
-	if _, err := NewMock(MockConfig{}).Run(canceledContext(), agent.Request{Prompt: "p"}, nil); !errors.Is(err, context.Canceled) {
+	if _, err := NewMock(MockConfig{}).Run(canceledContext(), agent.Request{Prompt: "p"}, Call{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("already cancelled context: error %v, want context.Canceled", err)
 	}
 }
@@ -309,7 +298,7 @@ func canceledContext() context.Context {
 }
 
 func TestMockFailError(t *testing.T) {
-	res, err := NewMock(MockConfig{Fail: "error"}).Run(context.Background(), agent.Request{Prompt: "p"}, nil)
+	res, err := NewMock(MockConfig{Fail: "error"}).Run(context.Background(), agent.Request{Prompt: "p"}, Call{})
 	if err == nil || err.Error() != "mock: injected failure (LUFT_MOCK_FAIL=error)" {
 		t.Fatalf("error %v", err)
 	}
@@ -325,7 +314,7 @@ func TestMockFailRate(t *testing.T) {
 			failed := func() []bool {
 				out := make([]bool, 1000)
 				for i := range out {
-					_, err := m.Run(context.Background(), agent.Request{Prompt: fmt.Sprintf("task %d", i), Name: "worker"}, nil)
+					_, err := m.Run(context.Background(), agent.Request{Prompt: fmt.Sprintf("task %d", i), Name: "worker"}, Call{})
 					out[i] = err != nil
 				}
 				return out
@@ -386,7 +375,7 @@ func TestParseMockEnv(t *testing.T) {
 }
 
 func TestNewMockInvalidFail(t *testing.T) {
-	_, err := NewMock(MockConfig{Fail: "often"}).Run(context.Background(), agent.Request{Prompt: "p"}, nil)
+	_, err := NewMock(MockConfig{Fail: "often"}).Run(context.Background(), agent.Request{Prompt: "p"}, Call{})
 	if err == nil || !strings.Contains(err.Error(), `invalid failure mode "often"`) {
 		t.Fatalf("error %v", err)
 	}

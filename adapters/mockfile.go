@@ -232,7 +232,7 @@ func (f *MockFile) lookup(name string) (*scriptedReply, bool) {
 }
 
 // Run implements Backend.
-func (f *MockFile) Run(ctx context.Context, req agent.Request, progress Progress) (agent.Result, error) {
+func (f *MockFile) Run(ctx context.Context, req agent.Request, call Call) (agent.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return agent.Result{}, err
 	}
@@ -240,6 +240,18 @@ func (f *MockFile) Run(ctx context.Context, req agent.Request, progress Progress
 	if !ok {
 		return agent.Result{}, f.unmatchedError(req.Name)
 	}
+	var res agent.Result
+	err := call.Do(ctx, TurnCost{Input: EstimateTokens(req.System) + EstimateTokens(req.Prompt), MaxOutput: req.MaxTokens},
+		func(ctx context.Context) TurnReport {
+			var err error
+			res, err = f.reply(ctx, req, r)
+			return TurnReport{Usage: res.Usage, Err: err}
+		})
+	return res, err
+}
+
+// reply is the scripted reply's one turn.
+func (f *MockFile) reply(ctx context.Context, req agent.Request, r *scriptedReply) (agent.Result, error) {
 	if err := wait(ctx, time.Duration(r.DelayMS)*time.Millisecond); err != nil {
 		return agent.Result{}, err
 	}
@@ -285,9 +297,6 @@ func (f *MockFile) Run(ctx context.Context, req agent.Request, progress Progress
 	if r.Cost != nil {
 		c := *r.Cost
 		res.Cost = &c
-	}
-	if progress != nil && res.Text != "" {
-		progress(Update{Kind: "text", Text: res.Text})
 	}
 	return res, nil
 }

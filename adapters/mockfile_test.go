@@ -45,7 +45,7 @@ func TestMockFileLookup(t *testing.T) {
 	f := openFixture(t, "replies.json")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: tc.name}, nil)
+			res, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: tc.name}, Call{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +78,7 @@ func TestMockFileUnmatched(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: tc.name}, nil)
+			_, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: tc.name}, Call{})
 			if err == nil {
 				t.Fatal("no error for an unmatched name")
 			}
@@ -102,7 +102,7 @@ func TestMockFileReplies(t *testing.T) {
 		if req.Prompt == "" {
 			req.Prompt = "prompt"
 		}
-		res, err := f.Run(context.Background(), req, nil)
+		res, err := f.Run(context.Background(), req, Call{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestMockFileReplies(t *testing.T) {
 func TestMockFileSchemaFallback(t *testing.T) {
 	f := openFixture(t, "replies.json")
 	for i, raw := range loadSchemas(t) {
-		res, err := f.Run(context.Background(), agent.Request{Prompt: "review", Name: "schema fallback", Schema: raw}, nil)
+		res, err := f.Run(context.Background(), agent.Request{Prompt: "review", Name: "schema fallback", Schema: raw}, Call{})
 		if err != nil {
 			t.Fatalf("schema %d: %v", i, err)
 		}
@@ -176,11 +176,11 @@ func TestMockFileSchemaFallback(t *testing.T) {
 		}
 	}
 	// A scripted output is passed through unvalidated, so scripts can exercise schema retries.
-	res, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: "writer", Schema: map[string]any{"type": "integer"}}, nil)
+	res, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: "writer", Schema: map[string]any{"type": "integer"}}, Call{})
 	if err != nil || res.Output != "a plain string output" {
 		t.Errorf("scripted output with a schema: %v, %v", res.Output, err)
 	}
-	_, err = f.Run(context.Background(), agent.Request{Prompt: "p", Name: "schema fallback", Schema: map[string]any{"type": "nope"}}, nil)
+	_, err = f.Run(context.Background(), agent.Request{Prompt: "p", Name: "schema fallback", Schema: map[string]any{"type": "nope"}}, Call{})
 	if err == nil || !strings.Contains(err.Error(), `reply for agent "schema fallback"`) || !strings.Contains(err.Error(), "not a valid JSON Schema") {
 		t.Errorf("bad schema: error %v", err)
 	}
@@ -203,7 +203,7 @@ func TestMockFileDelayCancel(t *testing.T) {
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		res, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: "slow"}, nil)
+		res, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: "slow"}, Call{})
 		if err != nil || res.Text != "finally" {
 			t.Fatalf("after the delay: %+v, %v", res, err)
 		}
@@ -219,7 +219,7 @@ func TestMockFileCoverage(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: n}, nil); err != nil {
+				if _, err := f.Run(context.Background(), agent.Request{Prompt: "p", Name: n}, Call{}); err != nil {
 					t.Error(err)
 				}
 			}()

@@ -103,7 +103,7 @@ func (e *HTTPError) StatusCode() int { return e.Status }
 func (e *HTTPError) Header() http.Header { return e.Headers }
 
 // Run sends one chat completion.
-func (o *OpenAI) Run(ctx context.Context, req agent.Request, progress Progress) (agent.Result, error) {
+func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.Result, error) {
 	model := req.Model
 	if model == "" {
 		model = o.cfg.Model
@@ -136,9 +136,19 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, progress Progress) 
 		}
 	}
 
-	resp, err := o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), creq)
+	var resp openai.ChatCompletionResponse
+	err := call.Do(ctx, TurnCost{Input: EstimateTokens(req.System) + EstimateTokens(req.Prompt), MaxOutput: req.MaxTokens},
+		func(ctx context.Context) TurnReport {
+			*cp = capture{zeroTemperature: cp.zeroTemperature}
+			var err error
+			resp, err = o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), creq)
+			if err != nil {
+				return TurnReport{Header: cp.header, Err: o.wrapErr(ctx, cp, err)}
+			}
+			return TurnReport{Usage: usageOf(resp.Usage), Header: cp.header}
+		})
 	if err != nil {
-		return agent.Result{}, o.wrapErr(ctx, cp, err)
+		return agent.Result{}, err
 	}
 	res := agent.Result{Backend: o.cfg.ID, Model: resp.Model, Status: agent.StatusOK, Header: cp.header}
 	if res.Model == "" {
@@ -154,18 +164,21 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, progress Progress) 
 			res.Output = v
 		}
 	}
-	res.Usage = agent.Usage{Input: resp.Usage.PromptTokens, Output: resp.Usage.CompletionTokens}
-	if d := resp.Usage.PromptTokensDetails; d != nil {
-		res.Usage.Cached = d.CachedTokens
-	}
+	res.Usage = usageOf(resp.Usage)
 	if o.cfg.PriceInPerMTok != 0 || o.cfg.PriceOutPerMTok != 0 {
 		c := (float64(res.Usage.Input)*o.cfg.PriceInPerMTok + float64(res.Usage.Output)*o.cfg.PriceOutPerMTok) / 1e6
 		res.Cost = &c
 	}
-	if progress != nil && res.Text != "" {
-		progress(Update{Kind: "text", Text: res.Text})
-	}
+	call.Report(Update{Kind: "message", Text: res.Text})
 	return res, nil
+}
+
+func usageOf(u openai.Usage) agent.Usage {
+	out := agent.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+	if d := u.PromptTokensDetails; d != nil {
+		out.Cached = d.CachedTokens
+	}
+	return out
 }
 
 // wrapErr turns go-openai's error into an *HTTPError when the endpoint answered, or a

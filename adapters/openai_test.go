@@ -49,7 +49,7 @@ func TestOpenAIPlainCall(t *testing.T) {
 		t.Fatalf("ID = %q", b.ID())
 	}
 	temp := 0.0
-	res, err := b.Run(context.Background(), agent.Request{System: "be brief", Prompt: "say hello", MaxTokens: 7, Temperature: &temp}, nil)
+	res, err := b.Run(context.Background(), agent.Request{System: "be brief", Prompt: "say hello", MaxTokens: 7, Temperature: &temp}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestOpenAISchemaCall(t *testing.T) {
 		"required":   []any{"answer", "n"},
 	}
 	temp := 0.0
-	res, err := b.Run(context.Background(), agent.Request{Prompt: "give json", Schema: schema, Model: "m1", Temperature: &temp}, nil)
+	res, err := b.Run(context.Background(), agent.Request{Prompt: "give json", Schema: schema, Model: "m1", Temperature: &temp}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +149,10 @@ func TestOpenAISchemaCall(t *testing.T) {
 func TestOpenAIRateLimit429(t *testing.T) {
 	url, eng := startFake(t, testkit.Config{Limits: testkit.Limits{RPM: 1}})
 	b := newTestOpenAI(t, url)
-	if _, err := b.Run(context.Background(), agent.Request{Prompt: "one"}, nil); err != nil {
+	if _, err := b.Run(context.Background(), agent.Request{Prompt: "one"}, Call{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := b.Run(context.Background(), agent.Request{Prompt: "two"}, nil)
+	_, err := b.Run(context.Background(), agent.Request{Prompt: "two"}, Call{})
 	var he *HTTPError
 	if !errors.As(err, &he) {
 		t.Fatalf("err = %T %v, want *HTTPError", err, err)
@@ -189,7 +189,7 @@ func TestOpenAIConnectionRefused(t *testing.T) {
 	url := "http://" + ln.Addr().String() + "/v1"
 	ln.Close()
 	b := newTestOpenAI(t, url)
-	_, err = b.Run(context.Background(), agent.Request{Prompt: "x"}, nil)
+	_, err = b.Run(context.Background(), agent.Request{Prompt: "x"}, Call{})
 	if err == nil || !strings.Contains(err.Error(), url) {
 		t.Fatalf("err = %v, want one naming %s", err, url)
 	}
@@ -207,7 +207,7 @@ func TestOpenAIMissingModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.Run(context.Background(), agent.Request{Prompt: "x"}, nil)
+	_, err = b.Run(context.Background(), agent.Request{Prompt: "x"}, Call{})
 	if err == nil || !strings.Contains(err.Error(), "agent{model=") || !strings.Contains(err.Error(), "configuration") {
 		t.Fatalf("err = %v", err)
 	}
@@ -219,7 +219,7 @@ func TestOpenAICancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
 	start := time.Now()
-	_, err := b.Run(ctx, agent.Request{Prompt: "slow", MaxTokens: 30}, nil)
+	_, err := b.Run(ctx, agent.Request{Prompt: "slow", MaxTokens: 30}, Call{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}

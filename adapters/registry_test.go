@@ -16,7 +16,7 @@ type named struct {
 }
 
 func (n named) ID() string { return n.id }
-func (n named) Run(context.Context, agent.Request, Progress) (agent.Result, error) {
+func (n named) Run(context.Context, agent.Request, Call) (agent.Result, error) {
 	return agent.Result{}, nil
 }
 

@@ -9,14 +9,17 @@ import (
 
 // The event types of SPEC §5.
 const (
-	RunStarted       = "run_started"
-	Plan             = "plan"
-	PhaseStarted     = "phase_started"
-	PhaseDone        = "phase_done"
-	AgentStarted     = "agent_started"
-	AgentQueued      = "agent_queued"
-	AgentDone        = "agent_done"
-	AgentRetry       = "agent_retry"
+	RunStarted   = "run_started"
+	Plan         = "plan"
+	PhaseStarted = "phase_started"
+	PhaseDone    = "phase_done"
+	AgentStarted = "agent_started"
+	AgentQueued  = "agent_queued"
+	AgentDone    = "agent_done"
+	AgentRetry   = "agent_retry"
+	// AgentProgress is a running agent's streamed progress (a line of its reply, a tool call, an
+	// edit): {call_key, kind, text}. Not in SPEC §5's list; added for live views.
+	AgentProgress    = "agent_progress"
 	SchemaRetry      = "schema_retry"
 	RateLimit        = "rate_limit"
 	ParallelStarted  = "parallel_started"

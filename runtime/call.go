@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
@@ -179,70 +181,78 @@ func (t *turnTally) runtimeRetries(err error) bool {
 	return true
 }
 
-// turn is one model request, admitted by the scheduler. When the scheduler retries a
-// failed turn itself (a 429 honours the server's wait and keeps the turn's place, a 5xx
-// backs off), the turn waits here for its re-admission and is sent again; the usage and
-// cost of every send count. A backend error that carries an HTTP status (see
-// scheduler.HTTPStatus) is what the scheduler classifies; the response headers come with
-// it.
+// turn runs one attempt of the call on the backend. The backend sends each of its model
+// turns through the TurnFunc made here, so every turn is admitted by the scheduler, not
+// just the call's first (SPEC §7): a call's first turn continues work already under way
+// when it follows an earlier attempt or schema re-prompt, or when its run has already
+// been served (a run that has started goes ahead of runs that have not); every later turn
+// of the call (after a tool result) is a continuation. When the scheduler retries a failed
+// send itself (a 429 honours the server's wait and keeps the turn's place, a 5xx backs
+// off), the send runs again after its re-admission.
+//
+// timeout_ms bounds the agent's working time: it starts when the first turn is admitted,
+// so time spent queued for that admission does not count.
 func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, continuation bool, tally *turnTally) (agent.Result, error) {
-	// A turn continues work already under way when it follows an earlier turn of its call
-	// (a retry, a schema re-prompt) or when its run has already been served: a run that has
-	// started goes ahead of runs that have not (SPEC §7).
-	continuation = continuation || h.served.Load()
-	permit, err := h.e.opts.Scheduler.Admit(ctx, scheduler.Turn{
-		RunID: h.run.ID, CallKey: c.Key, Lane: req.Backend + "/" + req.Model, Class: req.Class,
-		Caller: h.e.opts.Caller, EstTokens: (len(req.System)+len(req.Prompt))/4 + req.MaxTokens, Continuation: continuation,
-		EstOutput: req.MaxTokens, RunStart: h.start, Notify: h.notify(c.Key),
-	})
-	if err != nil {
-		return h.unscheduled(agent.Result{}, err)
-	}
-	_, tally.schedRetries = permit.(scheduler.Retrier)
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var (
-		usage agent.Usage
-		cost  float64
-		paid  bool
+		mu    sync.Mutex
+		turns int
+		timer *time.Timer
 	)
-	for {
-		res, outcome, sendErr := h.send(ctx, req, b)
-		h.served.Store(true)
-		usage = usage.Add(res.Usage)
-		if res.Cost != nil {
-			cost += *res.Cost
-			paid = true
+	defer func() {
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
 		}
-		next, serr := scheduler.Finish(ctx, permit, outcome)
-		if next == nil {
-			res.Usage = usage
-			if paid {
-				res.Cost = &cost
-			}
-			if serr != nil {
-				return h.unscheduled(res, serr)
-			}
-			return res, sendErr
+		mu.Unlock()
+	}()
+	admit := func(tctx context.Context, cost adapters.TurnCost, send func(context.Context) adapters.TurnReport) error {
+		mu.Lock()
+		cont := continuation || turns > 0 || h.served.Load()
+		turns++
+		mu.Unlock()
+		permit, err := h.e.opts.Scheduler.Admit(tctx, scheduler.Turn{
+			RunID: h.run.ID, CallKey: c.Key, Lane: req.Backend + "/" + req.Model, Class: req.Class,
+			Caller: h.e.opts.Caller, EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
+			EstOutput: cost.MaxOutput, RunStart: h.start, Notify: h.notify(c.Key),
+		})
+		if err != nil {
+			return err
 		}
-		tally.resends++
-		permit = next
+		mu.Lock()
+		if req.TimeoutMS > 0 && timer == nil {
+			timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { cancel(errCallTimeout) })
+		}
+		_, tally.schedRetries = permit.(scheduler.Retrier)
+		mu.Unlock()
+		for {
+			rep := send(tctx)
+			h.served.Store(true)
+			next, serr := scheduler.Finish(tctx, permit, scheduler.Outcome{Usage: rep.Usage, Err: rep.Err, Header: rep.Header})
+			if next == nil {
+				if serr != nil {
+					return serr
+				}
+				return rep.Err
+			}
+			mu.Lock()
+			tally.resends++
+			mu.Unlock()
+			permit = next
+		}
 	}
-}
-
-// send runs one admitted turn on the backend, under the call's timeout_ms, and says how
-// it went for the scheduler: the backend's own error, even when a timeout turns it into
-// a result.
-func (h *host) send(ctx context.Context, req agent.Request, b adapters.Backend) (agent.Result, scheduler.Outcome, error) {
-	actx := ctx
-	if req.TimeoutMS > 0 {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeoutCause(ctx, time.Duration(req.TimeoutMS)*time.Millisecond, errCallTimeout)
-		defer cancel()
-	}
-	res, err := b.Run(actx, req, nil)
-	o := scheduler.Outcome{Usage: res.Usage, Err: err, Header: res.Header}
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errCallTimeout) {
+	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: h.progress(c.Key)})
+	var (
+		se *scheduler.SuspendError
+		re *scheduler.RefuseError
+	)
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errCallTimeout):
 		return agent.Result{Status: agent.StatusTimedOut, Error: fmt.Sprintf("timed out after %d ms (timeout_ms)", req.TimeoutMS),
-			Usage: res.Usage, Backend: req.Backend, Model: req.Model}, o, nil
+			Usage: res.Usage, Cost: res.Cost, Backend: req.Backend, Model: req.Model}, nil
+	case errors.As(err, &se) || errors.As(err, &re):
+		return h.unscheduled(res, err)
 	}
 	if err != nil && res.Status == "" {
 		res.Status = agent.StatusError
@@ -250,7 +260,47 @@ func (h *host) send(ctx context.Context, req agent.Request, b adapters.Backend) 
 	if err == nil && res.Status == "" {
 		res.Status = agent.StatusOK
 	}
-	return res, o, err
+	return res, err
+}
+
+// progress turns a backend's streamed updates into agent_progress events. Chunks of
+// streamed text are gathered into lines, so a long reply is a handful of events, not one
+// per token.
+func (h *host) progress(key string) adapters.Progress {
+	var (
+		mu  sync.Mutex
+		buf strings.Builder
+	)
+	return func(u adapters.Update) {
+		if u.Kind != "text" {
+			h.emit(event.AgentProgress, map[string]any{"call_key": key, "kind": u.Kind, "text": clip(u.Text, maxProgressText)})
+			return
+		}
+		mu.Lock()
+		buf.WriteString(u.Text)
+		var line string
+		if s := buf.String(); strings.Contains(u.Text, "\n") || len(s) >= maxProgressText {
+			line = s
+			buf.Reset()
+		}
+		mu.Unlock()
+		if strings.TrimSpace(line) != "" {
+			h.emit(event.AgentProgress, map[string]any{"call_key": key, "kind": "text", "text": clip(line, maxProgressText)})
+		}
+	}
+}
+
+// maxProgressText bounds the text of one agent_progress event.
+const maxProgressText = 400
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // unscheduled is the end of a turn the scheduler would not (or no longer) run. A

@@ -27,16 +27,24 @@ type scripted struct {
 
 func (s *scripted) ID() string { return "fake" }
 
-func (s *scripted) Run(ctx context.Context, req agent.Request, _ adapters.Progress) (agent.Result, error) {
-	s.mu.Lock()
-	if s.seen == nil {
-		s.seen = map[string]int{}
-	}
-	s.seen[req.Prompt]++
-	n := s.seen[req.Prompt]
-	s.total++
-	s.mu.Unlock()
-	return s.reply(ctx, req, n)
+// Run sends each turn through call.Do like a real backend; every send counts as an ask.
+func (s *scripted) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	var res agent.Result
+	err := call.Do(ctx, adapters.TurnCost{Input: adapters.EstimateTokens(req.Prompt), MaxOutput: req.MaxTokens},
+		func(ctx context.Context) adapters.TurnReport {
+			s.mu.Lock()
+			if s.seen == nil {
+				s.seen = map[string]int{}
+			}
+			s.seen[req.Prompt]++
+			n := s.seen[req.Prompt]
+			s.total++
+			s.mu.Unlock()
+			var err error
+			res, err = s.reply(ctx, req, n)
+			return adapters.TurnReport{Usage: res.Usage, Header: res.Header, Err: err}
+		})
+	return res, err
 }
 
 func okText(text string, in, out int) agent.Result {

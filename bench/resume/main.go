@@ -53,12 +53,17 @@ type gate struct{ open atomic.Bool }
 
 func (g *gate) ID() string { return "gate" }
 
-func (g *gate) Run(ctx context.Context, req agent.Request, _ adapters.Progress) (agent.Result, error) {
-	if !g.open.Load() {
-		<-ctx.Done()
-		return agent.Result{}, ctx.Err()
-	}
-	return agent.Result{Status: agent.StatusOK, Output: "gate open", Text: "gate open", Attempts: 1, Backend: "gate", Model: "gate-1"}, nil
+func (g *gate) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	var res agent.Result
+	err := call.Do(ctx, adapters.TurnCost{Input: adapters.EstimateTokens(req.Prompt)}, func(ctx context.Context) adapters.TurnReport {
+		if !g.open.Load() {
+			<-ctx.Done()
+			return adapters.TurnReport{Err: ctx.Err()}
+		}
+		res = agent.Result{Status: agent.StatusOK, Output: "gate open", Text: "gate open", Attempts: 1, Backend: "gate", Model: "gate-1"}
+		return adapters.TurnReport{}
+	})
+	return res, err
 }
 
 type measurement struct {

@@ -1,0 +1,48 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Spec describes a tool to a model: the function definition of an OpenAI-style tool call.
+type Spec struct {
+	Name        string
+	Description string
+	// Parameters is the JSON Schema of the tool's arguments (an object schema).
+	Parameters map[string]any
+	// Destructive marks a tool that changes or deletes things outside the agent's own
+	// answer. A destructive tool runs only as the approval policy allows.
+	Destructive bool
+}
+
+// Tool is one function an agent may call.
+type Tool interface {
+	Spec() Spec
+	// Call runs the tool with the model's JSON arguments. The returned text goes back to
+	// the model as the tool result. An error is also shown to the model (as "error: ...")
+	// unless it is an *ApprovalError, which fails the whole agent call.
+	Call(ctx context.Context, args json.RawMessage) (string, error)
+}
+
+// Approval is the policy for destructive tools.
+type Approval string
+
+// The approval policies of [tools] approval.
+const (
+	ApprovalAllow Approval = "allow" // run destructive tools
+	ApprovalDeny  Approval = "deny"  // refuse them; the model is told and may go on
+	ApprovalAsk   Approval = "ask"   // fail the agent call until an approval flow exists
+)
+
+// ApprovalError fails an agent call whose model asked for a destructive tool under the
+// "ask" policy.
+type ApprovalError struct {
+	Tool string
+}
+
+func (e *ApprovalError) Error() string {
+	return fmt.Sprintf("tool %s is destructive and needs approval, which no one can give in this run "+
+		"(set [tools] approval = \"allow\" in luft.toml to let agents run it, or \"deny\" to refuse it and let the agent go on)", e.Tool)
+}
