@@ -29,6 +29,10 @@ type Call struct {
 	Turn TurnFunc
 	// Progress receives streamed updates; nil drops them.
 	Progress Progress
+	// Transcript is the conversation of the request's session_id, as an earlier call of
+	// the run returned it in Result.Transcript; nil when the request has no session_id or
+	// the run knows no such session.
+	Transcript []agent.Message
 }
 
 // TurnFunc admits one model turn and runs send once it is admitted. When the scheduler

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/agent"
 )
 
@@ -25,13 +27,24 @@ type OpenAIConfig struct {
 	// Prices in currency units per million tokens; when both are zero no cost is reported.
 	PriceInPerMTok  float64
 	PriceOutPerMTok float64
+	// Tools resolves the tool names an agent asks for (nil: agents with tools fail).
+	Tools ToolResolver
+	// MaxTurns bounds an agent's tool loop (0: DefaultMaxTurns).
+	MaxTurns int
+	// NoStream turns streaming off (for endpoints that cannot stream).
+	NoStream bool
 	// HTTPClient is the client requests go through (default a plain &http.Client{}). Its
 	// transport is wrapped, never modified, to capture response headers.
 	HTTPClient *http.Client
 }
 
-// OpenAI is the "openai" backend: plain chat completions through go-openai (no tool loop
-// in this cut).
+// ToolResolver gives the tools an agent asks for by name.
+type ToolResolver interface {
+	Resolve(names []string) ([]tools.Tool, error)
+}
+
+// OpenAI is the "openai" backend: chat completions through go-openai, with the agent's
+// tool loop.
 //
 // Retries: go-openai v1.43.0 has no retry loop of its own (a request is sent once and any
 // non-2xx status comes back as an error), so the scheduler is the only retry loop. Every
@@ -102,7 +115,11 @@ func (e *HTTPError) StatusCode() int { return e.Status }
 // Header returns the response headers (retry-after, x-ratelimit-*).
 func (e *HTTPError) Header() http.Header { return e.Headers }
 
-// Run sends one chat completion.
+// Run carries out one agent call: a chat completion, or, when the agent has tools, a
+// tool loop — model turn, tool calls, their results, the next turn — until the model
+// answers without calling a tool or MaxTurns is reached. Every model turn goes through
+// call.Do, so the scheduler admits each one (the second and later as continuations).
+// With call.Progress set and streaming on, replies are streamed and reported as they come.
 func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.Result, error) {
 	model := req.Model
 	if model == "" {
@@ -111,17 +128,32 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 	if model == "" {
 		return agent.Result{}, fmt.Errorf("openai backend %q: no model: set model in the agent call (agent{model=...}) or a default model in the backend's configuration", o.cfg.ID)
 	}
+	toolset, err := o.resolveTools(req.Tools)
+	if err != nil {
+		return agent.Result{}, err
+	}
+	session, _ := sessionID(req, "openai")
 	var msgs []openai.ChatCompletionMessage
 	if req.System != "" {
 		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: req.System})
 	}
+	for _, m := range call.Transcript {
+		if m.Role == openai.ChatMessageRoleSystem && req.System != "" {
+			continue // this call's system prompt stands
+		}
+		msgs = append(msgs, openai.ChatCompletionMessage{Role: m.Role, Content: m.Content})
+	}
+	if req.SessionID != "" && call.Transcript == nil {
+		return agent.Result{}, fmt.Errorf("openai backend %q: session_id %q is not a session of this run "+
+			"(pass the session_id an earlier agent call of the run returned)", o.cfg.ID, req.SessionID)
+	}
 	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: req.Prompt})
-	creq := openai.ChatCompletionRequest{Model: model, Messages: msgs, MaxTokens: req.MaxTokens}
-	cp := &capture{}
+	creq := openai.ChatCompletionRequest{Model: model, MaxTokens: req.MaxTokens}
+	zeroTemp := false
 	if req.Temperature != nil {
 		creq.Temperature = float32(*req.Temperature)
 		// go-openai drops temperature 0 (omitempty); the transport puts it back.
-		cp.zeroTemperature = *req.Temperature == 0
+		zeroTemp = *req.Temperature == 0
 	}
 	if req.Schema != nil {
 		raw, err := json.Marshal(req.Schema)
@@ -135,42 +167,273 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			},
 		}
 	}
+	byName := map[string]tools.Tool{}
+	for _, t := range toolset {
+		sp := t.Spec()
+		byName[sp.Name] = t
+		params := sp.Parameters
+		if params == nil {
+			params = map[string]any{"type": "object", "properties": map[string]any{}}
+		}
+		creq.Tools = append(creq.Tools, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+			Name: sp.Name, Description: sp.Description, Parameters: params,
+		}})
+	}
 
-	var resp openai.ChatCompletionResponse
-	err := call.Do(ctx, TurnCost{Input: EstimateTokens(req.System) + EstimateTokens(req.Prompt), MaxOutput: req.MaxTokens},
-		func(ctx context.Context) TurnReport {
-			*cp = capture{zeroTemperature: cp.zeroTemperature}
-			var err error
-			resp, err = o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), creq)
-			if err != nil {
-				return TurnReport{Header: cp.header, Err: o.wrapErr(ctx, cp, err)}
+	res := agent.Result{Backend: o.cfg.ID, Model: model, SessionID: session, Attempts: 1}
+	maxTurns := o.cfg.MaxTurns
+	if maxTurns <= 0 {
+		maxTurns = DefaultMaxTurns
+	}
+	stream := call.Progress != nil && !o.cfg.NoStream
+	for turn := 1; ; turn++ {
+		if turn > maxTurns {
+			res.Status = agent.StatusError
+			res.Error = fmt.Sprintf("the agent took %d model turns without a final answer (the backend's max_turns; raise it in luft.toml or give the agent a narrower task)", maxTurns)
+			o.price(&res)
+			return res, nil
+		}
+		creq.Messages = msgs
+		var (
+			reply openai.ChatCompletionMessage
+			got   string
+			last  http.Header
+		)
+		err := call.Do(ctx, TurnCost{Input: estimateMessages(msgs, creq.Tools), MaxOutput: req.MaxTokens},
+			func(ctx context.Context) TurnReport {
+				cp := &capture{zeroTemperature: zeroTemp}
+				var (
+					u   agent.Usage
+					err error
+				)
+				if stream {
+					reply, got, u, err = o.streamTurn(ctx, cp, creq, call)
+				} else {
+					reply, got, u, err = o.plainTurn(ctx, cp, creq)
+				}
+				last = cp.header
+				res.Usage = res.Usage.Add(u)
+				return TurnReport{Usage: u, Header: cp.header, Err: err}
+			})
+		res.Header = last
+		if err != nil {
+			o.price(&res)
+			return res, err
+		}
+		if got != "" {
+			res.Model = got
+		}
+		if len(reply.ToolCalls) == 0 {
+			res.Status = agent.StatusOK
+			res.Text = reply.Content
+			res.Output = res.Text
+			if req.Schema != nil {
+				var v any
+				if json.Unmarshal([]byte(res.Text), &v) == nil {
+					res.Output = v
+				}
 			}
-			return TurnReport{Usage: usageOf(resp.Usage), Header: cp.header}
-		})
-	if err != nil {
-		return agent.Result{}, err
-	}
-	res := agent.Result{Backend: o.cfg.ID, Model: resp.Model, Status: agent.StatusOK, Header: cp.header}
-	if res.Model == "" {
-		res.Model = model
-	}
-	if len(resp.Choices) > 0 {
-		res.Text = resp.Choices[0].Message.Content
-	}
-	res.Output = res.Text
-	if req.Schema != nil {
-		var v any
-		if json.Unmarshal([]byte(res.Text), &v) == nil {
-			res.Output = v
+			if !stream {
+				call.Report(Update{Kind: "message", Text: res.Text})
+			}
+			res.Transcript = transcriptOf(msgs, res.Text)
+			o.price(&res)
+			return res, nil
+		}
+		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ToolCalls: reply.ToolCalls})
+		for _, tc := range reply.ToolCalls {
+			out, terr := runTool(ctx, byName, tc, call)
+			var ae *tools.ApprovalError
+			if errors.As(terr, &ae) {
+				res.Status, res.Error = agent.StatusError, terr.Error()
+				o.price(&res)
+				return res, terr
+			}
+			if ctx.Err() != nil {
+				o.price(&res)
+				return res, ctx.Err()
+			}
+			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Name: tc.Function.Name, Content: out})
 		}
 	}
-	res.Usage = usageOf(resp.Usage)
+}
+
+// DefaultMaxTurns bounds an agent's tool loop when the backend sets no max_turns.
+const DefaultMaxTurns = 20
+
+// maxToolOutput bounds one tool result sent back to the model.
+const maxToolOutput = 64 << 10
+
+// runTool runs one tool call of the model and returns the text the model gets back. A
+// tool's failure is a result the model reads ("error: ..."), not a failed agent call; only
+// an *tools.ApprovalError comes back as an error.
+func runTool(ctx context.Context, byName map[string]tools.Tool, tc openai.ToolCall, call Call) (string, error) {
+	call.Report(Update{Kind: "tool_call", Text: tc.Function.Name + " " + snippet(tc.Function.Arguments, 120)})
+	t, ok := byName[tc.Function.Name]
+	if !ok {
+		names := make([]string, 0, len(byName))
+		for n := range byName {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		out := fmt.Sprintf("error: there is no tool %q; the tools you have are: %s", tc.Function.Name, strings.Join(names, ", "))
+		call.Report(Update{Kind: "tool_result", Text: out})
+		return out, nil
+	}
+	args := json.RawMessage(tc.Function.Arguments)
+	if strings.TrimSpace(tc.Function.Arguments) == "" {
+		args = json.RawMessage("{}")
+	}
+	out, err := t.Call(ctx, args)
+	if err != nil {
+		var ae *tools.ApprovalError
+		if errors.As(err, &ae) {
+			return "", err
+		}
+		out = "error: " + err.Error()
+	}
+	if len(out) > maxToolOutput {
+		out = out[:maxToolOutput] + "\n[output cut at 64 KiB]"
+	}
+	call.Report(Update{Kind: "tool_result", Text: snippet(out, 200)})
+	return out, nil
+}
+
+// resolveTools returns the tools an agent asked for.
+func (o *OpenAI) resolveTools(names []string) ([]tools.Tool, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if o.cfg.Tools == nil {
+		return nil, fmt.Errorf("openai backend %q: the agent asks for tools %s but none are configured "+
+			"(add a [tools] table or [mcp_servers] to luft.toml)", o.cfg.ID, strings.Join(names, ", "))
+	}
+	ts, err := o.cfg.Tools.Resolve(names)
+	if err != nil {
+		return nil, fmt.Errorf("openai backend %q: %w", o.cfg.ID, err)
+	}
+	return ts, nil
+}
+
+// plainTurn is one non-streamed completion.
+func (o *OpenAI) plainTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest) (openai.ChatCompletionMessage, string, agent.Usage, error) {
+	resp, err := o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), creq)
+	if err != nil {
+		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErr(ctx, cp, err)
+	}
+	if len(resp.Choices) == 0 {
+		return openai.ChatCompletionMessage{}, resp.Model, usageOf(resp.Usage), fmt.Errorf("openai backend %q: the endpoint %s answered with no choices", o.cfg.ID, o.cfg.BaseURL)
+	}
+	return resp.Choices[0].Message, resp.Model, usageOf(resp.Usage), nil
+}
+
+// streamTurn is one streamed completion: text is reported as it arrives, tool-call
+// fragments are put together by index. Usage comes in the last chunk (stream_options
+// include_usage); an endpoint that sends none gets an estimate.
+func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest, call Call) (openai.ChatCompletionMessage, string, agent.Usage, error) {
+	creq.Stream = true
+	creq.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
+	st, err := o.client.CreateChatCompletionStream(context.WithValue(ctx, captureKey{}, cp), creq)
+	if err != nil {
+		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErr(ctx, cp, err)
+	}
+	defer st.Close()
+	var (
+		text  strings.Builder
+		calls []openai.ToolCall
+		model string
+		usage *openai.Usage
+	)
+	for {
+		chunk, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return openai.ChatCompletionMessage{}, model, agent.Usage{}, o.wrapErr(ctx, cp, err)
+			}
+			// The connection broke after a 200: a transport failure the scheduler retries.
+			return openai.ChatCompletionMessage{}, model, agent.Usage{}, &HTTPError{Status: 0, Headers: cp.header, BaseURL: o.cfg.BaseURL, Message: "stream broken: " + err.Error()}
+		}
+		if chunk.Model != "" {
+			model = chunk.Model
+		}
+		if chunk.Usage != nil {
+			usage = chunk.Usage
+		}
+		for _, ch := range chunk.Choices {
+			if ch.Delta.Content != "" {
+				text.WriteString(ch.Delta.Content)
+				call.Report(Update{Kind: "text", Text: ch.Delta.Content})
+			}
+			for _, d := range ch.Delta.ToolCalls {
+				i := len(calls)
+				if d.Index != nil {
+					i = *d.Index
+				}
+				for len(calls) <= i {
+					calls = append(calls, openai.ToolCall{Type: openai.ToolTypeFunction})
+				}
+				c := &calls[i]
+				if d.ID != "" {
+					c.ID = d.ID
+				}
+				if d.Function.Name != "" {
+					c.Function.Name += d.Function.Name
+				}
+				c.Function.Arguments += d.Function.Arguments
+			}
+		}
+	}
+	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text.String(), ToolCalls: calls}
+	var u agent.Usage
+	if usage != nil {
+		u = usageOf(*usage)
+	} else {
+		u = agent.Usage{Input: estimateMessages(creq.Messages, creq.Tools), Output: EstimateTokens(msg.Content)}
+	}
+	return msg, model, u, nil
+}
+
+// price sets res.Cost from the configured prices (none when both are zero).
+func (o *OpenAI) price(res *agent.Result) {
 	if o.cfg.PriceInPerMTok != 0 || o.cfg.PriceOutPerMTok != 0 {
 		c := (float64(res.Usage.Input)*o.cfg.PriceInPerMTok + float64(res.Usage.Output)*o.cfg.PriceOutPerMTok) / 1e6
 		res.Cost = &c
 	}
-	call.Report(Update{Kind: "message", Text: res.Text})
-	return res, nil
+}
+
+// estimateMessages is a rough prompt size of a conversation and its tool declarations.
+func estimateMessages(msgs []openai.ChatCompletionMessage, ts []openai.Tool) int {
+	n := 0
+	for _, m := range msgs {
+		n += 4 + EstimateTokens(m.Content)
+		for _, tc := range m.ToolCalls {
+			n += EstimateTokens(tc.Function.Name) + EstimateTokens(tc.Function.Arguments)
+		}
+	}
+	for _, t := range ts {
+		if t.Function != nil {
+			b, _ := json.Marshal(t.Function)
+			n += EstimateTokens(string(b))
+		}
+	}
+	return n
+}
+
+// transcriptOf is the conversation kept for session_id: its system, user and assistant
+// text, with the final answer; tool calls and their results are left out.
+func transcriptOf(msgs []openai.ChatCompletionMessage, answer string) []agent.Message {
+	out := make([]agent.Message, 0, len(msgs)+1)
+	for _, m := range msgs {
+		switch {
+		case m.Role == openai.ChatMessageRoleSystem, m.Role == openai.ChatMessageRoleUser,
+			m.Role == openai.ChatMessageRoleAssistant && len(m.ToolCalls) == 0:
+			out = append(out, agent.Message{Role: m.Role, Content: m.Content})
+		}
+	}
+	return append(out, agent.Message{Role: openai.ChatMessageRoleAssistant, Content: answer})
 }
 
 func usageOf(u openai.Usage) agent.Usage {
@@ -286,3 +549,12 @@ func withZeroTemperature(r *http.Request) (*http.Request, error) {
 	nr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	return nr, nil
 }
+
+// chatProbe is the smallest completion: one token.
+func chatProbe(model string) openai.ChatCompletionRequest {
+	return openai.ChatCompletionRequest{Model: model, MaxTokens: 1,
+		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "ping"}}}
+}
+
+// BaseURL returns the endpoint's base URL.
+func (o *OpenAI) BaseURL() string { return o.cfg.BaseURL }

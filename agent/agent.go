@@ -132,10 +132,19 @@ type Result struct {
 	Attempts  int       `json:"attempts"`
 	Backend   string    `json:"backend"`
 	Model     string    `json:"model"`
+	// Transcript is the conversation an openai agent had, kept so that a later call with
+	// its session_id can continue it (journaled with the result, so it survives resume).
+	Transcript []Message `json:"transcript,omitempty"`
 	// Header holds the response headers of the backend's last request (rate-limit
 	// telemetry the scheduler learns budgets from); nil when the backend has none. It is
 	// not journaled.
 	Header http.Header `json:"-"`
+}
+
+// Message is one message of a kept conversation.
+type Message struct {
+	Role    string `json:"role"` // system, user or assistant
+	Content string `json:"content"`
 }
 
 // OK reports whether the call succeeded.

@@ -32,6 +32,8 @@ type Config struct {
 	Tools          Tools
 	MCPServers     map[string]MCPServer
 	Scheduler      Scheduler
+	// Warnings are problems that do not stop luft (unknown keys), "FILE:LINE: KEY: MSG".
+	Warnings []string
 }
 
 // Backend is one [backends.NAME] table.
@@ -48,14 +50,23 @@ type Backend struct {
 	Fallback           string // backend id taking this lane's turns while its circuit is open
 	PriceInputPerMTok  float64
 	PriceOutputPerMTok float64
-	MockFile           string // mockfile: the JSON reply file
+	MockFile           string        // mockfile: the JSON reply file
+	MaxTurns           int           // openai: model turns of an agent's tool loop; 0 = the backend's default
+	Stream             *bool         // openai: stream replies (default true)
+	IdleTimeout        time.Duration // acp: no update from the agent for this long ends the call; 0 = default
 }
 
 // Tools is the [tools] table.
 type Tools struct {
-	Workspace     string
-	AllowCommands []string
+	Workspace      string
+	AllowCommands  []string
+	Approval       string        // destructive tools: "allow", "deny" or "ask" ("" = ask)
+	Destructive    []string      // tool names treated as destructive besides those that say so
+	CommandTimeout time.Duration // run_command; 0 = the tool's default
 }
+
+// Approvals are the valid values of [tools] approval.
+var Approvals = []string{"allow", "deny", "ask"}
 
 // MCPServer is one [mcp_servers.NAME] table: a stdio command or an HTTP URL.
 type MCPServer struct {
@@ -177,11 +188,17 @@ type rawBackend struct {
 	PriceInputPerMTok  float64  `toml:"price_input_per_mtok"`
 	PriceOutputPerMTok float64  `toml:"price_output_per_mtok"`
 	MockFile           string   `toml:"mock_file"`
+	MaxTurns           int      `toml:"max_turns"`
+	Stream             *bool    `toml:"stream"`
+	IdleTimeout        string   `toml:"idle_timeout"`
 }
 
 type rawTools struct {
-	Workspace     string   `toml:"workspace"`
-	AllowCommands []string `toml:"allow_commands"`
+	Workspace      string   `toml:"workspace"`
+	AllowCommands  []string `toml:"allow_commands"`
+	Approval       string   `toml:"approval"`
+	Destructive    []string `toml:"destructive"`
+	CommandTimeout string   `toml:"command_timeout"`
 }
 
 type rawMCP struct {
@@ -225,10 +242,17 @@ func Parse(path string, data []byte) (Config, error) {
 			continue
 		}
 		reported = append(reported, k)
-		v.errf(k, "unknown key (known: %s)", strings.Join(knownKeys(k), ", "))
+		v.warnf(k, "unknown key, ignored (known: %s)", strings.Join(knownKeys(k), ", "))
 	}
 
-	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, Tools: Tools(raw.Tools)}
+	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, Tools: Tools{
+		Workspace: raw.Tools.Workspace, AllowCommands: raw.Tools.AllowCommands,
+		Approval: raw.Tools.Approval, Destructive: raw.Tools.Destructive,
+	}}
+	if a := raw.Tools.Approval; a != "" && !slices.Contains(Approvals, a) {
+		v.errf(toml.Key{"tools", "approval"}, "unknown policy %q (one of %s)", a, strings.Join(Approvals, ", "))
+	}
+	c.Tools.CommandTimeout = v.duration(toml.Key{"tools", "command_timeout"}, raw.Tools.CommandTimeout)
 	if raw.DefaultBackend != "" {
 		if _, ok := raw.Backends[raw.DefaultBackend]; !ok {
 			v.errf(toml.Key{"default_backend"}, "backend %q is not defined%s", raw.DefaultBackend, defined(raw.Backends))
@@ -243,7 +267,7 @@ func Parse(path string, data []byte) (Config, error) {
 		case !slices.Contains(Types, b.Type) && !(strings.HasPrefix(b.Type, "acp:") && len(b.Type) > 4):
 			v.errf(k("type"), "unknown backend type %q (one of %s)", b.Type, strings.Join(Types, ", "))
 		}
-		for name, n := range map[string]int{"max_concurrency": b.MaxConcurrency, "tpm": b.TPM, "rpm": b.RPM} {
+		for name, n := range map[string]int{"max_concurrency": b.MaxConcurrency, "tpm": b.TPM, "rpm": b.RPM, "max_turns": b.MaxTurns} {
 			if n < 0 {
 				v.errf(k(name), "must not be negative (got %d)", n)
 			}
@@ -263,7 +287,12 @@ func Parse(path string, data []byte) (Config, error) {
 		if c.Backends == nil {
 			c.Backends = map[string]Backend{}
 		}
-		c.Backends[id] = Backend(b)
+		c.Backends[id] = Backend{
+			Type: b.Type, BaseURL: b.BaseURL, Model: b.Model, APIKeyEnv: b.APIKeyEnv, Command: b.Command, Args: b.Args,
+			MaxConcurrency: b.MaxConcurrency, TPM: b.TPM, RPM: b.RPM, Replicas: b.Replicas, Fallback: b.Fallback,
+			PriceInputPerMTok: b.PriceInputPerMTok, PriceOutputPerMTok: b.PriceOutputPerMTok, MockFile: b.MockFile,
+			MaxTurns: b.MaxTurns, Stream: b.Stream, IdleTimeout: v.duration(k("idle_timeout"), b.IdleTimeout),
+		}
 	}
 	for _, id := range sortedKeys(raw.MCPServers) {
 		s := raw.MCPServers[id]
@@ -275,16 +304,7 @@ func Parse(path string, data []byte) (Config, error) {
 		}
 		c.MCPServers[id] = MCPServer(s)
 	}
-	if s := raw.Scheduler.SuspendAfter; s != "" {
-		d, err := time.ParseDuration(s)
-		switch {
-		case err != nil:
-			v.errf(toml.Key{"scheduler", "suspend_after"}, "not a duration: %q (e.g. \"2m\", \"90s\")", s)
-		case d < 0:
-			v.errf(toml.Key{"scheduler", "suspend_after"}, "must not be negative (got %s)", s)
-		}
-		c.Scheduler.SuspendAfter = d
-	}
+	c.Scheduler.SuspendAfter = v.duration(toml.Key{"scheduler", "suspend_after"}, raw.Scheduler.SuspendAfter)
 	if raw.Scheduler.Slots < 0 {
 		v.errf(toml.Key{"scheduler", "slots"}, "must not be negative (got %d)", raw.Scheduler.Slots)
 	}
@@ -292,6 +312,7 @@ func Parse(path string, data []byte) (Config, error) {
 	if e := v.first(); e != nil {
 		return Config{}, e
 	}
+	c.Warnings = v.warnings
 	return c, nil
 }
 
@@ -342,9 +363,30 @@ func knownKeys(k toml.Key) []string {
 
 // validator collects errors and reports the one earliest in the file.
 type validator struct {
-	file  string
-	lines map[string]int
-	errs  []*Error
+	file     string
+	lines    map[string]int
+	errs     []*Error
+	warnings []string
+}
+
+func (v *validator) warnf(k toml.Key, format string, args ...any) {
+	e := &Error{File: v.file, Line: v.line(k), Key: k.String(), Msg: fmt.Sprintf(format, args...)}
+	v.warnings = append(v.warnings, e.Error())
+}
+
+// duration parses the duration at k ("" is 0); a bad or negative one is an error.
+func (v *validator) duration(k toml.Key, s string) time.Duration {
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		v.errf(k, "not a duration: %q (e.g. \"2m\", \"90s\")", s)
+	case d < 0:
+		v.errf(k, "must not be negative (got %s)", s)
+	}
+	return d
 }
 
 func (v *validator) errf(k toml.Key, format string, args ...any) {

@@ -84,8 +84,8 @@ func TestFull(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
-		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key (known: api_key_env, args, base_url, command, fallback, max_concurrency, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, tpm, type)"},
-		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key (known: backends, default_backend, mcp_servers, scheduler, tools)"},
+		{"bad_approval.toml", `testdata/bad_approval.toml:3: tools.approval: unknown policy "sometimes" (one of allow, deny, ask)`},
+		{"bad_idle.toml", `testdata/bad_idle.toml:3: backends.claude.idle_timeout: not a duration: "forever" (e.g. "2m", "90s")`},
 		{"bad_type.toml", `testdata/bad_type.toml:2: backends.local.type: unknown backend type "anthropic" (one of openai, mock, mockfile, acp)`},
 		{"missing_type.toml", `testdata/missing_type.toml:1: backends.local: type is required (one of openai, mock, mockfile, acp)`},
 		{"negative.toml", "testdata/negative.toml:4: backends.local.rpm: must not be negative (got -1)"},
@@ -108,6 +108,24 @@ func TestErrors(t *testing.T) {
 			}
 			if err.Error() != tc.want {
 				t.Fatalf("got  %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// Unknown keys are warned about, not fatal: a newer luft's config still loads.
+func TestUnknownKeysWarn(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key, ignored (known: api_key_env, args, base_url, command, fallback, idle_timeout, max_concurrency, max_turns, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, stream, tpm, type)"},
+		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, mcp_servers, scheduler, tools)"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			c, err := parseFile(t, tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(c.Warnings, []string{tc.want}) {
+				t.Fatalf("warnings %q\nwant %q", c.Warnings, tc.want)
 			}
 		})
 	}

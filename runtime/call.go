@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/internal/schema"
@@ -110,10 +111,16 @@ func (h *host) structured(ctx context.Context, c lua.Call, req agent.Request, b 
 		}
 		h.emit(event.SchemaRetry, map[string]any{"call_key": c.Key, "attempt": retry, "errors": verr.Error()})
 		again := req
-		again.Prompt = req.Prompt + "\n\nYour previous reply did not match the required JSON schema:\n" + verr.Error() +
+		correction := "Your previous reply did not match the required JSON schema:\n" + verr.Error() +
 			"\nReply again with only a JSON value that matches the schema."
-		if req.SessionID == "" && res.SessionID != "" {
-			again.SessionID = res.SessionID
+		if h.session(res.SessionID) != nil {
+			// The backend keeps the conversation: the correction continues it.
+			again.SessionID, again.Prompt = res.SessionID, correction
+		} else {
+			again.Prompt = req.Prompt + "\n\n" + correction
+			if req.SessionID == "" && res.SessionID != "" {
+				again.SessionID = res.SessionID
+			}
 		}
 		res, err = h.turn(ctx, c, again, b, true, tally)
 		total = total.Add(res.Usage)
@@ -172,7 +179,8 @@ func (t *turnTally) runtimeRetries(err error) bool {
 		re *scheduler.RefuseError
 		se *scheduler.SuspendError
 	)
-	if errors.As(err, &re) || errors.As(err, &se) {
+	var ae *tools.ApprovalError
+	if errors.As(err, &re) || errors.As(err, &se) || errors.As(err, &ae) {
 		return false
 	}
 	if _, _, ok := scheduler.HTTPStatus(err); ok && t.schedRetries {
@@ -242,7 +250,10 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 			permit = next
 		}
 	}
-	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: h.progress(c.Key)})
+	prog := &progress{h: h, key: c.Key}
+	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Transcript: h.session(req.SessionID)})
+	prog.flush()
+	h.keepSession(res)
 	var (
 		se *scheduler.SuspendError
 		re *scheduler.RefuseError
@@ -265,28 +276,36 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 
 // progress turns a backend's streamed updates into agent_progress events. Chunks of
 // streamed text are gathered into lines, so a long reply is a handful of events, not one
-// per token.
-func (h *host) progress(key string) adapters.Progress {
-	var (
-		mu  sync.Mutex
-		buf strings.Builder
-	)
-	return func(u adapters.Update) {
-		if u.Kind != "text" {
-			h.emit(event.AgentProgress, map[string]any{"call_key": key, "kind": u.Kind, "text": clip(u.Text, maxProgressText)})
-			return
-		}
-		mu.Lock()
-		buf.WriteString(u.Text)
-		var line string
-		if s := buf.String(); strings.Contains(u.Text, "\n") || len(s) >= maxProgressText {
-			line = s
-			buf.Reset()
-		}
-		mu.Unlock()
-		if strings.TrimSpace(line) != "" {
-			h.emit(event.AgentProgress, map[string]any{"call_key": key, "kind": "text", "text": clip(line, maxProgressText)})
-		}
+// per token; flush emits what is left when the call ends.
+type progress struct {
+	h   *host
+	key string
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (p *progress) update(u adapters.Update) {
+	if u.Kind != "text" {
+		p.flush()
+		p.h.emit(event.AgentProgress, map[string]any{"call_key": p.key, "kind": u.Kind, "text": clip(u.Text, maxProgressText)})
+		return
+	}
+	p.mu.Lock()
+	p.buf.WriteString(u.Text)
+	full := strings.Contains(u.Text, "\n") || p.buf.Len() >= maxProgressText
+	p.mu.Unlock()
+	if full {
+		p.flush()
+	}
+}
+
+func (p *progress) flush() {
+	p.mu.Lock()
+	line := p.buf.String()
+	p.buf.Reset()
+	p.mu.Unlock()
+	if strings.TrimSpace(line) != "" {
+		p.h.emit(event.AgentProgress, map[string]any{"call_key": p.key, "kind": "text", "text": clip(strings.TrimSpace(line), maxProgressText)})
 	}
 }
 

@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +42,10 @@ type host struct {
 	timer   *time.Timer
 	calls   sync.WaitGroup // call goroutines still running
 	served  atomic.Bool    // a turn of this run has been sent: later turns are continuations
+
+	// sessions holds the latest transcript of each session_id of the run (SPEC §2:
+	// openai agents continue a conversation from it), from the journal and from live calls.
+	sessions map[string][]agent.Message
 }
 
 var _ lua.Host = (*host)(nil)
@@ -50,7 +57,51 @@ func newHost(s *Service, r *Run, ctx context.Context, journal map[string]storage
 	if pinned == nil {
 		pinned = map[string]storage.File{}
 	}
-	return &host{e: s, run: r, ctx: ctx, start: s.opts.Now(), journal: journal, pinned: pinned, rs: rs}
+	return &host{e: s, run: r, ctx: ctx, start: s.opts.Now(), journal: journal, pinned: pinned, rs: rs,
+		sessions: journaledSessions(journal)}
+}
+
+// journaledSessions collects the transcripts that completed calls of earlier attempts
+// returned, the latest per session winning.
+func journaledSessions(journal map[string]storage.Entry) map[string][]agent.Message {
+	var withTranscript []storage.Entry
+	for _, e := range journal {
+		if e.Kind == "agent" && e.Status == storage.EntryCompleted && bytes.Contains(e.Result, []byte(`"transcript"`)) {
+			withTranscript = append(withTranscript, e)
+		}
+	}
+	slices.SortFunc(withTranscript, func(a, b storage.Entry) int { return cmp.Compare(a.CompletedSeq, b.CompletedSeq) })
+	out := map[string][]agent.Message{}
+	for _, e := range withTranscript {
+		var r struct {
+			SessionID  string          `json:"session_id"`
+			Transcript []agent.Message `json:"transcript"`
+		}
+		if json.Unmarshal(e.Result, &r) == nil && r.SessionID != "" && r.Transcript != nil {
+			out[r.SessionID] = r.Transcript
+		}
+	}
+	return out
+}
+
+// session returns the kept transcript of a session, nil when the run knows none.
+func (h *host) session(id string) []agent.Message {
+	if id == "" {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sessions[id]
+}
+
+// keepSession records the transcript a call returned for its session.
+func (h *host) keepSession(res agent.Result) {
+	if res.SessionID == "" || res.Transcript == nil {
+		return
+	}
+	h.mu.Lock()
+	h.sessions[res.SessionID] = res.Transcript
+	h.mu.Unlock()
 }
 
 func (h *host) store() storage.Store { return h.e.opts.Store }

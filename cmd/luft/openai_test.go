@@ -79,3 +79,58 @@ max_concurrency = 2
 		})
 	}
 }
+
+// `luft backend check` probes an endpoint live: reachable, its model listed, the rate
+// limits it reports (read from a one-token completion, since /models carries none).
+func TestBackendCheck(t *testing.T) {
+	engine := testkit.NewEngine(testkit.Config{Models: []string{"fake-1"}, Limits: testkit.Limits{RPM: 600, TPM: 60000}})
+	srv := testkit.NewServer(engine)
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "luft.toml"), []byte(fmt.Sprintf(`default_backend = "local"
+[backends.local]
+type = "openai"
+base_url = %q
+model = "fake-1"
+[backends.wrong]
+type = "openai"
+base_url = %q
+model = "no-such-model"
+[backends.down]
+type = "openai"
+base_url = "http://127.0.0.1:1/v1"
+model = "m"
+`, url, url)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, int) {
+		cmd := exec.Command(luftBinary(t), args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "OPENAI_BASE_URL=")
+		out, _ := cmd.CombinedOutput()
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	out, code := run("backend", "check", "local")
+	for _, want := range []string{"reachable    yes", "fake-1: listed", "x-ratelimit-limit-requests: 600", "x-ratelimit-limit-tokens: 60000", "one-token completion"} {
+		if !strings.Contains(out, want) || code != 0 {
+			t.Errorf("check local (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	if n := len(engine.Log()); n != 1 {
+		t.Errorf("the probe sent %d completions, want 1", n)
+	}
+	if out, code := run("backend", "check", "wrong"); code != 1 || !strings.Contains(out, "no-such-model: NOT listed (the endpoint lists: fake-1)") {
+		t.Errorf("check wrong: exit %d\n%s", code, out)
+	}
+	if out, code := run("backend", "check", "down"); code != 1 || !strings.Contains(out, "reachable    no: ") {
+		t.Errorf("check down: exit %d\n%s", code, out)
+	}
+	out, code = run("backend", "list", "--json")
+	if code != 0 || !strings.Contains(out, `"id": "local"`) || !strings.Contains(out, `"default": true`) || !strings.Contains(out, `"base_url": "`+url+`"`) {
+		t.Errorf("list --json: exit %d\n%s", code, out)
+	}
+}

@@ -62,7 +62,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, usage: true}
 	})
-	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e),
+	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e), newBackendCmd(e, g),
 		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g))
 	return root
 }

@@ -7,13 +7,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
-	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
@@ -124,69 +121,6 @@ func parseArgs(s string) (any, error) {
 	return nil, usageErr("invalid --args: must be a JSON object or array, got %s", s)
 }
 
-// backends builds the registry of this process from flags, environment and config: the
-// mock always; mockfile with --mock-file; an "openai" backend when OPENAI_BASE_URL or
-// OPENAI_API_KEY is set (model from LUFT_MODEL); and every [backends.NAME] of type openai
-// in the config file. The default backend is the config's default_backend, else mock.
-func backends(e *env, cfg config.Config, mockFile string) (*adapters.Registry, error) {
-	mcfg, err := adapters.ParseMockEnv(e.getenv)
-	if err != nil {
-		return nil, usageErr("%v", err)
-	}
-	bs := []adapters.Backend{adapters.NewMock(mcfg)}
-	if mockFile != "" {
-		mf, err := adapters.OpenMockFile(mockFile)
-		if err != nil {
-			return nil, usageErr("%v", err)
-		}
-		bs = append(bs, mf)
-	}
-	if base, key := e.getenv("OPENAI_BASE_URL"), e.getenv("OPENAI_API_KEY"); base != "" || key != "" {
-		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{BaseURL: base, APIKey: key, Model: e.getenv("LUFT_MODEL")})
-		if err != nil {
-			return nil, usageErr("OPENAI_BASE_URL/OPENAI_API_KEY: %v", err)
-		}
-		bs = append(bs, o)
-	}
-	ids := make([]string, 0, len(cfg.Backends))
-	for id := range cfg.Backends {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		b := cfg.Backends[id]
-		if b.Type != "openai" {
-			continue // mock and mockfile are built in; acp backends are not available yet
-		}
-		keyEnv := b.APIKeyEnv
-		if keyEnv == "" {
-			keyEnv = "OPENAI_API_KEY"
-		}
-		base := b.BaseURL
-		if base == "" {
-			base = e.getenv("OPENAI_BASE_URL")
-		}
-		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: id, BaseURL: base, APIKey: e.getenv(keyEnv), Model: b.Model,
-			PriceInPerMTok: b.PriceInputPerMTok, PriceOutPerMTok: b.PriceOutputPerMTok})
-		if err != nil {
-			return nil, usageErr("%s: backends.%s: %v", cfg.Path, id, err)
-		}
-		bs = append(bs, o)
-	}
-	def := "mock"
-	if cfg.DefaultBackend != "" {
-		def = cfg.DefaultBackend
-		if t := cfg.Backends[def].Type; t == "mock" || t == "mockfile" {
-			def = t
-		}
-	}
-	reg := adapters.NewRegistry(def, bs...)
-	if _, err := reg.Get(""); err != nil {
-		return nil, usageErr("%s: default_backend %q: %v", cfg.Path, cfg.DefaultBackend, err)
-	}
-	return reg, nil
-}
-
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -208,9 +142,13 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err != nil {
 		return err
 	}
-	reg, err := backends(e, cfg, f.mockFile)
+	bset, err := backends(e, cfg, f.mockFile)
 	if err != nil {
 		return err
+	}
+	reg := bset.reg
+	if bset.auto && f.backend == "" && !f.resume && !f.quiet && !f.json {
+		fmt.Fprintln(e.stderr, autoNotice)
 	}
 	if _, err := reg.Get(f.backend); err != nil {
 		return usageErr("--backend: %v", err)

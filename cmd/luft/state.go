@@ -51,6 +51,9 @@ func loadConfig(e *env, g *globalFlags) (config.Config, error) {
 	if err != nil {
 		return cfg, usageErr("invalid config: %v", err)
 	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(e.stderr, "luft: warning: config %s\n", w)
+	}
 	return cfg, nil
 }
 

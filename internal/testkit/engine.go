@@ -57,6 +57,9 @@ type Config struct {
 	ToolRules []ToolRule
 	Clock     Clock     // default RealClock{}
 	Log       io.Writer // optional: every Record as one JSON line, when it is final
+	// KeepRequests keeps each request's messages and tool names in its Record, so tests
+	// can assert on what the engine received (off by default: benchmarks send many).
+	KeepRequests bool
 }
 
 // DefaultModel is the model id /v1/models lists when Config.Models is empty.
@@ -92,6 +95,10 @@ type Record struct {
 	// for a refused request, only with Limits.ChargeRejectedTokens.
 	ChargedTokens int `json:"charged_tokens"`
 	ToolCalls     int `json:"tool_calls,omitempty"`
+
+	// Messages and Tools are what the request sent, with Config.KeepRequests only.
+	Messages []Message `json:"messages,omitempty"`
+	Tools    []string  `json:"tools,omitempty"`
 
 	RetryAfter time.Duration `json:"retry_after_ns,omitempty"` // on a 429
 }
@@ -295,6 +302,12 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 		Replica: -1, Arrival: now,
 	}
 	j.header.Set("x-request-id", j.rec.ID)
+	if e.cfg.KeepRequests {
+		j.rec.Messages = append([]Message(nil), req.Messages...)
+		for _, t := range req.Tools {
+			j.rec.Tools = append(j.rec.Tools, t.Function.Name)
+		}
+	}
 
 	if status, apiErr := e.validate(req, o); apiErr != nil {
 		r := e.refuseLocked(j, now, status, apiErr)

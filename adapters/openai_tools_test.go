@@ -1,0 +1,264 @@
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/internal/testkit"
+)
+
+// fnTool is a tool written as a function, with a log of its arguments.
+type fnTool struct {
+	name        string
+	destructive bool
+	fn          func(args map[string]any) (string, error)
+
+	mu   sync.Mutex
+	args []string
+}
+
+func (f *fnTool) Spec() tools.Spec {
+	return tools.Spec{Name: f.name, Description: "test tool " + f.name, Destructive: f.destructive,
+		Parameters: map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}}}
+}
+
+func (f *fnTool) Call(_ context.Context, raw json.RawMessage) (string, error) {
+	f.mu.Lock()
+	f.args = append(f.args, string(raw))
+	f.mu.Unlock()
+	var args map[string]any
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return "", err
+	}
+	return f.fn(args)
+}
+
+// toolList resolves names against a fixed list, the way tools.Set does.
+type toolList []tools.Tool
+
+func (l toolList) Resolve(names []string) ([]tools.Tool, error) {
+	var out []tools.Tool
+	for _, n := range names {
+		found := false
+		for _, t := range l {
+			if t.Spec().Name == n {
+				out = append(out, t)
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("no tool %q", n)
+		}
+	}
+	return out, nil
+}
+
+// turnCounter is a TurnFunc that admits at once and counts the turns.
+type turnCounter struct {
+	mu    sync.Mutex
+	turns []TurnCost
+}
+
+func (c *turnCounter) turn(ctx context.Context, cost TurnCost, send func(context.Context) TurnReport) error {
+	c.mu.Lock()
+	c.turns = append(c.turns, cost)
+	c.mu.Unlock()
+	return send(ctx).Err
+}
+
+func toolBackend(t *testing.T, url string, ts toolList, maxTurns int) *OpenAI {
+	t.Helper()
+	b, err := NewOpenAI(OpenAIConfig{BaseURL: url, APIKey: "k", Model: "luft-fake", Tools: ts, MaxTurns: maxTurns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// An agent with tools runs its loop: the model asks for read_notes, the tool's result goes
+// back, the model answers. Every model turn passed the TurnFunc, and the engine's own log
+// shows the tool result it received.
+func TestOpenAIToolLoop(t *testing.T) {
+	url, eng := startFake(t, testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{{
+		Match: "read the notes", Calls: []testkit.ScriptedCall{{Name: "read_notes", Arguments: `{"path":"notes.txt"}`}},
+		Reply: "the notes say hello",
+	}}})
+	notes := &fnTool{name: "read_notes", fn: func(a map[string]any) (string, error) { return "NOTES-CONTENT of " + a["path"].(string), nil }}
+	b := toolBackend(t, url, toolList{notes}, 0)
+	tc := &turnCounter{}
+	res, err := b.Run(context.Background(), agent.Request{Prompt: "read the notes and summarise", Tools: []string{"read_notes"}}, Call{Turn: tc.turn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != agent.StatusOK || res.Text != "the notes say hello" {
+		t.Fatalf("result %+v", res)
+	}
+	if len(tc.turns) != 2 || tc.turns[1].Input <= tc.turns[0].Input {
+		t.Fatalf("turns %+v: want 2, the second with the longer conversation", tc.turns)
+	}
+	log := eng.Log()
+	if len(log) != 2 {
+		t.Fatalf("engine saw %d requests, want 2", len(log))
+	}
+	if got := log[0].Tools; len(got) != 1 || got[0] != "read_notes" {
+		t.Fatalf("first request declared tools %v", got)
+	}
+	last := log[1].Messages
+	tm := last[len(last)-1]
+	if tm.Role != "tool" || string(tm.Content) != "NOTES-CONTENT of notes.txt" || tm.ToolCallID == "" {
+		t.Fatalf("the engine received %+v as the last message, want the tool result", tm)
+	}
+	if am := last[len(last)-2]; am.Role != "assistant" || len(am.ToolCalls) != 1 || am.ToolCalls[0].ID != tm.ToolCallID {
+		t.Fatalf("assistant message before the tool result: %+v", am)
+	}
+	want := agent.Usage{Input: log[0].PromptTokens + log[1].PromptTokens, Output: log[0].OutputTokens + log[1].OutputTokens,
+		Cached: log[0].CachedTokens + log[1].CachedTokens}
+	if res.Usage != want {
+		t.Fatalf("usage %+v, want the sum of both turns %+v", res.Usage, want)
+	}
+	if len(notes.args) != 1 || notes.args[0] != `{"path":"notes.txt"}` {
+		t.Fatalf("tool called with %v", notes.args)
+	}
+}
+
+// Tool failures, unknown tools and refusals go back to the model as tool results; the
+// call goes on. Only "ask" approval fails the call.
+func TestOpenAIToolErrors(t *testing.T) {
+	rules := []testkit.ToolRule{
+		{Match: "use broken", Calls: []testkit.ScriptedCall{{Name: "broken"}}, Reply: "recovered"},
+		{Match: "use ghost", Calls: []testkit.ScriptedCall{{Name: "ghost"}}, Reply: "went on"},
+		{Match: "use wipe", Calls: []testkit.ScriptedCall{{Name: "wipe"}}, Reply: "never"},
+	}
+	url, eng := startFake(t, testkit.Config{KeepRequests: true, ToolRules: rules})
+	broken := &fnTool{name: "broken", fn: func(map[string]any) (string, error) { return "", errors.New("disk on fire") }}
+	wipe := &fnTool{name: "wipe", fn: func(map[string]any) (string, error) { return "", &tools.ApprovalError{Tool: "wipe"} }}
+	b := toolBackend(t, url, toolList{broken, wipe}, 0)
+	for _, tc := range []struct {
+		prompt, tool, reply, toolResult string
+	}{
+		{"use broken", "broken", "recovered", "error: disk on fire"},
+		{"use ghost", "broken", "went on", `error: there is no tool "ghost"; the tools you have are: broken`},
+	} {
+		before := len(eng.Log())
+		res, err := b.Run(context.Background(), agent.Request{Prompt: tc.prompt, Tools: []string{tc.tool}}, Call{})
+		if err != nil || res.Text != tc.reply {
+			t.Fatalf("%s: %+v, %v", tc.prompt, res, err)
+		}
+		log := eng.Log()[before:]
+		msgs := log[len(log)-1].Messages
+		if got := string(msgs[len(msgs)-1].Content); got != tc.toolResult {
+			t.Fatalf("%s: the model got %q, want %q", tc.prompt, got, tc.toolResult)
+		}
+	}
+	res, err := b.Run(context.Background(), agent.Request{Prompt: "use wipe", Tools: []string{"wipe"}}, Call{})
+	var ae *tools.ApprovalError
+	if !errors.As(err, &ae) || res.Status != agent.StatusError || !strings.Contains(res.Error, "needs approval") {
+		t.Fatalf("ask policy: %+v, %v", res, err)
+	}
+}
+
+func TestOpenAIToolTurnLimit(t *testing.T) {
+	url, _ := startFake(t, testkit.Config{ToolRules: []testkit.ToolRule{{
+		Match: "loop", Calls: []testkit.ScriptedCall{{Name: "t"}}, Rounds: 10,
+	}}})
+	tl := &fnTool{name: "t", fn: func(map[string]any) (string, error) { return "again", nil }}
+	b := toolBackend(t, url, toolList{tl}, 3)
+	tc := &turnCounter{}
+	res, err := b.Run(context.Background(), agent.Request{Prompt: "loop", Tools: []string{"t"}}, Call{Turn: tc.turn})
+	if err != nil || res.Status != agent.StatusError || !strings.Contains(res.Error, "3 model turns") || len(tc.turns) != 3 {
+		t.Fatalf("%+v %v after %d turns", res, err, len(tc.turns))
+	}
+	if res.Usage.Total() == 0 {
+		t.Fatal("the turns' usage is lost")
+	}
+}
+
+func TestOpenAIToolsNotConfigured(t *testing.T) {
+	b := newTestOpenAI(t, "http://127.0.0.1:1/v1")
+	_, err := b.Run(context.Background(), agent.Request{Prompt: "p", Tools: []string{"read_file"}}, Call{})
+	if err == nil || !strings.Contains(err.Error(), "none are configured") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// With progress wanted, replies stream: the engine saw a streamed request, the text
+// arrives in pieces that add up to the answer, and usage comes from the final chunk.
+func TestOpenAIStreaming(t *testing.T) {
+	url, eng := startFake(t, testkit.Config{DefaultMaxTokens: 40, ToolRules: []testkit.ToolRule{{
+		Match: "stream tools", Calls: []testkit.ScriptedCall{{Name: "t", Arguments: `{"path":"a"}`}, {Name: "t", Arguments: `{"path":"b"}`}},
+	}}})
+	tl := &fnTool{name: "t", fn: func(a map[string]any) (string, error) { return "got " + a["path"].(string), nil }}
+	b := toolBackend(t, url, toolList{tl}, 0)
+	var (
+		mu      sync.Mutex
+		pieces  []string
+		toolLog []string
+	)
+	progress := func(u Update) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch u.Kind {
+		case "text":
+			pieces = append(pieces, u.Text)
+		case "tool_call":
+			toolLog = append(toolLog, u.Text)
+		}
+	}
+	res, err := b.Run(context.Background(), agent.Request{Prompt: "tell me a story"}, Call{Progress: progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pieces) < 2 || strings.Join(pieces, "") != res.Text {
+		t.Fatalf("%d pieces %q do not add up to %q", len(pieces), pieces, res.Text)
+	}
+	log := eng.Log()
+	if !log[0].Stream {
+		t.Fatal("the engine did not see a streamed request")
+	}
+	if res.Usage.Input != log[0].PromptTokens || res.Usage.Output != log[0].OutputTokens {
+		t.Fatalf("usage %+v, engine %d/%d", res.Usage, log[0].PromptTokens, log[0].OutputTokens)
+	}
+	// Streamed tool calls are put together from their fragments.
+	res, err = b.Run(context.Background(), agent.Request{Prompt: "stream tools", Tools: []string{"t"}}, Call{Progress: progress})
+	if err != nil || res.Status != agent.StatusOK {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if len(tl.args) != 2 || tl.args[0] != `{"path":"a"}` || tl.args[1] != `{"path":"b"}` || len(toolLog) != 2 {
+		t.Fatalf("tool calls %v, progress %v", tl.args, toolLog)
+	}
+}
+
+// session_id continues a conversation: the second call sends the first one's transcript.
+func TestOpenAISessionTranscript(t *testing.T) {
+	url, eng := startFake(t, testkit.Config{KeepRequests: true, DefaultMaxTokens: 5})
+	b := newTestOpenAI(t, url)
+	first, err := b.Run(context.Background(), agent.Request{System: "be brief", Prompt: "first question"}, Call{})
+	if err != nil || first.SessionID == "" || len(first.Transcript) != 3 {
+		t.Fatalf("%+v %v", first, err)
+	}
+	second, err := b.Run(context.Background(), agent.Request{Prompt: "second question", SessionID: first.SessionID},
+		Call{Transcript: first.Transcript})
+	if err != nil || second.SessionID != first.SessionID || len(second.Transcript) != 5 {
+		t.Fatalf("%+v %v", second, err)
+	}
+	msgs := eng.Log()[1].Messages
+	var got []string
+	for _, m := range msgs {
+		got = append(got, m.Role+":"+string(m.Content))
+	}
+	want := []string{"system:be brief", "user:first question", "assistant:" + first.Text, "user:second question"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("the engine received %q\nwant %q", got, want)
+	}
+	if _, err := b.Run(context.Background(), agent.Request{Prompt: "p", SessionID: "nope"}, Call{}); err == nil ||
+		!strings.Contains(err.Error(), `session_id "nope" is not a session of this run`) {
+		t.Fatalf("unknown session: %v", err)
+	}
+}

@@ -1,0 +1,169 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+)
+
+// toolLoop is a backend whose call takes a number of model turns, as a tool-using agent
+// does; "turns=N" in the prompt sets N. It keeps a transcript per session the way the
+// openai backend does, and records the transcript each call was handed.
+type toolLoop struct {
+	fail   string // a prompt that fails
+	mu     sync.Mutex
+	handed map[string][]agent.Message // prompt → Call.Transcript
+}
+
+func (b *toolLoop) ID() string { return "fake" }
+
+func (b *toolLoop) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	b.mu.Lock()
+	if b.handed == nil {
+		b.handed = map[string][]agent.Message{}
+	}
+	b.handed[req.Prompt] = call.Transcript
+	b.mu.Unlock()
+	if req.Prompt == b.fail {
+		return agent.Result{Status: agent.StatusError, Error: "scripted failure"}, nil
+	}
+	n := 1
+	fmt.Sscanf(req.Prompt[strings.Index(req.Prompt, "turns=")+len("turns="):], "%d", &n)
+	var usage agent.Usage
+	for i := 0; i < n; i++ {
+		err := call.Do(ctx, adapters.TurnCost{Input: 10 * (i + 1), MaxOutput: 5}, func(context.Context) adapters.TurnReport {
+			u := agent.Usage{Input: 10 * (i + 1), Output: 5}
+			usage = usage.Add(u)
+			return adapters.TurnReport{Usage: u}
+		})
+		if err != nil {
+			return agent.Result{Usage: usage}, err
+		}
+	}
+	session := req.SessionID
+	if session == "" {
+		session = "s-" + req.Prompt[:3]
+	}
+	text := fmt.Sprintf("answer after %d turns", n)
+	tr := append(append([]agent.Message(nil), call.Transcript...), agent.Message{Role: "user", Content: req.Prompt}, agent.Message{Role: "assistant", Content: text})
+	return agent.Result{Status: agent.StatusOK, Text: text, Output: text, Usage: usage, SessionID: session, Transcript: tr}, nil
+}
+
+// Every model turn of a call passes the scheduler, and every turn after the first is a
+// continuation (DESIGN decision 3).
+func TestEveryTurnAdmitted(t *testing.T) {
+	dir := t.TempDir()
+	e := openResumeEnv(t, dir, &toolLoop{}, 0)
+	rec := &recordingScheduler{}
+	e.svc.opts.Scheduler = rec
+	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main()
+  local r = agent{prompt = "one turns=3"}
+  report(r.tokens)
+end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.svc.Start(t.Context(), Spec{Path: filepath.Join(dir, "wf.lua")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := waitRun(t, r)
+	if res.Status != StatusCompleted || fmt.Sprint(res.Report) != "75" {
+		t.Fatalf("%s %v report %v", res.Status, res.Err, res.Report)
+	}
+	if len(rec.turns) != 3 {
+		t.Fatalf("%d turns admitted, want 3", len(rec.turns))
+	}
+	for i, tr := range rec.turns {
+		if tr.CallKey != "main/1" || tr.Continuation != (i > 0) || tr.EstTokens != 10*(i+1)+5 {
+			t.Errorf("turn %d: %+v", i, tr)
+		}
+	}
+}
+
+// session_id hands the backend the transcript the session's last call returned, from a
+// live call of this attempt or from the journal of an earlier one.
+func TestSessionTranscriptSurvivesResume(t *testing.T) {
+	dir := t.TempDir()
+	b := &toolLoop{fail: "third"}
+	e := openResumeEnv(t, dir, b, 0)
+	path := filepath.Join(dir, "wf.lua")
+	if err := os.WriteFile(path, []byte(`function main()
+  local a = agent{prompt = "first"}
+  local b = agent{prompt = "second", session_id = a.session_id}
+  local c = agent{prompt = "third", session_id = b.session_id}
+  report(c.text)
+end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.svc.Start(t.Context(), Spec{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := waitRun(t, r); res.Status != StatusFailed {
+		t.Fatalf("first attempt %s %v", res.Status, res.Err)
+	}
+	if got := b.handed["second"]; len(got) != 2 || got[0].Content != "first" {
+		t.Fatalf("second call was handed %+v", got)
+	}
+	// Another process resumes: "first" and "second" replay from the journal; "third" gets
+	// the transcript "second" returned, read from the journal.
+	b2 := &toolLoop{}
+	e2 := openResumeEnv(t, dir, b2, 0)
+	r2 := resume(t, e2, ResumeSpec{Run: r.ID})
+	if res := waitRun(t, r2); res.Status != StatusCompleted {
+		t.Fatalf("resume %s %v", res.Status, res.Err)
+	}
+	if _, ran := b2.handed["first"]; ran || len(b2.handed) != 1 {
+		t.Fatalf("replayed calls ran again: %v", b2.handed)
+	}
+	var got []string
+	for _, m := range b2.handed["third"] {
+		got = append(got, m.Role+":"+m.Content)
+	}
+	want := "user:first|assistant:answer after 1 turns|user:second|assistant:answer after 1 turns"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("third call was handed %q\nwant %q", strings.Join(got, "|"), want)
+	}
+}
+
+// chatty streams its reply in pieces and reports a tool call between them.
+type chatty struct{}
+
+func (chatty) ID() string { return "fake" }
+
+func (chatty) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	err := call.Do(ctx, adapters.TurnCost{Input: 1}, func(context.Context) adapters.TurnReport {
+		for _, p := range []string{"Hel", "lo\nwor", "ld"} {
+			call.Report(adapters.Update{Kind: "text", Text: p})
+		}
+		call.Report(adapters.Update{Kind: "tool_call", Text: "read_file a.go"})
+		call.Report(adapters.Update{Kind: "text", Text: "tail"})
+		return adapters.TurnReport{}
+	})
+	return agent.Result{Status: agent.StatusOK, Text: "Hello\nworld", Output: "x"}, err
+}
+
+// Streamed text becomes agent_progress events line by line, other updates one each, and
+// what is left when the call ends is not lost.
+func TestProgressEvents(t *testing.T) {
+	e := newEngine(t, chatty{})
+	r := start(t, e, `function main() agent{prompt = "p"} end`)
+	if res := r.Wait(); res.Status != StatusCompleted {
+		t.Fatal(res.Err)
+	}
+	var got []string
+	for _, ev := range ofType(collect(t, r), "agent_progress") {
+		got = append(got, fmt.Sprint(ev.Data["kind"], ":", ev.Data["text"]))
+	}
+	want := "text:Hello\nwor|text:ld|tool_call:read_file a.go|text:tail"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("progress events %q\nwant %q", strings.Join(got, "|"), want)
+	}
+}
