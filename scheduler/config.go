@@ -11,13 +11,19 @@ type LaneConfig struct {
 	TPM      int    // tokens per minute; 0 = learn from headers
 	RPM      int    // requests per minute; 0 = learn from headers
 	Fallback string // lane that takes this lane's turns while its circuit is open; "" = none
+	// Scout, for an endpoint that reports its limits in response headers while none are
+	// configured: until the lane's first response, one turn runs at a time, so a burst
+	// waits for the limits that response teaches instead of running into a 429. It costs
+	// no request of its own (the first real turn is the scout).
+	Scout bool
 }
 
 // Config tunes the decision core. The zero value of every field selects the default in
 // the comment, so Config{} is a working configuration.
 type Config struct {
-	// Lanes configures lanes by name; a lane not listed uses DefaultLane, whose
-	// Fallback is ignored (a fallback is named per lane).
+	// Lanes configures lanes by name; "BACKEND/*" configures every model of a backend
+	// not listed by its full name. A lane not listed uses DefaultLane, whose Fallback is
+	// ignored (a fallback is named per lane).
 	Lanes       map[string]LaneConfig
 	DefaultLane LaneConfig
 

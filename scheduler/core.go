@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/luft-run/luft/agent"
@@ -283,6 +284,11 @@ func (c *Core) lane(name string) *lane {
 	}
 	cfg, ok := c.cfg.Lanes[name]
 	if !ok {
+		if i := strings.IndexByte(name, '/'); i >= 0 {
+			cfg, ok = c.cfg.Lanes[name[:i]+"/*"]
+		}
+	}
+	if !ok {
 		cfg = c.cfg.DefaultLane
 		cfg.Fallback = ""
 	}
@@ -364,6 +370,9 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 	t.running--
 	t.replicas[j.replica]--
 	t.st.Completed++
+	if res.Status != StatusCanceled {
+		t.scouting = false // the lane has answered: its limits are known, or it has none
+	}
 	c.settle(t, j, res, now)
 
 	switch res.Status {
@@ -678,8 +687,8 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 			}
 			return
 		}
-		if !t.hasSlot() {
-			// Plain queueing for a slot: a Complete frees one.
+		if !t.hasSlot() || t.scouting && t.running > 0 {
+			// Plain queueing for a slot (or for the scout's answer): a Complete frees one.
 			if t == l {
 				l.unblock()
 			}

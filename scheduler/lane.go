@@ -44,6 +44,8 @@ type lane struct {
 
 	pausedUntil time.Time
 	br          breaker
+	// scouting holds the lane to one turn at a time until its first answer (Scout).
+	scouting bool
 
 	// Waiting state, for notices and NextWake.
 	blocked       bool
@@ -66,6 +68,7 @@ func newLane(name string, cfg LaneConfig, c *Config) *lane {
 		outTokens: newBucket(0),
 		est:       estimator{cfg: c},
 		outFrac:   0.25,
+		scouting:  cfg.Scout && cfg.TPM == 0 && cfg.RPM == 0,
 	}
 	byCounter := func(a, b *caller) bool {
 		if a.counter != b.counter {

@@ -58,31 +58,35 @@ func loadConfig(e *env, g *globalFlags) (config.Config, error) {
 }
 
 // schedulerConfig is the admission scheduler's configuration: a lane per configured
-// backend (its slots, TPM, RPM, replicas and fallback) and, for every other lane, slots
-// concurrent turns (--max-concurrency when given, else [scheduler] slots, else 8). Lanes
-// learn what is not configured from the headers of their responses.
+// backend (its slots, TPM, RPM, replicas and fallback; "ID/*" for its other models) and,
+// for every other lane, slots concurrent turns (--max-concurrency when given, else
+// [scheduler] slots, else 8). Lanes learn what is not configured from the headers of
+// their responses; an OpenAI-compatible lane with no configured limits scouts (one turn
+// until its first answer) so that the first burst of a run does not meet a 429.
 func schedulerConfig(cfg config.Config, slots int, slotsFromFlag bool) scheduler.Config {
 	if !slotsFromFlag && cfg.Scheduler.Slots > 0 {
 		slots = cfg.Scheduler.Slots
 	}
 	sc := scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: slots}, SuspendAfter: cfg.Scheduler.SuspendAfter,
-		Lanes: map[string]scheduler.LaneConfig{}}
+		Lanes: map[string]scheduler.LaneConfig{
+			"openai/*": {Slots: slots, Scout: true}, // the backend OPENAI_BASE_URL/OPENAI_API_KEY make
+		}}
 	for id, b := range cfg.Backends {
 		n, tpm, rpm, replicas, fallback := cfg.Lane(id)
 		if n == 0 {
 			n = slots
 		}
-		lane := scheduler.LaneConfig{Slots: n, TPM: tpm, RPM: rpm, Replicas: 1 + len(replicas)}
+		lane := scheduler.LaneConfig{Slots: n, TPM: tpm, RPM: rpm, Replicas: 1 + len(replicas), Scout: b.Type == "openai"}
 		if fallback != "" {
 			lane.Fallback = fallback + "/" + cfg.Backends[fallback].Model
 		}
 		sc.Lanes[id+"/"+b.Model] = lane
+		lane.Fallback = ""
+		sc.Lanes[id+"/*"] = lane
 	}
 	return sc
 }
 
-// newService builds the runtime over an open store, with the process's one admission
-// scheduler.
 func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, sc scheduler.Config) (*runtime.Service, error) {
 	return runtime.New(runtime.Options{
 		Store:     st,

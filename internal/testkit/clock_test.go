@@ -98,3 +98,18 @@ func TestRealClock(t *testing.T) {
 		t.Fatal("zero time")
 	}
 }
+
+func TestScaledClock(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := NewScaledClock(start, 1000)
+	before := c.Now()
+	got := <-c.After(2 * time.Second) // 2 ms of wall time
+	if d := got.Sub(before); d < 2*time.Second {
+		t.Fatalf("After(2s) fired after %v of scaled time", d)
+	}
+	done := make(chan time.Time, 1)
+	c.AfterFunc(3*time.Second, func() { done <- c.Now() })
+	if d := (<-done).Sub(before); d < 3*time.Second {
+		t.Fatalf("AfterFunc(3s) fired after %v", d)
+	}
+}
