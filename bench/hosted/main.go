@@ -173,7 +173,7 @@ func runOne(w workload, seed uint64, speed float64) (result, error) {
 	wallStart := time.Now()
 	start := clock.Now()
 	run, err := svc.Start(context.Background(), runtime.Spec{Path: "hosted.lua", Source: []byte(workflow),
-		Args: map[string]any{"branches": float64(w.branches), "calls": float64(w.calls), "prompts": prompts, "max_tokens": float64(maxTokens)},
+		Args:        map[string]any{"branches": float64(w.branches), "calls": float64(w.calls), "prompts": prompts, "max_tokens": float64(maxTokens)},
 		Concurrency: w.branches})
 	if err != nil {
 		return result{}, err
