@@ -87,3 +87,25 @@ type Update struct {
 // EstimateTokens is a rough token count of text (four bytes a token), for turn costs
 // before the endpoint has counted.
 func EstimateTokens(text string) int { return (len(text) + 3) / 4 }
+
+// Route is where the scheduler sent one send of a turn: a replica of the lane's
+// endpoint, or, while the lane's circuit is open, the backend of its fallback lane.
+type Route struct {
+	Replica int // 0: the backend's own endpoint; i: its i-th configured replica
+	// Fallback, when set, is the backend of the lane that takes this turn; a backend
+	// that can speak for it (the same protocol) sends there with its model.
+	Fallback Backend
+}
+
+type routeKey struct{}
+
+// WithRoute returns ctx carrying r, for the send function of a turn.
+func WithRoute(ctx context.Context, r Route) context.Context {
+	return context.WithValue(ctx, routeKey{}, r)
+}
+
+// RouteOf returns the route a send's ctx carries (the zero Route when none).
+func RouteOf(ctx context.Context) Route {
+	r, _ := ctx.Value(routeKey{}).(Route)
+	return r
+}

@@ -36,6 +36,9 @@ type OpenAIConfig struct {
 	// HTTPClient is the client requests go through (default a plain &http.Client{}). Its
 	// transport is wrapped, never modified, to capture response headers.
 	HTTPClient *http.Client
+	// Replicas are further base URLs serving the same model; the scheduler picks one per
+	// turn (keeping a run on the replica that holds its KV cache while load allows).
+	Replicas []string
 }
 
 // ToolResolver gives the tools an agent asks for by name.
@@ -53,7 +56,9 @@ type ToolResolver interface {
 // failure in the returned *HTTPError, which the scheduler reads via StatusCode/Header.
 type OpenAI struct {
 	cfg    OpenAIConfig
-	client *openai.Client
+	client *openai.Client   // the main endpoint
+	peers  []*openai.Client // the client of each replica, [0] = client
+	bases  []string
 }
 
 // NewOpenAI returns an OpenAI backend for cfg.
@@ -80,7 +85,30 @@ func NewOpenAI(cfg OpenAIConfig) (*OpenAI, error) {
 	}
 	hc.Transport = &captureTransport{next: next}
 	cc.HTTPClient = &hc
-	return &OpenAI{cfg: cfg, client: openai.NewClientWithConfig(cc)}, nil
+	o := &OpenAI{cfg: cfg, client: openai.NewClientWithConfig(cc), bases: []string{cc.BaseURL}}
+	o.peers = append(o.peers, o.client)
+	for _, u := range cfg.Replicas {
+		rc := cc
+		rc.BaseURL = strings.TrimRight(u, "/")
+		o.peers = append(o.peers, openai.NewClientWithConfig(rc))
+		o.bases = append(o.bases, rc.BaseURL)
+	}
+	return o, nil
+}
+
+// target is where one send goes: the replica the scheduler chose, or the fallback
+// backend's endpoint and model when it routed the turn to an OpenAI-compatible fallback.
+func (o *OpenAI) target(ctx context.Context, model string) (*openai.Client, string, string) {
+	r := RouteOf(ctx)
+	t := o
+	if f, ok := r.Fallback.(*OpenAI); ok {
+		t, model = f, f.cfg.Model
+	}
+	i := r.Replica
+	if i < 0 || i >= len(t.peers) {
+		i = 0
+	}
+	return t.peers[i], t.bases[i], model
 }
 
 // ID returns the configured registry id.
@@ -96,9 +124,16 @@ type HTTPError struct {
 	Body    string // the raw response body
 	BaseURL string
 	Message string // the provider's error message, when the body had one
+	err     error  // the transport error, when Status is 0
 }
 
+// Unwrap returns the transport error of a request that got no response.
+func (e *HTTPError) Unwrap() error { return e.err }
+
 func (e *HTTPError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("openai backend: no response from %s: %s", e.BaseURL, e.Message)
+	}
 	msg := e.Message
 	if msg == "" {
 		msg = snippet(e.Body, 300)
@@ -317,9 +352,11 @@ func (o *OpenAI) resolveTools(names []string) ([]tools.Tool, error) {
 
 // plainTurn is one non-streamed completion.
 func (o *OpenAI) plainTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest) (openai.ChatCompletionMessage, string, agent.Usage, error) {
-	resp, err := o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), creq)
+	cl, base, model := o.target(ctx, creq.Model)
+	creq.Model = model
+	resp, err := cl.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), creq)
 	if err != nil {
-		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErr(ctx, cp, err)
+		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErrAt(ctx, base, cp, err)
 	}
 	if len(resp.Choices) == 0 {
 		return openai.ChatCompletionMessage{}, resp.Model, usageOf(resp.Usage), fmt.Errorf("openai backend %q: the endpoint %s answered with no choices", o.cfg.ID, o.cfg.BaseURL)
@@ -333,9 +370,11 @@ func (o *OpenAI) plainTurn(ctx context.Context, cp *capture, creq openai.ChatCom
 func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest, call Call) (openai.ChatCompletionMessage, string, agent.Usage, error) {
 	creq.Stream = true
 	creq.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
-	st, err := o.client.CreateChatCompletionStream(context.WithValue(ctx, captureKey{}, cp), creq)
+	cl, base, target := o.target(ctx, creq.Model)
+	creq.Model = target
+	st, err := cl.CreateChatCompletionStream(context.WithValue(ctx, captureKey{}, cp), creq)
 	if err != nil {
-		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErr(ctx, cp, err)
+		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErrAt(ctx, base, cp, err)
 	}
 	defer st.Close()
 	var (
@@ -351,10 +390,10 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return openai.ChatCompletionMessage{}, model, agent.Usage{}, o.wrapErr(ctx, cp, err)
+				return openai.ChatCompletionMessage{}, model, agent.Usage{}, o.wrapErrAt(ctx, base, cp, err)
 			}
 			// The connection broke after a 200: a transport failure the scheduler retries.
-			return openai.ChatCompletionMessage{}, model, agent.Usage{}, &HTTPError{Status: 0, Headers: cp.header, BaseURL: o.cfg.BaseURL, Message: "stream broken: " + err.Error()}
+			return openai.ChatCompletionMessage{}, model, agent.Usage{}, &HTTPError{Status: 0, Headers: cp.header, BaseURL: base, Message: "stream broken: " + err.Error()}
 		}
 		if chunk.Model != "" {
 			model = chunk.Model
@@ -447,8 +486,13 @@ func usageOf(u openai.Usage) agent.Usage {
 // wrapErr turns go-openai's error into an *HTTPError when the endpoint answered, or a
 // wrapped error naming the base URL when it could not be reached.
 func (o *OpenAI) wrapErr(ctx context.Context, cp *capture, err error) error {
+	return o.wrapErrAt(ctx, o.cfg.BaseURL, cp, err)
+}
+
+// wrapErrAt is wrapErr for a request to base.
+func (o *OpenAI) wrapErrAt(ctx context.Context, base string, cp *capture, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("openai backend %q: request to %s: %w", o.cfg.ID, o.cfg.BaseURL, ctxErr)
+		return fmt.Errorf("openai backend %q: request to %s: %w", o.cfg.ID, base, ctxErr)
 	}
 	var apiErr *openai.APIError
 	var reqErr *openai.RequestError
@@ -471,9 +515,11 @@ func (o *OpenAI) wrapErr(ctx context.Context, cp *capture, err error) error {
 		if h == nil {
 			h = http.Header{}
 		}
-		return &HTTPError{Status: status, Headers: h, Body: cp.body, BaseURL: o.cfg.BaseURL, Message: msg}
+		return &HTTPError{Status: status, Headers: h, Body: cp.body, BaseURL: base, Message: msg}
 	}
-	return fmt.Errorf("openai backend %q: request to %s: %w", o.cfg.ID, o.cfg.BaseURL, err)
+	// No response at all (refused, reset, DNS): status 0, which the scheduler retries with
+	// backoff like a 5xx and counts toward the lane's circuit breaker.
+	return &HTTPError{Status: 0, Headers: http.Header{}, BaseURL: base, Message: err.Error(), err: err}
 }
 
 func isJSONSyntax(err error) bool {

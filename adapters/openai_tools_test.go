@@ -262,3 +262,47 @@ func TestOpenAISessionTranscript(t *testing.T) {
 		t.Fatalf("unknown session: %v", err)
 	}
 }
+
+// A send goes where the scheduler routed it: the replica it chose, or the fallback
+// lane's endpoint with that backend's model.
+func TestOpenAIRoutes(t *testing.T) {
+	eng := testkit.NewEngine(testkit.Config{Replicas: 2})
+	srv := testkit.NewServer(eng)
+	if _, err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	spareURL, spare := startFake(t, testkit.Config{})
+	b, err := NewOpenAI(OpenAIConfig{ID: "main", BaseURL: srv.ReplicaURL(0), Replicas: []string{srv.ReplicaURL(1)}, Model: "m1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := NewOpenAI(OpenAIConfig{ID: "spare", BaseURL: spareURL, Model: "spare-model"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	routed := func(r Route) Call {
+		return Call{Turn: func(ctx context.Context, _ TurnCost, send func(context.Context) TurnReport) error {
+			return send(WithRoute(ctx, r)).Err
+		}}
+	}
+	for _, replica := range []int{1, 0, 1} {
+		if _, err := b.Run(context.Background(), agent.Request{Prompt: "p"}, routed(Route{Replica: replica})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []int
+	for _, r := range eng.Log() {
+		got = append(got, r.Replica)
+	}
+	if fmt.Sprint(got) != "[1 0 1]" {
+		t.Fatalf("requests went to replicas %v, want [1 0 1]", got)
+	}
+	res, err := b.Run(context.Background(), agent.Request{Prompt: "p"}, routed(Route{Fallback: fb}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log := spare.Log(); len(log) != 1 || log[0].Model != "spare-model" || res.Model != "spare-model" {
+		t.Fatalf("fallback: spare saw %+v, result model %q", log, res.Model)
+	}
+}

@@ -235,7 +235,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		_, tally.schedRetries = permit.(scheduler.Retrier)
 		mu.Unlock()
 		for {
-			rep := send(tctx)
+			rep := send(adapters.WithRoute(tctx, h.route(req, permit)))
 			h.served.Store(true)
 			next, serr := scheduler.Finish(tctx, permit, scheduler.Outcome{Usage: rep.Usage, Err: rep.Err, Header: rep.Header})
 			if next == nil {
@@ -272,6 +272,24 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		res.Status = agent.StatusOK
 	}
 	return res, err
+}
+
+// route says where the scheduler sent a turn: the replica it chose, and the fallback
+// lane's backend when the turn's own lane has an open circuit.
+func (h *host) route(req agent.Request, p scheduler.Permit) adapters.Route {
+	var r adapters.Route
+	if rp, ok := p.(interface{ Replica() int }); ok {
+		r.Replica = rp.Replica()
+	}
+	if lp, ok := p.(interface{ Lane() string }); ok {
+		if lane := lp.Lane(); lane != "" && lane != req.Backend+"/"+req.Model {
+			id, _, _ := strings.Cut(lane, "/")
+			if b, err := h.e.opts.Backends.Get(id); err == nil && id != req.Backend {
+				r.Fallback = b
+			}
+		}
+	}
+	return r
 }
 
 // progress turns a backend's streamed updates into agent_progress events. Chunks of

@@ -11,6 +11,8 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
 )
 
 // toolLoop is a backend whose call takes a number of model turns, as a tool-using agent
@@ -165,5 +167,73 @@ func TestProgressEvents(t *testing.T) {
 	want := "text:Hello\nwor|text:ld|tool_call:read_file a.go|text:tail"
 	if strings.Join(got, "|") != want {
 		t.Fatalf("progress events %q\nwant %q", strings.Join(got, "|"), want)
+	}
+}
+
+// routingScheduler admits every turn on a fixed replica of a fixed lane.
+type routingScheduler struct {
+	lane    string
+	replica int
+}
+
+type routedPermit struct {
+	lane    string
+	replica int
+}
+
+func (routedPermit) Done(scheduler.Outcome) {}
+func (p routedPermit) Lane() string         { return p.lane }
+func (p routedPermit) Replica() int         { return p.replica }
+
+func (s routingScheduler) Admit(context.Context, scheduler.Turn) (scheduler.Permit, error) {
+	return routedPermit{s.lane, s.replica}, nil
+}
+
+// routeRecorder records the route each send carried.
+type routeRecorder struct {
+	id     string
+	mu     sync.Mutex
+	routes []adapters.Route
+}
+
+func (b *routeRecorder) ID() string { return b.id }
+
+func (b *routeRecorder) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	err := call.Do(ctx, adapters.TurnCost{Input: 1}, func(ctx context.Context) adapters.TurnReport {
+		b.mu.Lock()
+		b.routes = append(b.routes, adapters.RouteOf(ctx))
+		b.mu.Unlock()
+		return adapters.TurnReport{}
+	})
+	return agent.Result{Status: agent.StatusOK, Text: "ok", Output: "ok"}, err
+}
+
+// The replica and the fallback lane the scheduler picked reach the backend's send.
+func TestSendCarriesTheRoute(t *testing.T) {
+	for _, tc := range []struct {
+		lane         string
+		wantFallback bool
+	}{
+		{"main/m", false},
+		{"spare/s", true},
+	} {
+		main, spare := &routeRecorder{id: "main"}, &routeRecorder{id: "spare"}
+		st, err := storage.Open(t.Context(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		svc, err := New(Options{Store: st, StateDir: t.TempDir(), Backends: adapters.NewRegistry("main", main, spare),
+			Scheduler: routingScheduler{lane: tc.lane, replica: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := start(t, svc, `function main() agent{prompt = "p", model = "m"} end`)
+		if res := r.Wait(); res.Status != StatusCompleted {
+			t.Fatal(res.Err)
+		}
+		if len(main.routes) != 1 || main.routes[0].Replica != 2 || (main.routes[0].Fallback == spare) != tc.wantFallback {
+			t.Fatalf("lane %s: routes %+v", tc.lane, main.routes)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/luft-run/luft/internal/testkit"
 )
@@ -132,5 +133,46 @@ model = "m"
 	out, code = run("backend", "list", "--json")
 	if code != 0 || !strings.Contains(out, `"id": "local"`) || !strings.Contains(out, `"default": true`) || !strings.Contains(out, `"base_url": "`+url+`"`) {
 		t.Errorf("list --json: exit %d\n%s", code, out)
+	}
+}
+
+// A backend with replicas spreads a run's turns over them: the scheduler picks the
+// replica, the openai backend sends there (the engine's log says which one served).
+func TestReplicaRouting(t *testing.T) {
+	engine := testkit.NewEngine(testkit.Config{Replicas: 2, Slots: 1, DefaultMaxTokens: 4, DecodePerToken: 5 * time.Millisecond})
+	srv := testkit.NewServer(engine)
+	if _, err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "luft.toml"), []byte(fmt.Sprintf(`default_backend = "local"
+[backends.local]
+type = "openai"
+base_url = %q
+replicas = [%q]
+model = "fake-1"
+max_concurrency = 1
+`, srv.ReplicaURL(0), srv.ReplicaURL(1))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main()
+  local r = parallel({1, 2, 3, 4, 5, 6, 7, 8}, function(i) return agent{prompt = "item " .. i}.ok end)
+  report(#r)
+end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	served := map[int]int{}
+	for _, r := range engine.Log() {
+		served[r.Replica]++
+	}
+	if served[0] == 0 || served[1] == 0 || served[0]+served[1] != 8 {
+		t.Fatalf("replicas served %v, want all 8 turns spread over both", served)
 	}
 }
