@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -36,6 +37,11 @@ type OpenAIConfig struct {
 	// HTTPClient is the client requests go through (default a plain &http.Client{}). Its
 	// transport is wrapped, never modified, to capture response headers.
 	HTTPClient *http.Client
+	// StructuredOutput is how a schema is asked for: "json_schema" (the response format),
+	// "instructions" (the schema in the system prompt, JSON extracted from the reply), or
+	// "" / "auto": the response format, and instructions from the first 400 that says the
+	// endpoint has no such format.
+	StructuredOutput string
 	// Replicas are further base URLs serving the same model; the scheduler picks one per
 	// turn (keeping a run on the replica that holds its KV cache while load allows).
 	Replicas []string
@@ -56,6 +62,9 @@ type ToolResolver interface {
 // failure in the returned *HTTPError, which the scheduler reads via StatusCode/Header.
 type OpenAI struct {
 	cfg    OpenAIConfig
+	// noSchemaFormat is set once the endpoint refused a json_schema response format
+	// (StructuredOutput auto): later calls ask with instructions at once.
+	noSchemaFormat atomic.Bool
 	client *openai.Client   // the main endpoint
 	peers  []*openai.Client // the client of each replica, [0] = client
 	bases  []string
@@ -190,16 +199,23 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 		// go-openai drops temperature 0 (omitempty); the transport puts it back.
 		zeroTemp = *req.Temperature == 0
 	}
+	var schemaJSON []byte
 	if req.Schema != nil {
 		raw, err := json.Marshal(req.Schema)
 		if err != nil {
 			return agent.Result{}, fmt.Errorf("openai backend %q: encoding schema: %w", o.cfg.ID, err)
 		}
-		creq.ResponseFormat = &openai.ChatCompletionResponseFormat{
-			Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
-			JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{
-				Name: "output", Strict: false, Schema: json.RawMessage(raw),
-			},
+		schemaJSON = raw
+		switch mode := o.cfg.StructuredOutput; {
+		case mode == "instructions" || (mode == "" || mode == "auto") && o.noSchemaFormat.Load():
+			msgs = withSchemaInstructions(msgs, raw)
+		default:
+			creq.ResponseFormat = &openai.ChatCompletionResponseFormat{
+				Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
+				JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{
+					Name: "output", Strict: false, Schema: json.RawMessage(raw),
+				},
+			}
 		}
 	}
 	byName := map[string]tools.Tool{}
@@ -251,6 +267,15 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 				return TurnReport{Usage: u, Header: cp.header, Err: err}
 			})
 		res.Header = last
+		if err != nil && creq.ResponseFormat != nil && schemaFormatRefused(err) && o.cfg.StructuredOutput != "json_schema" {
+			// The endpoint has no json_schema response format: ask with instructions from
+			// now on. The refused request used no model turn.
+			o.noSchemaFormat.Store(true)
+			creq.ResponseFormat = nil
+			msgs = withSchemaInstructions(msgs, schemaJSON)
+			turn--
+			continue
+		}
 		if err != nil {
 			o.price(&res)
 			return res, err
@@ -291,6 +316,29 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Name: tc.Function.Name, Content: out})
 		}
 	}
+}
+
+// withSchemaInstructions asks for structured output in the system message: the schema
+// between <json-schema> tags and the instruction to answer with JSON only.
+func withSchemaInstructions(msgs []openai.ChatCompletionMessage, schema []byte) []openai.ChatCompletionMessage {
+	text := "When you give your final answer, reply with only a JSON value that matches the JSON Schema " +
+		"between the tags, with no other text.\n<json-schema>\n" + string(schema) + "\n</json-schema>"
+	out := append([]openai.ChatCompletionMessage(nil), msgs...)
+	if len(out) > 0 && out[0].Role == openai.ChatMessageRoleSystem {
+		out[0].Content += "\n\n" + text
+		return out
+	}
+	return append([]openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleSystem, Content: text}}, out...)
+}
+
+// schemaFormatRefused reports whether err is an endpoint's 400 about the response format.
+func schemaFormatRefused(err error) bool {
+	var he *HTTPError
+	if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
+		return false
+	}
+	text := strings.ToLower(he.Message + " " + he.Body)
+	return strings.Contains(text, "response_format") || strings.Contains(text, "json_schema")
 }
 
 // DefaultMaxTurns bounds an agent's tool loop when the backend sets no max_turns.

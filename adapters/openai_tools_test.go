@@ -306,3 +306,30 @@ func TestOpenAIRoutes(t *testing.T) {
 		t.Fatalf("fallback: spare saw %+v, result model %q", log, res.Model)
 	}
 }
+
+// An endpoint without json_schema response formats gets the schema as instructions after
+// its first 400, and the JSON comes out of the reply's fenced block; later calls ask with
+// instructions at once.
+func TestOpenAISchemaInstructionsFallback(t *testing.T) {
+	url, eng := startFake(t, testkit.Config{NoJSONSchema: true, KeepRequests: true})
+	b := newTestOpenAI(t, url)
+	sch := map[string]any{"type": "object", "properties": map[string]any{"n": map[string]any{"type": "integer"}}, "required": []any{"n"}}
+	for i := range 2 {
+		res, err := b.Run(context.Background(), agent.Request{System: "be exact", Prompt: "count", Schema: sch}, Call{})
+		if err != nil || res.Status != agent.StatusOK || !strings.Contains(res.Text, "```json") {
+			t.Fatalf("call %d: %+v %v", i, res, err)
+		}
+	}
+	log := eng.Log()
+	if len(log) != 3 || log[0].Status != 400 || log[1].Status != 200 || log[2].Status != 200 {
+		var st []int
+		for _, r := range log {
+			st = append(st, r.Status)
+		}
+		t.Fatalf("engine statuses %v, want [400 200 200]", st)
+	}
+	sys := string(log[2].Messages[0].Content)
+	if !strings.HasPrefix(sys, "be exact\n\n") || !strings.Contains(sys, `<json-schema>`) {
+		t.Fatalf("system message %q", sys)
+	}
+}

@@ -54,6 +54,7 @@ type Backend struct {
 	MaxTurns           int           // openai: model turns of an agent's tool loop; 0 = the backend's default
 	Stream             *bool         // openai: stream replies (default true)
 	IdleTimeout        time.Duration // acp: no update from the agent for this long ends the call; 0 = default
+	StructuredOutput   string        // openai: "auto" (default), "json_schema" or "instructions"
 }
 
 // Tools is the [tools] table.
@@ -64,6 +65,9 @@ type Tools struct {
 	Destructive    []string      // tool names treated as destructive besides those that say so
 	CommandTimeout time.Duration // run_command; 0 = the tool's default
 }
+
+// StructuredOutputs are the valid values of a backend's structured_output.
+var StructuredOutputs = []string{"auto", "json_schema", "instructions"}
 
 // Approvals are the valid values of [tools] approval.
 var Approvals = []string{"allow", "deny", "ask"}
@@ -191,6 +195,7 @@ type rawBackend struct {
 	MaxTurns           int      `toml:"max_turns"`
 	Stream             *bool    `toml:"stream"`
 	IdleTimeout        string   `toml:"idle_timeout"`
+	StructuredOutput   string   `toml:"structured_output"`
 }
 
 type rawTools struct {
@@ -292,6 +297,10 @@ func Parse(path string, data []byte) (Config, error) {
 			MaxConcurrency: b.MaxConcurrency, TPM: b.TPM, RPM: b.RPM, Replicas: b.Replicas, Fallback: b.Fallback,
 			PriceInputPerMTok: b.PriceInputPerMTok, PriceOutputPerMTok: b.PriceOutputPerMTok, MockFile: b.MockFile,
 			MaxTurns: b.MaxTurns, Stream: b.Stream, IdleTimeout: v.duration(k("idle_timeout"), b.IdleTimeout),
+			StructuredOutput: b.StructuredOutput,
+		}
+		if so := b.StructuredOutput; so != "" && !slices.Contains(StructuredOutputs, so) {
+			v.errf(k("structured_output"), "unknown mode %q (one of %s)", so, strings.Join(StructuredOutputs, ", "))
 		}
 	}
 	for _, id := range sortedKeys(raw.MCPServers) {

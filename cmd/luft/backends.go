@@ -81,7 +81,7 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 			}
 			o, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: id, BaseURL: base, APIKey: e.getenv(keyEnv), Model: b.Model,
 				PriceInPerMTok: b.PriceInputPerMTok, PriceOutPerMTok: b.PriceOutputPerMTok,
-				MaxTurns: b.MaxTurns, NoStream: b.Stream != nil && !*b.Stream, Replicas: b.Replicas})
+				MaxTurns: b.MaxTurns, NoStream: b.Stream != nil && !*b.Stream, Replicas: b.Replicas, StructuredOutput: b.StructuredOutput})
 			if err != nil {
 				return nil, usageErr("%s: backends.%s: %v", cfg.Path, id, err)
 			}

@@ -57,6 +57,10 @@ type Config struct {
 	ToolRules []ToolRule
 	Clock     Clock     // default RealClock{}
 	Log       io.Writer // optional: every Record as one JSON line, when it is final
+	// NoJSONSchema refuses json_schema response formats with a 400, as servers without
+	// structured output do. A schema given in the prompt between <json-schema> tags is
+	// still followed: the reply is an instance of it in a ```json block.
+	NoJSONSchema bool
 	// KeepRequests keeps each request's messages and tool names in its Record, so tests
 	// can assert on what the engine received (off by default: benchmarks send many).
 	KeepRequests bool
@@ -430,6 +434,9 @@ func (e *Engine) validate(req *ChatRequest, o callOpts) (int, *APIError) {
 		switch rf.Type {
 		case "text", "json_object":
 		case "json_schema":
+			if e.cfg.NoJSONSchema {
+				return bad("response_format.type", "response_format: json_schema is not supported by this server (use json_object or instructions)")
+			}
 			if rf.JSONSchema == nil || rf.JSONSchema.Name == "" {
 				return bad("response_format.json_schema", "response_format: json_schema needs a name and a schema")
 			}

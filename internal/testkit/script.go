@@ -175,6 +175,9 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 	case req.ResponseFormat != nil && req.ResponseFormat.Type == "json_schema" && req.ResponseFormat.JSONSchema != nil:
 		a.content = exampleJSON(req.ResponseFormat.JSONSchema.Schema, fmt.Sprintf("%x", seed))
 		a.tokens = CountTokens(a.content)
+	case schemaInPrompt(req) != "":
+		a.content = "Here is the result:\n```json\n" + exampleJSON(json.RawMessage(schemaInPrompt(req)), fmt.Sprintf("%x", seed)) + "\n```"
+		a.tokens = CountTokens(a.content)
 	case req.ResponseFormat != nil && req.ResponseFormat.Type == "json_object":
 		a.content = "{}"
 		a.tokens = 1
@@ -183,6 +186,20 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 		a.tokens = outTokens
 	}
 	return a
+}
+
+// schemaInPrompt returns the JSON Schema a message gives between <json-schema> tags (the
+// way a client without response formats asks for structured output), or "".
+func schemaInPrompt(req *ChatRequest) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		text := string(req.Messages[i].Content)
+		a := strings.Index(text, "<json-schema>")
+		b := strings.Index(text, "</json-schema>")
+		if a >= 0 && b > a {
+			return strings.TrimSpace(text[a+len("<json-schema>") : b])
+		}
+	}
+	return ""
 }
 
 // exampleJSON returns a valid instance of the schema, or "{}" when none can be built.
