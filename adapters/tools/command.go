@@ -1,0 +1,255 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+)
+
+type runCommand struct{ e *env }
+
+func (t *runCommand) Spec() Spec {
+	allowed := "none: [tools] allow_commands is empty, so every command is refused"
+	if len(t.e.allow) > 0 {
+		allowed = t.allowList()
+	}
+	return Spec{
+		Name: "run_command",
+		Description: fmt.Sprintf("Run a program in the workspace directory, without a shell: no pipes, "+
+			"redirection, ;, &&, variables or command substitution. Give the program in command and its "+
+			"arguments in args, or the whole command line in command (words split on spaces, quotes group "+
+			"words). Only commands that start with an allowed prefix run, compared word by word. Allowed: %s. "+
+			"Returns the combined stdout and stderr (capped at %s, keeping the start and the end) and a "+
+			"last line \"[exit N]\". Times out after %s.", allowed, size(t.e.lim.outputBytes), t.e.timeout),
+		Parameters: object(map[string]any{
+			"command": prop("string", "The program to run (e.g. \"go\"), or a whole command line such as \"go test ./...\"."),
+			"args": map[string]any{
+				"type":        "array",
+				"items":       map[string]any{"type": "string"},
+				"description": "Arguments passed to the program as they are, one per element (no shell interpretation).",
+			},
+		}, "command"),
+	}
+}
+
+func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, error) {
+	const name = "run_command"
+	var a struct {
+		Command string   `json:"command"`
+		Args    []string `json:"args"`
+	}
+	if err := decodeArgs(name, raw, &a, "{command, args?}"); err != nil {
+		return "", err
+	}
+	if strings.TrimSpace(a.Command) == "" {
+		return "", errMissing(name, "command")
+	}
+	words, err := splitWords(a.Command)
+	if err != nil {
+		return "", fmt.Errorf("%s: %q: %v; commands run without a shell, so give the program and its arguments as plain words, e.g. command=\"go\", args=[\"test\", \"./...\"]",
+			name, a.Command, err)
+	}
+	argv := append(words, a.Args...)
+	if len(t.e.allow) == 0 {
+		return "", fmt.Errorf("%s: no commands are allowed in this workspace ([tools] allow_commands in luft.toml is empty); do without running commands", name)
+	}
+	if !allowed(t.e.allow, argv) {
+		return "", fmt.Errorf("%s: `%s` is not allowed; a command must start with one of: %s (the [tools] allow_commands of luft.toml)",
+			name, joinWords(argv), t.allowList())
+	}
+
+	runCtx, cancel := context.WithTimeout(ctx, t.e.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
+	cmd.Dir = t.e.ws.dir
+	out := &capWriter{headMax: t.e.lim.outputBytes / 2, tailMax: t.e.lim.outputBytes - t.e.lim.outputBytes/2}
+	cmd.Stdout, cmd.Stderr = out, out // the same comparable writer: exec serialises the writes
+	// Grandchildren (a test binary under go test) may hold the output pipe open after the
+	// process is killed; WaitDelay keeps them from holding the call open too.
+	cmd.WaitDelay = 5 * time.Second
+	killGroup(cmd)
+
+	err = cmd.Run()
+	var status string
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		return "", fmt.Errorf("%s: `%s`: %w", name, joinWords(argv), ctx.Err())
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
+		status = fmt.Sprintf("[timed out after %s: the process was killed]", t.e.timeout)
+	case err == nil:
+		status = "[exit 0]"
+	case errors.As(err, &ee):
+		if code := ee.ExitCode(); code >= 0 {
+			status = fmt.Sprintf("[exit %d]", code)
+		} else {
+			status = "[" + ee.String() + "]"
+		}
+	case errors.Is(err, exec.ErrNotFound):
+		return "", fmt.Errorf("%s: program %q was not found on PATH (is it installed?)", name, argv[0])
+	case errors.Is(err, exec.ErrDot):
+		return "", fmt.Errorf("%s: program %q resolves to the current directory, which is refused; name it by a path such as ./%s, allowed in [tools] allow_commands", name, argv[0], argv[0])
+	case errors.Is(err, exec.ErrWaitDelay):
+		status = "[exit 0; the output was still held open by a background process, which was left behind]"
+	default:
+		return "", fmt.Errorf("%s: cannot run `%s`: %v", name, joinWords(argv), err)
+	}
+	text := out.String()
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		text += "\n"
+	}
+	return text + status, nil
+}
+
+// allowList is the allowed commands for messages: "go test; ls".
+func (t *runCommand) allowList() string {
+	list := make([]string, len(t.e.allow))
+	for i, words := range t.e.allow {
+		list[i] = joinWords(words)
+	}
+	return strings.Join(list, "; ")
+}
+
+// joinWords is the inverse of splitWords for display: words that need it are single-quoted.
+func joinWords(words []string) string {
+	var b strings.Builder
+	for i, w := range words {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if w != "" && !strings.ContainsAny(w, " \t\\'\";|&><()$`") {
+			b.WriteString(w)
+			continue
+		}
+		b.WriteString("'" + strings.ReplaceAll(w, "'", `'\''`) + "'")
+	}
+	return b.String()
+}
+
+// allowed reports whether argv starts with one of the allowed word lists.
+func allowed(allow [][]string, argv []string) bool {
+	for _, words := range allow {
+		if len(argv) >= len(words) && slices.Equal(argv[:len(words)], words) {
+			return true
+		}
+	}
+	return false
+}
+
+// splitWords splits a command line into words as a shell splits plain words: blanks
+// separate words, single quotes keep everything literally, double quotes keep everything
+// but \" and \\, and a backslash outside quotes escapes the next character. Anything
+// that would make a shell do more — ; | & > < ( ) $ ` outside single quotes, $ or ` in
+// double quotes, a newline anywhere — is an error, since no shell will run it.
+func splitWords(s string) ([]string, error) {
+	if i := strings.IndexAny(s, "\n\r"); i >= 0 {
+		return nil, fmt.Errorf("a newline is shell syntax (one command per call)")
+	}
+	var (
+		words   []string
+		cur     strings.Builder
+		inWord  bool
+		quote   rune // 0, '\'' or '"'
+		escaped bool
+	)
+	for _, r := range s {
+		switch {
+		case escaped:
+			if quote == '"' && !strings.ContainsRune("\"\\$`", r) {
+				cur.WriteByte('\\') // in double quotes a shell keeps a backslash that escapes nothing
+			}
+			cur.WriteRune(r)
+			escaped = false
+		case quote == '\'':
+			if r == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case quote == '"':
+			switch r {
+			case '"':
+				quote = 0
+			case '\\':
+				escaped = true
+			case '$', '`':
+				return nil, fmt.Errorf("%q inside double quotes is shell expansion", r)
+			default:
+				cur.WriteRune(r)
+			}
+		case r == ' ' || r == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case r == '\'' || r == '"':
+			quote = r
+			inWord = true
+		case r == '\\':
+			escaped = true
+			inWord = true
+		case strings.ContainsRune(";|&><()$`", r):
+			return nil, fmt.Errorf("%q is shell syntax", r)
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quote != 0 {
+		return nil, fmt.Errorf("unterminated %c quote", quote)
+	}
+	if escaped {
+		return nil, fmt.Errorf("a trailing backslash escapes nothing")
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// capWriter keeps the start and the end of a command's output and counts what it drops
+// in between: a failing build or test says most at its end.
+type capWriter struct {
+	headMax, tailMax int
+	head, tail       []byte
+	total            int64
+}
+
+func (w *capWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	w.total += int64(n)
+	if room := w.headMax - len(w.head); room > 0 {
+		k := min(room, len(p))
+		w.head = append(w.head, p[:k]...)
+		p = p[k:]
+	}
+	if len(p) > 0 {
+		w.tail = append(w.tail, p...)
+		// Let the tail grow to twice its cap before compacting, so copying stays linear.
+		if len(w.tail) > 2*w.tailMax {
+			w.tail = append(w.tail[:0], w.tail[len(w.tail)-w.tailMax:]...)
+		}
+	}
+	return n, nil
+}
+
+func (w *capWriter) String() string {
+	tail := w.tail
+	if len(tail) > w.tailMax {
+		tail = tail[len(tail)-w.tailMax:]
+	}
+	s := string(w.head)
+	if omitted := w.total - int64(len(w.head)) - int64(len(tail)); omitted > 0 {
+		if !strings.HasSuffix(s, "\n") {
+			s += "\n"
+		}
+		s += fmt.Sprintf("[… %d bytes of output omitted …]\n", omitted)
+	}
+	return strings.ToValidUTF8(s+string(tail), "\uFFFD")
+}

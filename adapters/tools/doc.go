@@ -1,0 +1,43 @@
+// Package tools holds the tools an openai agent may call in its tool loop: the built-ins
+// (read_file, list_dir, search_files, write_file, edit_file, run_command) and any extra
+// Tool a caller registers (an MCP server's tools, say). A Set is built once from the
+// [tools] table of luft.toml; an agent's `tools = {...}` list is turned into Tools by
+// Set.Resolve, and the backend sends each Tool's Spec to the model and runs its Call when
+// the model asks for it.
+//
+// # Confinement
+//
+// File tools never reach outside the workspace ([tools] workspace, default the process's
+// working directory). Paths the model gives are relative to the workspace; an absolute
+// path is accepted only when it lies inside the workspace. Every file operation goes
+// through an os.Root opened on the workspace, so ".." that climbs out, and symbolic links
+// (to files or directories) that lead outside, are refused by the kernel-facing layer,
+// not by string checks alone. Errors name the path and the workspace so the model can
+// correct itself.
+//
+// run_command runs no shell. The command is a program and its arguments; a single command
+// string is split into words the way a shell would split plain words and quotes, and
+// shell syntax (; | & > < ` $ ( ) or a newline) is refused rather than passed on. A
+// command runs only when its first words equal one of the [tools] allow_commands entries,
+// compared word by word: "go test" allows `go test ./...` but not `go testx` or `go vet`.
+// The process runs in the workspace directory with the process's environment, a timeout
+// (default 2 minutes; its whole process group is killed on Unix), and a cap on the output
+// it returns. An allowed program is trusted with whatever further arguments the model
+// adds: allow only commands that are safe with any arguments (note that `go test` runs
+// code the agent may have written).
+//
+// A failing tool is not a failing agent: a tool's error, and a command's non-zero exit,
+// go back to the model as the tool result so it can correct itself.
+//
+// # Approval
+//
+// A tool is destructive when its Spec says so or when [tools] destructive lists it. The
+// built-ins are not destructive by default: the file tools are confined to the workspace
+// and run_command to its allow-list. Resolve wraps each destructive tool in the approval
+// policy ([tools] approval):
+//
+//   - "allow" runs it;
+//   - "deny" refuses it with an ordinary tool error, so the model is told and may go on;
+//   - "ask" (the default) fails the agent call with an *ApprovalError, until an approval
+//     flow exists that a person can answer.
+package tools

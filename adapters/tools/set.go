@@ -1,0 +1,306 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Config is the [tools] table of luft.toml.
+type Config struct {
+	// Workspace is the directory the file tools are confined to and commands run in.
+	// "" means the process's working directory; a relative path is taken from it.
+	Workspace string
+	// AllowCommands are the commands run_command may run, each given as words
+	// ("go test", "ls"). An empty list allows none.
+	AllowCommands []string
+	// Approval is the policy for destructive tools; "" means ApprovalAsk.
+	Approval Approval
+	// Destructive names tools to treat as destructive even though their Spec does not
+	// say so (e.g. "write_file").
+	Destructive []string
+	// CommandTimeout bounds one run_command call; 0 means DefaultCommandTimeout.
+	CommandTimeout time.Duration
+}
+
+// DefaultCommandTimeout bounds a run_command call when Config.CommandTimeout is 0.
+const DefaultCommandTimeout = 2 * time.Minute
+
+// Output caps. They keep one tool result from flooding the model's context.
+const (
+	maxReadBytes    = 64 << 10 // read_file output
+	maxListEntries  = 1000     // list_dir entries
+	maxMatches      = 200      // search_files matches
+	maxMatchLine    = 500      // bytes of one matching line shown
+	maxSearchOutput = 64 << 10 // search_files output
+	maxSearchFile   = 4 << 20  // files larger than this are not searched
+	maxOutputBytes  = 64 << 10 // run_command output (head and tail)
+	binarySniff     = 8000     // bytes inspected for a NUL, as git does
+)
+
+// limits are the caps in force; tests lower them to exercise truncation cheaply.
+type limits struct {
+	readBytes    int
+	listEntries  int
+	matches      int
+	matchLine    int
+	searchOutput int
+	searchFile   int64
+	outputBytes  int
+}
+
+func defaultLimits() limits {
+	return limits{
+		readBytes:    maxReadBytes,
+		listEntries:  maxListEntries,
+		matches:      maxMatches,
+		matchLine:    maxMatchLine,
+		searchOutput: maxSearchOutput,
+		searchFile:   maxSearchFile,
+		outputBytes:  maxOutputBytes,
+	}
+}
+
+// env is what the built-in tools share: the workspace, the command policy and the caps.
+type env struct {
+	ws      workspace
+	allow   [][]string // allow_commands, split into words
+	timeout time.Duration
+	lim     limits
+}
+
+// Set is the registry of tools agents may be given. It is built once by New and
+// read-only after, so it is safe for concurrent use.
+type Set struct {
+	env         *env
+	tools       map[string]Tool
+	origin      map[string]string // tool name → where it came from, for duplicate errors
+	destructive map[string]bool   // names [tools] destructive lists
+	approval    Approval
+}
+
+// toolName is what OpenAI-compatible endpoints accept as a function name.
+var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// New builds the Set of built-in tools for cfg plus the extra tools given.
+func New(cfg Config, extra ...Tool) (*Set, error) {
+	ws, err := openWorkspace(cfg.Workspace)
+	if err != nil {
+		return nil, err
+	}
+	approval := cfg.Approval
+	switch approval {
+	case "":
+		approval = ApprovalAsk
+	case ApprovalAllow, ApprovalDeny, ApprovalAsk:
+	default:
+		return nil, fmt.Errorf("tools: approval %q is not a policy (use %q, %q or %q in [tools] approval)",
+			approval, ApprovalAllow, ApprovalDeny, ApprovalAsk)
+	}
+	timeout := cfg.CommandTimeout
+	switch {
+	case timeout == 0:
+		timeout = DefaultCommandTimeout
+	case timeout < 0:
+		return nil, fmt.Errorf("tools: command timeout %s is negative (use a positive duration, or 0 for the default %s)",
+			timeout, DefaultCommandTimeout)
+	}
+	allow := make([][]string, 0, len(cfg.AllowCommands))
+	for _, c := range cfg.AllowCommands {
+		words, err := splitWords(c)
+		if err != nil {
+			return nil, fmt.Errorf("tools: allow_commands entry %q: %v (give a program and its leading arguments as plain words, e.g. \"go test\")", c, err)
+		}
+		if len(words) == 0 {
+			return nil, fmt.Errorf("tools: allow_commands has an empty entry (remove it, or name a program such as \"go test\")")
+		}
+		allow = append(allow, words)
+	}
+
+	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits()}
+	s := &Set{
+		env:         e,
+		tools:       map[string]Tool{},
+		origin:      map[string]string{},
+		destructive: map[string]bool{},
+		approval:    approval,
+	}
+	for _, t := range builtins(e) {
+		s.tools[t.Spec().Name] = t
+		s.origin[t.Spec().Name] = "the built-in " + t.Spec().Name
+	}
+	for i, t := range extra {
+		if t == nil {
+			return nil, fmt.Errorf("tools: extra tool %d is nil", i+1)
+		}
+		name := t.Spec().Name
+		where := fmt.Sprintf("extra tool %d (%T)", i+1, t)
+		if !toolName.MatchString(name) {
+			return nil, fmt.Errorf("tools: %s has the name %q; tool names are 1 to 64 letters, digits, '_' or '-'", where, name)
+		}
+		if prev, ok := s.origin[name]; ok {
+			return nil, fmt.Errorf("tools: two tools are named %q: %s and %s (rename one of them)", name, prev, where)
+		}
+		s.tools[name] = t
+		s.origin[name] = where
+	}
+	for _, name := range cfg.Destructive {
+		if _, ok := s.tools[name]; !ok {
+			return nil, fmt.Errorf("tools: [tools] destructive names %q, which is not a tool (available: %s)",
+				name, strings.Join(s.Names(), ", "))
+		}
+		s.destructive[name] = true
+	}
+	return s, nil
+}
+
+// Names returns the names of every tool in the set, sorted.
+func (s *Set) Names() []string {
+	names := make([]string, 0, len(s.tools))
+	for n := range s.tools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Workspace returns the absolute workspace directory.
+func (s *Set) Workspace() string { return s.env.ws.dir }
+
+// Resolve returns the tools named, in the order given (a repeated name once). Destructive
+// tools come wrapped in the approval policy. An unknown name is an error that lists the
+// available names.
+func (s *Set) Resolve(names []string) ([]Tool, error) {
+	var unknown []string
+	out := make([]Tool, 0, len(names))
+	seen := map[string]bool{}
+	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		t, ok := s.tools[n]
+		if !ok {
+			unknown = append(unknown, fmt.Sprintf("%q", n))
+			continue
+		}
+		if t.Spec().Destructive || s.destructive[n] {
+			t = &guarded{Tool: t, policy: s.approval}
+		}
+		out = append(out, t)
+	}
+	if len(unknown) > 0 {
+		noun := "tool"
+		if len(unknown) > 1 {
+			noun = "tools"
+		}
+		return nil, fmt.Errorf("tools: unknown %s %s (available: %s)", noun, strings.Join(unknown, ", "), strings.Join(s.Names(), ", "))
+	}
+	return out, nil
+}
+
+// guarded is a destructive tool under the approval policy.
+type guarded struct {
+	Tool
+	policy Approval
+}
+
+func (g *guarded) Spec() Spec {
+	sp := g.Tool.Spec()
+	sp.Destructive = true
+	return sp
+}
+
+func (g *guarded) Call(ctx context.Context, args json.RawMessage) (string, error) {
+	name := g.Tool.Spec().Name
+	switch g.policy {
+	case ApprovalAllow:
+		return g.Tool.Call(ctx, args)
+	case ApprovalDeny:
+		return "", fmt.Errorf("%s: refused by policy: the tool is destructive and this run's [tools] approval is %q; "+
+			"do the task without it, or say in your answer that it needs %s", name, ApprovalDeny, name)
+	default:
+		return "", &ApprovalError{Tool: name}
+	}
+}
+
+// errMissing reports a required argument the model left out.
+func errMissing(tool, arg string) error {
+	return fmt.Errorf("%s: the %q argument is required", tool, arg)
+}
+
+// decodeArgs reads the model's JSON arguments into v, refusing unknown fields so a
+// misspelt argument is reported rather than ignored.
+func decodeArgs(tool string, raw json.RawMessage, v any, shape string) error {
+	raw = json.RawMessage(strings.TrimSpace(string(raw)))
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%s: invalid arguments: %v (expected a JSON object %s)", tool, err, shape)
+	}
+	if dec.More() {
+		return fmt.Errorf("%s: invalid arguments: extra data after the JSON object (expected a JSON object %s)", tool, shape)
+	}
+	return nil
+}
+
+// object is the JSON Schema of an arguments object.
+func object(props map[string]any, required ...string) map[string]any {
+	if required == nil {
+		required = []string{}
+	}
+	return map[string]any{
+		"type":                 "object",
+		"properties":           props,
+		"required":             required,
+		"additionalProperties": false,
+	}
+}
+
+func prop(typ, desc string) map[string]any {
+	return map[string]any{"type": typ, "description": desc}
+}
+
+// openWorkspace resolves and checks the workspace directory.
+func openWorkspace(dir string) (workspace, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return workspace{}, fmt.Errorf("tools: workspace: cannot find the working directory: %v (set [tools] workspace in luft.toml)", err)
+		}
+		dir = wd
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return workspace{}, fmt.Errorf("tools: workspace %s: %v", dir, err)
+	}
+	fi, err := os.Stat(abs)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return workspace{}, fmt.Errorf("tools: workspace %s does not exist (create it, or set [tools] workspace in luft.toml to an existing directory)", abs)
+	case err != nil:
+		return workspace{}, fmt.Errorf("tools: workspace %s: %v", abs, err)
+	case !fi.IsDir():
+		return workspace{}, fmt.Errorf("tools: workspace %s is not a directory (set [tools] workspace in luft.toml to a directory)", abs)
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return workspace{}, fmt.Errorf("tools: workspace %s cannot be opened: %v", abs, err)
+	}
+	root.Close()
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		real = abs
+	}
+	return workspace{dir: abs, real: real}, nil
+}

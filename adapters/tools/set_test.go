@@ -1,0 +1,223 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// fakeTool is an extra tool that counts its calls.
+type fakeTool struct {
+	name        string
+	destructive bool
+	calls       int
+}
+
+func (f *fakeTool) Spec() Spec {
+	return Spec{Name: f.name, Description: "a fake", Parameters: object(map[string]any{}), Destructive: f.destructive}
+}
+
+func (f *fakeTool) Call(context.Context, json.RawMessage) (string, error) {
+	f.calls++
+	return "done", nil
+}
+
+var builtinNames = []string{"edit_file", "list_dir", "read_file", "run_command", "search_files", "write_file"}
+
+func TestNewValidation(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file.txt")
+	writeFileT(t, file, "x")
+	tests := []struct {
+		name  string
+		cfg   Config
+		extra []Tool
+		want  []string
+	}{
+		{"missing workspace", Config{Workspace: filepath.Join(dir, "nope")}, nil, []string{"nope", "does not exist"}},
+		{"workspace is a file", Config{Workspace: file}, nil, []string{"file.txt", "is not a directory"}},
+		{"bad approval", Config{Workspace: dir, Approval: "maybe"}, nil, []string{`"maybe"`, "allow", "deny", "ask"}},
+		{"negative timeout", Config{Workspace: dir, CommandTimeout: -1}, nil, []string{"negative"}},
+		{"allow entry with shell syntax", Config{Workspace: dir, AllowCommands: []string{"go test; rm"}}, nil, []string{`"go test; rm"`, "shell syntax"}},
+		{"empty allow entry", Config{Workspace: dir, AllowCommands: []string{"  "}}, nil, []string{"empty entry"}},
+		{"extra clashes with a built-in", Config{Workspace: dir}, []Tool{&fakeTool{name: "read_file"}},
+			[]string{`"read_file"`, "the built-in read_file", "extra tool 1 (*tools.fakeTool)"}},
+		{"two extras share a name", Config{Workspace: dir}, []Tool{&fakeTool{name: "x"}, &fakeTool{name: "x"}},
+			[]string{`"x"`, "extra tool 1", "extra tool 2"}},
+		{"bad extra name", Config{Workspace: dir}, []Tool{&fakeTool{name: "has space"}}, []string{`"has space"`}},
+		{"nil extra", Config{Workspace: dir}, []Tool{nil}, []string{"nil"}},
+		{"destructive names no tool", Config{Workspace: dir, Destructive: []string{"rm_rf"}}, nil, []string{`"rm_rf"`, "read_file"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.cfg, tt.extra...)
+			wantErr(t, err, tt.want...)
+		})
+	}
+}
+
+func TestNewDefaults(t *testing.T) {
+	s := newSet(t, Config{})
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Workspace() != wd {
+		t.Errorf("Workspace() = %q, want the working directory %q", s.Workspace(), wd)
+	}
+	if s.approval != ApprovalAsk {
+		t.Errorf("approval = %q, want %q", s.approval, ApprovalAsk)
+	}
+	if s.env.timeout != DefaultCommandTimeout {
+		t.Errorf("timeout = %s, want %s", s.env.timeout, DefaultCommandTimeout)
+	}
+}
+
+func TestNames(t *testing.T) {
+	s := newSet(t, Config{Workspace: t.TempDir()}, &fakeTool{name: "zz_extra"}, &fakeTool{name: "aa_extra"})
+	want := append([]string{"aa_extra"}, builtinNames...)
+	want = append(want, "zz_extra")
+	if got := s.Names(); !slices.Equal(got, want) {
+		t.Errorf("Names() = %v, want %v", got, want)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	s := newSet(t, Config{Workspace: t.TempDir()})
+	got, err := s.Resolve([]string{"write_file", "read_file", "write_file"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range got {
+		names = append(names, tool.Spec().Name)
+	}
+	if want := []string{"write_file", "read_file"}; !slices.Equal(names, want) {
+		t.Errorf("Resolve names = %v, want %v (request order, repeats once)", names, want)
+	}
+	if got, err := s.Resolve(nil); err != nil || len(got) != 0 {
+		t.Errorf("Resolve(nil) = %v, %v; want nothing", got, err)
+	}
+
+	_, err = s.Resolve([]string{"read_file", "bash", "web"})
+	wantErr(t, err, `unknown tools "bash", "web"`, "available: edit_file, list_dir, read_file, run_command, search_files, write_file")
+}
+
+// TestSpecs checks every built-in's schema has the shape function calling expects.
+func TestSpecs(t *testing.T) {
+	s := newSet(t, Config{Workspace: t.TempDir(), AllowCommands: []string{"go test"}})
+	for _, name := range builtinNames {
+		sp := s.tools[name].Spec()
+		if sp.Name != name || sp.Description == "" || sp.Destructive {
+			t.Errorf("%s: spec %+v: want its name, a description, not destructive", name, sp)
+		}
+		p := sp.Parameters
+		if p["type"] != "object" || p["additionalProperties"] != false {
+			t.Errorf("%s: parameters %v: want type object, additionalProperties false", name, p)
+		}
+		props, _ := p["properties"].(map[string]any)
+		req, _ := p["required"].([]string)
+		if props == nil || req == nil {
+			t.Fatalf("%s: parameters lack properties or required: %v", name, p)
+		}
+		for _, r := range req {
+			if _, ok := props[r]; !ok {
+				t.Errorf("%s: required %q is not a property", name, r)
+			}
+		}
+		if _, err := json.Marshal(p); err != nil {
+			t.Errorf("%s: parameters do not marshal: %v", name, err)
+		}
+	}
+}
+
+func TestApproval(t *testing.T) {
+	tests := []struct {
+		policy   Approval
+		wantRun  bool
+		wantErr  string
+		wantAsk  bool
+		wantFile bool
+	}{
+		{policy: ApprovalAllow, wantRun: true, wantFile: true},
+		{policy: ApprovalDeny, wantErr: "refused by policy"},
+		{policy: ApprovalAsk, wantAsk: true},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.policy), func(t *testing.T) {
+			ws := t.TempDir()
+			fake := &fakeTool{name: "launch", destructive: true}
+			safe := &fakeTool{name: "peek"}
+			s := newSet(t, Config{Workspace: ws, Approval: tt.policy, Destructive: []string{"write_file"}}, fake, safe)
+			tools, err := s.Resolve([]string{"launch", "write_file", "peek", "read_file"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, want := range []bool{true, true, false, false} {
+				if got := tools[i].Spec().Destructive; got != want {
+					t.Errorf("%s: Spec().Destructive = %v, want %v", tools[i].Spec().Name, got, want)
+				}
+			}
+
+			check := func(out string, err error) {
+				t.Helper()
+				var ae *ApprovalError
+				switch {
+				case tt.wantAsk:
+					if !errors.As(err, &ae) {
+						t.Fatalf("got %q, %v; want an *ApprovalError", out, err)
+					}
+				case tt.wantErr != "":
+					wantErr(t, err, tt.wantErr)
+					if errors.As(err, &ae) {
+						t.Errorf("deny returned an *ApprovalError; it must be an ordinary tool error")
+					}
+				case err != nil:
+					t.Fatalf("got error %v, want the tool to run", err)
+				}
+			}
+			check(tools[0].Call(context.Background(), json.RawMessage(`{}`)))
+			if ran := fake.calls == 1; ran != tt.wantRun {
+				t.Errorf("destructive extra ran = %v, want %v", ran, tt.wantRun)
+			}
+			check(tools[1].Call(context.Background(), json.RawMessage(`{"path":"a.txt","content":"x"}`)))
+			if _, err := os.Stat(filepath.Join(ws, "a.txt")); (err == nil) != tt.wantFile {
+				t.Errorf("write_file (listed destructive) wrote the file = %v, want %v", err == nil, tt.wantFile)
+			}
+
+			// Tools that are not destructive run under every policy.
+			if out, err := tools[2].Call(context.Background(), nil); err != nil || out != "done" {
+				t.Errorf("non-destructive extra: %q, %v", out, err)
+			}
+			if _, err := tools[3].Call(context.Background(), json.RawMessage(`{"path":"."}`)); err == nil ||
+				errors.As(err, new(*ApprovalError)) {
+				t.Errorf("read_file of a directory: want its own tool error, got %v", err)
+			}
+		})
+	}
+}
+
+func TestDecodeArgs(t *testing.T) {
+	s := newSet(t, Config{Workspace: workspaceFrom(t)})
+	tests := []struct {
+		name, tool, args string
+		want             []string
+	}{
+		{"unknown field", "read_file", `{"path":"notes.txt","lines":3}`, []string{"read_file: invalid arguments", `"lines"`, "{path, offset?, limit?}"}},
+		{"wrong type", "list_dir", `{"path":3}`, []string{"list_dir: invalid arguments"}},
+		{"not an object", "write_file", `"hello"`, []string{"write_file: invalid arguments"}},
+		{"trailing data", "read_file", `{"path":"notes.txt"} {}`, []string{"extra data"}},
+		{"missing required", "read_file", `{}`, []string{`"path" argument is required`}},
+		{"null is empty", "search_files", `null`, []string{`"pattern" argument is required`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := call(t, s, tt.tool, tt.args)
+			wantErr(t, err, tt.want...)
+		})
+	}
+}

@@ -1,0 +1,4 @@
+package sub
+
+// TODO: deep thought
+const Answer = 42

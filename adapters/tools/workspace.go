@@ -1,0 +1,79 @@
+package tools
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// workspace is the directory the file tools are confined to.
+type workspace struct {
+	dir  string // absolute, as configured
+	real string // dir with symbolic links resolved, so /private/var/… matches /var/…
+}
+
+// rel turns a path the model gave into one relative to the workspace, refusing the ones
+// that lead outside by their spelling. Symbolic links that lead outside are refused
+// later, by the os.Root the path is opened through.
+func (w workspace) rel(tool, p string) (string, error) {
+	if filepath.IsAbs(p) {
+		p = filepath.Clean(p)
+		for _, base := range []string{w.dir, w.real} {
+			if r, err := filepath.Rel(base, p); err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+				return r, nil
+			}
+		}
+		return "", w.outside(tool, p)
+	}
+	r := filepath.Clean(p)
+	if r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+		return "", w.outside(tool, p)
+	}
+	return r, nil
+}
+
+func (w workspace) outside(tool, p string) error {
+	return fmt.Errorf("%s: path %q is outside the workspace %s; only files inside it can be used (give a path relative to the workspace)",
+		tool, p, w.dir)
+}
+
+// open opens the workspace as an os.Root. It is opened per call rather than held, so a
+// Set owns no file descriptor and needs no Close.
+func (w workspace) open(tool string) (*os.Root, error) {
+	r, err := os.OpenRoot(w.dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: cannot open the workspace %s: %v", tool, w.dir, err)
+	}
+	return r, nil
+}
+
+// pathErr explains a failed operation on the path the model gave.
+func (w workspace) pathErr(tool, p string, err error) error {
+	switch {
+	case escapes(err):
+		return fmt.Errorf("%s: path %q is outside the workspace %s: it leads out through \"..\" or a symbolic link; only files inside the workspace can be used",
+			tool, p, w.dir)
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s: %q does not exist in the workspace %s (list_dir shows what is there)", tool, p, w.dir)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("%s: %q: permission denied", tool, p)
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("%s: %q: %v", tool, p, err)
+}
+
+// escapes reports whether err is os.Root's refusal of a path that leaves the root. The
+// os package does not export that error, so it is recognised by its text.
+func escapes(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "path escapes from parent" {
+			return true
+		}
+	}
+	return false
+}
