@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/config"
 )
 
@@ -31,6 +32,16 @@ type backendSet struct {
 	infos []backendInfo
 	// auto is set when nothing chose a default backend and the mock stands in.
 	auto bool
+	// tools are the tools agents may be given ([tools], [mcp_servers]).
+	tools *tools.Set
+}
+
+// configName names the config in messages.
+func configName(cfg config.Config) string {
+	if cfg.Path == "" {
+		return "config"
+	}
+	return cfg.Path
 }
 
 // backends builds the registry of this process from flags, environment and config: the
@@ -43,6 +54,12 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 		return nil, usageErr("%v", err)
 	}
 	set := &backendSet{}
+	toolset, err := tools.New(tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
+		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout})
+	if err != nil {
+		return nil, usageErr("%s: [tools]: %v", configName(cfg), err)
+	}
+	set.tools = toolset
 	bs := []adapters.Backend{adapters.NewMock(mcfg)}
 	set.infos = append(set.infos, backendInfo{ID: "mock", Type: "mock", Source: "built-in", Model: adapters.MockModel})
 	if mockFile != "" {
@@ -54,7 +71,7 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 		set.infos = append(set.infos, backendInfo{ID: "mockfile", Type: "mockfile", Source: "--mock-file " + mockFile})
 	}
 	if base, key := e.getenv("OPENAI_BASE_URL"), e.getenv("OPENAI_API_KEY"); base != "" || key != "" {
-		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{BaseURL: base, APIKey: key, Model: e.getenv("LUFT_MODEL")})
+		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{BaseURL: base, APIKey: key, Model: e.getenv("LUFT_MODEL"), Tools: toolset})
 		if err != nil {
 			return nil, usageErr("OPENAI_BASE_URL/OPENAI_API_KEY: %v", err)
 		}
@@ -81,7 +98,7 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 			}
 			o, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: id, BaseURL: base, APIKey: e.getenv(keyEnv), Model: b.Model,
 				PriceInPerMTok: b.PriceInputPerMTok, PriceOutPerMTok: b.PriceOutputPerMTok,
-				MaxTurns: b.MaxTurns, NoStream: b.Stream != nil && !*b.Stream, Replicas: b.Replicas, StructuredOutput: b.StructuredOutput})
+				Tools: toolset, MaxTurns: b.MaxTurns, NoStream: b.Stream != nil && !*b.Stream, Replicas: b.Replicas, StructuredOutput: b.StructuredOutput})
 			if err != nil {
 				return nil, usageErr("%s: backends.%s: %v", cfg.Path, id, err)
 			}

@@ -176,3 +176,76 @@ end`), 0o644); err != nil {
 		t.Fatalf("replicas served %v, want all 8 turns spread over both", served)
 	}
 }
+
+// An agent with tools, end to end: the model (the fake engine's script) asks for
+// read_file; luft runs it inside the workspace and sends the file back; an escape from
+// the workspace comes back to the model as an error, not file contents; a destructive
+// tool under the "ask" policy fails the call with a message saying what to configure.
+func TestToolUsingAgent(t *testing.T) {
+	engine := testkit.NewEngine(testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
+		{Match: "summarise the notes", Calls: []testkit.ScriptedCall{{Name: "read_file", Arguments: `{"path":"notes.txt"}`}}, Reply: "the notes are read"},
+		{Match: "peek outside", Calls: []testkit.ScriptedCall{{Name: "read_file", Arguments: `{"path":"../secret.txt"}`}}, Reply: "could not"},
+		{Match: "write it down", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"out.txt","content":"x"}`}}, Reply: "written"},
+	}})
+	srv := testkit.NewServer(engine)
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	for name, text := range map[string]string{
+		"ws/notes.txt": "NOTE: ship on friday", "secret.txt": "TOP SECRET",
+		"luft.toml": fmt.Sprintf("default_backend = \"local\"\n[backends.local]\ntype = \"openai\"\nbase_url = %q\nmodel = \"fake-1\"\n[tools]\nworkspace = %q\ndestructive = [\"write_file\"]\n", url, ws),
+		"wf.lua": `function main()
+  local a = agent{prompt = "summarise the notes", tools = {"read_file"}}
+  local b = agent{prompt = "peek outside", tools = {"read_file", "list_dir"}}
+  report({a = a.text, b = b.text})
+end`,
+		"write.lua": `function main() report(agent{prompt = "write it down", tools = {"write_file"}}.text) end`,
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(script string) (string, string, int) {
+		cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", script)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		_ = cmd.Run()
+		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+	}
+	out, errOut, code := run("wf.lua")
+	if code != 0 || !strings.Contains(out, `"a": "the notes are read"`) {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errOut)
+	}
+	toolResults := map[string]string{}
+	for _, r := range engine.Log() {
+		last := r.Messages[len(r.Messages)-1]
+		for _, m := range r.Messages {
+			if m.Role == "user" && last.Role == "tool" {
+				toolResults[string(m.Content)] = string(last.Content)
+				break
+			}
+		}
+	}
+	if got := toolResults["summarise the notes"]; got != "NOTE: ship on friday" {
+		t.Errorf("the engine got %q as the read_file result", got)
+	}
+	if got := toolResults["peek outside"]; !strings.HasPrefix(got, "error: ") || !strings.Contains(got, "outside the workspace") || strings.Contains(got, "SECRET") {
+		t.Errorf("the workspace escape gave the model %q", got)
+	}
+	_, errOut, code = run("write.lua")
+	if code != 1 || !strings.Contains(errOut, "tool write_file is destructive and needs approval") {
+		t.Fatalf("ask policy: exit %d\n%s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "out.txt")); !os.IsNotExist(err) {
+		t.Fatal("the destructive tool ran without approval")
+	}
+}
