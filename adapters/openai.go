@@ -61,13 +61,13 @@ type ToolResolver interface {
 // since go-openai does not expose them: on success they are in Result.Header, on an HTTP
 // failure in the returned *HTTPError, which the scheduler reads via StatusCode/Header.
 type OpenAI struct {
-	cfg    OpenAIConfig
+	cfg OpenAIConfig
 	// noSchemaFormat is set once the endpoint refused a json_schema response format
 	// (StructuredOutput auto): later calls ask with instructions at once.
 	noSchemaFormat atomic.Bool
-	client *openai.Client   // the main endpoint
-	peers  []*openai.Client // the client of each replica, [0] = client
-	bases  []string
+	client         *openai.Client   // the main endpoint
+	peers          []*openai.Client // the client of each replica, [0] = client
+	bases          []string
 }
 
 // NewOpenAI returns an OpenAI backend for cfg.
