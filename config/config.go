@@ -305,8 +305,13 @@ func Parse(path string, data []byte) (Config, error) {
 	}
 	for _, id := range sortedKeys(raw.MCPServers) {
 		s := raw.MCPServers[id]
-		if s.Command == "" && s.URL == "" {
+		switch {
+		case s.Command == "" && s.URL == "":
 			v.errf(toml.Key{"mcp_servers", id}, "needs command or url")
+		case s.Command != "" && s.URL != "":
+			v.errf(toml.Key{"mcp_servers", id, "url"}, "set command (a stdio server) or url (streamable HTTP), not both")
+		case s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0):
+			v.errf(toml.Key{"mcp_servers", id, "url"}, "args and env start a command; a url server takes neither")
 		}
 		if c.MCPServers == nil {
 			c.MCPServers = map[string]MCPServer{}

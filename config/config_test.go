@@ -59,8 +59,9 @@ func TestFull(t *testing.T) {
 			"agent":    {Type: "acp", Command: "my-agent", Args: []string{"--acp"}},
 			"scripted": {Type: "mockfile", MockFile: "replies.json"},
 		},
-		MCPServers: map[string]MCPServer{"web": {URL: "http://127.0.0.1:9000/mcp", Env: map[string]string{"TOKEN": "x"}}},
-		Scheduler:  Scheduler{SuspendAfter: 90 * time.Second, Slots: 2},
+		MCPServers: map[string]MCPServer{"web": {URL: "http://127.0.0.1:9000/mcp"},
+			"files": {Command: "fs-server", Args: []string{"--root", "."}, Env: map[string]string{"TOKEN": "x"}}},
+		Scheduler: Scheduler{SuspendAfter: 90 * time.Second, Slots: 2},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -84,6 +85,7 @@ func TestFull(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
+		{"mcp_url_env.toml", "testdata/mcp_url_env.toml:2: mcp_servers.s.url: args and env start a command; a url server takes neither"},
 		{"bad_approval.toml", `testdata/bad_approval.toml:3: tools.approval: unknown policy "sometimes" (one of allow, deny, ask)`},
 		{"bad_idle.toml", `testdata/bad_idle.toml:3: backends.claude.idle_timeout: not a duration: "forever" (e.g. "2m", "90s")`},
 		{"bad_type.toml", `testdata/bad_type.toml:2: backends.local.type: unknown backend type "anthropic" (one of openai, mock, mockfile, acp)`},

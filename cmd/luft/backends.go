@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luft-run/luft/adapters"
-	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/config"
 )
 
@@ -33,8 +32,11 @@ type backendSet struct {
 	// auto is set when nothing chose a default backend and the mock stands in.
 	auto bool
 	// tools are the tools agents may be given ([tools], [mcp_servers]).
-	tools *tools.Set
+	tools *toolset
 }
+
+// close stops what the backends started (upstream MCP servers).
+func (s *backendSet) close() error { return s.tools.Close() }
 
 // configName names the config in messages.
 func configName(cfg config.Config) string {
@@ -54,8 +56,7 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 		return nil, usageErr("%v", err)
 	}
 	set := &backendSet{}
-	toolset, err := tools.New(tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
-		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout})
+	toolset, err := newToolset(cfg)
 	if err != nil {
 		return nil, usageErr("%s: [tools]: %v", configName(cfg), err)
 	}

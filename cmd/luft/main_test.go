@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/luft-run/luft/internal/testkit/mcpfake"
 )
 
 // update rewrites the files that scripts compare with `cmp stdout FILE` / `cmp stderr FILE`:
@@ -25,7 +27,10 @@ var update = flag.Bool("update", false, "update testscript archives with the act
 // TestMain makes this test binary double as the luft executable: testscript.Main installs
 // a copy of it named "luft" on $PATH, so scripts (and signal_test.go) run the CLI as a real
 // process with real exit codes, signals and separate stdout/stderr.
+//
+// It also doubles as the fake MCP tool server of mcp_test.go, when started as one.
 func TestMain(m *testing.M) {
+	mcpfake.ServeChildIfRequested()
 	testscript.Main(m, map[string]func(){
 		"luft": func() { os.Exit(execute(osEnv(), os.Args[1:])) },
 	})

@@ -146,6 +146,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err != nil {
 		return err
 	}
+	defer bset.close()
 	reg := bset.reg
 	if bset.auto && f.backend == "" && !f.resume && !f.quiet && !f.json {
 		fmt.Fprintln(e.stderr, autoNotice)

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/luft-run/luft/adapters/mcptools"
+	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/config"
+)
+
+// toolset resolves the tools agents ask for: the built-ins at once, and the tools of the
+// [mcp_servers] ("server__tool") once an agent first asks for one, so a run whose agents
+// use no upstream tool never starts those servers. Both go through one tools.Set, so the
+// approval policy covers upstream tools too.
+type toolset struct {
+	cfg     tools.Config
+	servers []mcptools.Server
+	base    *tools.Set
+
+	once     sync.Once
+	full     *tools.Set
+	upstream *mcptools.Upstream
+	err      error
+}
+
+func newToolset(cfg config.Config) (*toolset, error) {
+	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
+		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout}
+	ts := &toolset{cfg: tc}
+	names := make([]string, 0, len(cfg.MCPServers))
+	for name := range cfg.MCPServers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		s := cfg.MCPServers[name]
+		ts.servers = append(ts.servers, mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL})
+	}
+	// Names in [tools] destructive may be upstream tools, which are not known before the
+	// servers are started: check only the built-in ones now.
+	builtin := tc
+	builtin.Destructive = nil
+	for _, n := range tc.Destructive {
+		if !strings.Contains(n, "__") {
+			builtin.Destructive = append(builtin.Destructive, n)
+		}
+	}
+	base, err := tools.New(builtin)
+	if err != nil {
+		return nil, err
+	}
+	ts.base = base
+	return ts, nil
+}
+
+// Resolve implements adapters.ToolResolver.
+func (t *toolset) Resolve(names []string) ([]tools.Tool, error) {
+	upstream := false
+	for _, n := range names {
+		upstream = upstream || strings.Contains(n, "__")
+	}
+	if !upstream || len(t.servers) == 0 {
+		return t.base.Resolve(names)
+	}
+	t.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), mcptools.ConnectTimeout)
+		defer cancel()
+		t.upstream, t.err = mcptools.Open(ctx, t.servers)
+		if t.err == nil {
+			t.full, t.err = tools.New(t.cfg, t.upstream.Tools()...)
+		}
+	})
+	if t.err != nil {
+		return nil, t.err
+	}
+	return t.full.Resolve(names)
+}
+
+// Close stops the upstream servers a run started.
+func (t *toolset) Close() error {
+	t.once.Do(func() {}) // no later Resolve starts them
+	if t.upstream != nil {
+		return t.upstream.Close()
+	}
+	return nil
+}
