@@ -1,0 +1,150 @@
+package acp
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/tools"
+)
+
+func TestExtractJSON(t *testing.T) {
+	for _, tc := range []struct {
+		text string
+		want any
+		ok   bool
+	}{
+		{`{"a": 1}`, map[string]any{"a": float64(1)}, true},
+		{"  [1, 2]\n", []any{float64(1), float64(2)}, true},
+		{"Sure:\n```json\n{\"a\": true}\n```\nDone.", map[string]any{"a": true}, true},
+		{"```\n{\"plain\": 1}\n```", map[string]any{"plain": float64(1)}, true},
+		{"```go\nx := {}\n```\n```json\n{\"b\": 2}\n```", map[string]any{"b": float64(2)}, true},
+		{`The answer is {"c": [1, {"d": null}]} as requested.`, map[string]any{"c": []any{float64(1), map[string]any{"d": nil}}}, true},
+		{`Use {braces} like {"e": "x"} here`, map[string]any{"e": "x"}, true},
+		{"no json at all", nil, false},
+		{"", nil, false},
+	} {
+		got, ok := extractJSON(tc.text)
+		if ok != tc.ok || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("extractJSON(%q) = %#v, %t; want %#v, %t", tc.text, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCommandAllowed(t *testing.T) {
+	b := &Backend{cfg: Config{AllowCommands: []string{"go test", "ls", "npm run  lint"}}}
+	for cmd, want := range map[string]bool{
+		"go test ./...":           true,
+		"go  test":                true,
+		"ls -la":                  true,
+		"npm run lint --fix":      true,
+		"go":                      false,
+		"go build":                false,
+		"gotest":                  false,
+		"lsof":                    false,
+		"go test ./... && rm -rf": false,
+		"go test; rm -rf /":       false,
+		"ls | sh":                 false,
+		"ls $(rm -rf /)":          false,
+		"ls `rm -rf /`":           false,
+		"ls > /etc/passwd":        false,
+		"go test\nrm -rf /":       false,
+		"":                        false,
+	} {
+		if got := b.commandAllowed(cmd); got != want {
+			t.Errorf("commandAllowed(%q) = %t, want %t", cmd, got, want)
+		}
+	}
+}
+
+func TestCommandOf(t *testing.T) {
+	for _, tc := range []struct {
+		st   toolState
+		want string
+	}{
+		{toolState{rawInput: map[string]any{"command": "go test ./..."}}, "go test ./..."},
+		{toolState{rawInput: map[string]any{"command": []any{"bash", "-lc", "go vet ./..."}}}, "go vet ./..."},
+		{toolState{rawInput: map[string]any{"cmd": []any{"ls", "-la"}}}, "ls -la"},
+		{toolState{title: "`make test`"}, "make test"},
+		{toolState{rawInput: map[string]any{"command": []any{"ls", 3}}, title: "ls"}, ""},
+	} {
+		if got := command(tc.st); got != tc.want {
+			t.Errorf("command(%+v) = %q, want %q", tc.st, got, tc.want)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	ws := t.TempDir()
+	b, err := New(Config{Command: "x", Dir: ws, AllowCommands: []string{"go test"}, AllowEdits: true, Approval: tools.ApprovalAsk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(b, nil, adaptersCall())
+	in := filepath.Join(ws, "a.go")
+	for _, tc := range []struct {
+		name       string
+		st         toolState
+		allow, ask bool
+	}{
+		{"edit inside", toolState{kind: "edit", paths: []string{in}}, true, false},
+		{"edit relative inside", toolState{kind: "edit", paths: []string{"a.go"}}, true, false},
+		{"edit names nothing", toolState{kind: "edit"}, false, false},
+		{"delete outside", toolState{kind: "delete", paths: []string{in, "/etc/passwd"}}, false, false},
+		{"move raw destination outside", toolState{kind: "move", paths: []string{in}, rawInput: map[string]any{"destination": "/tmp/x"}}, false, false},
+		{"read outside", toolState{kind: "read", paths: []string{"/etc/passwd"}}, false, false},
+		{"read inside asks", toolState{kind: "read", paths: []string{in}}, false, true},
+		{"execute allowed", toolState{kind: "execute", rawInput: map[string]any{"command": "go test ./x"}}, true, false},
+		{"execute other", toolState{kind: "execute", rawInput: map[string]any{"command": "go run ."}}, false, false},
+		{"other asks", toolState{kind: "other", title: "mystery"}, false, true},
+		{"no kind asks", toolState{title: "mystery"}, false, true},
+	} {
+		allow, why, ask := s.decide(tc.st)
+		if allow != tc.allow || ask != tc.ask || (!allow && why == "") {
+			t.Errorf("%s: allow %t ask %t (%s), want allow %t ask %t", tc.name, allow, ask, why, tc.allow, tc.ask)
+		}
+	}
+}
+
+func TestTailBuffer(t *testing.T) {
+	tb := &tailBuffer{max: 10}
+	for range 100 {
+		tb.Write([]byte("0123456789abc"))
+	}
+	if got := tb.String(); got != "...3456789abc" || len(tb.buf) > 20 {
+		t.Errorf("tail %q (kept %d bytes)", got, len(tb.buf))
+	}
+	small := &tailBuffer{max: 10}
+	small.Write([]byte(" hi \n"))
+	if small.String() != "hi" {
+		t.Errorf("small tail %q", small.String())
+	}
+}
+
+func TestInsideResolvesSymlinks(t *testing.T) {
+	ws, out := t.TempDir(), t.TempDir()
+	if err := os.Symlink(out, filepath.Join(ws, "out")); err != nil {
+		t.Skip("no symlinks here:", err)
+	}
+	b, err := New(Config{Command: "x", Dir: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{
+		filepath.Join(ws, "a", "b.txt"):       true,
+		filepath.Join(ws, "out", "new.txt"):   false,
+		filepath.Join(ws, "..", "x"):          false,
+		ws:                                    true,
+		filepath.Join(out, "x"):               false,
+		strings.TrimSuffix(ws, "/") + "-evil": false,
+	} {
+		if got := b.inside(p); got != want {
+			t.Errorf("inside(%s) = %t, want %t", p, got, want)
+		}
+	}
+}
+
+func adaptersCall() adapters.Call { return adapters.Call{} }
