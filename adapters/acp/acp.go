@@ -71,6 +71,16 @@ var builtins = map[string]Config{
 	"acp:gemini":   {Command: "gemini", Args: []string{"--experimental-acp"}, Install: "npm i -g @google/gemini-cli"},
 }
 
+// BuiltinNames lists the known agents' ids, sorted.
+func BuiltinNames() []string {
+	names := make([]string, 0, len(builtins))
+	for n := range builtins {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
 // Builtin returns the configuration of a known agent, by id ("acp:claude") or short name
 // ("claude"), with ID and Command set and everything else left for the caller.
 func Builtin(name string) (Config, bool) {

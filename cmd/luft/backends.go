@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/acp"
+	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/config"
 )
 
@@ -79,6 +82,19 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 		bs = append(bs, o)
 		set.infos = append(set.infos, backendInfo{ID: "openai", Type: "openai", Source: "environment", BaseURL: o.BaseURL(), Model: e.getenv("LUFT_MODEL")})
 	}
+	// The coding agents luft knows by name; a [backends.NAME] may configure them further.
+	for _, name := range acp.BuiltinNames() {
+		if _, configured := cfg.Backends[name]; configured {
+			continue
+		}
+		c, _ := acp.Builtin(name)
+		b, err := acp.New(acpPolicy(c, cfg))
+		if err != nil {
+			return nil, usageErr("%s: [tools]: %v", configName(cfg), err)
+		}
+		bs = append(bs, b)
+		set.infos = append(set.infos, backendInfo{ID: name, Type: "acp", Source: "built-in", BaseURL: strings.Join(append([]string{c.Command}, c.Args...), " ")})
+	}
 	ids := make([]string, 0, len(cfg.Backends))
 	for id := range cfg.Backends {
 		ids = append(ids, id)
@@ -107,8 +123,22 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 			bs = append(bs, o)
 		case b.Type == "mock" || b.Type == "mockfile":
 			// Built in: the config entry only sets the lane's limits.
-		default:
-			continue // acp backends are registered once their adapter exists
+		default: // "acp" with a command, or "acp:AGENT" for a known agent
+			c, known := acp.Builtin(b.Type)
+			if b.Type == "acp" || !known {
+				c = acp.Config{}
+			}
+			c.ID = id
+			if b.Command != "" {
+				c.Command, c.Args = b.Command, b.Args
+			}
+			c.Model, c.IdleTimeout = b.Model, b.IdleTimeout
+			a, err := acp.New(acpPolicy(c, cfg))
+			if err != nil {
+				return nil, usageErr("%s: backends.%s: %v", configName(cfg), id, err)
+			}
+			info.BaseURL = strings.Join(append([]string{c.Command}, c.Args...), " ")
+			bs = append(bs, a)
 		}
 		set.infos = append(set.infos, info)
 	}
@@ -129,6 +159,17 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 		set.infos[i].Default = set.infos[i].ID == set.reg.Default()
 	}
 	return set, nil
+}
+
+// acpPolicy gives a coding agent the [tools] policy: the workspace, the allowed
+// commands and the approval policy; edits inside the workspace are allowed unless
+// [tools] destructive lists write_file or edit_file (then the approval policy decides).
+func acpPolicy(c acp.Config, cfg config.Config) acp.Config {
+	c.Dir = cfg.Tools.Workspace
+	c.Approval = tools.Approval(cfg.Tools.Approval)
+	c.AllowCommands = cfg.Tools.AllowCommands
+	c.AllowEdits = !slices.Contains(cfg.Tools.Destructive, "write_file") && !slices.Contains(cfg.Tools.Destructive, "edit_file")
+	return c
 }
 
 // autoNotice is the one line a run on the stand-in default prints.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,12 +17,16 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/luft-run/luft/internal/testkit/acpfake"
 	"github.com/luft-run/luft/internal/testkit/mcpfake"
 )
 
 // update rewrites the files that scripts compare with `cmp stdout FILE` / `cmp stderr FILE`:
 //
 //	go test ./cmd/luft/ -run TestScripts -update
+// fakeACPArg as the first argument makes this test binary the fake ACP agent.
+const fakeACPArg = "--luft-fake-acp"
+
 var update = flag.Bool("update", false, "update testscript archives with the actual output of cmp stdout/stderr")
 
 // TestMain makes this test binary double as the luft executable: testscript.Main installs
@@ -31,6 +36,14 @@ var update = flag.Bool("update", false, "update testscript archives with the act
 // It also doubles as the fake MCP tool server of mcp_test.go, when started as one.
 func TestMain(m *testing.M) {
 	mcpfake.ServeChildIfRequested()
+	if len(os.Args) > 1 && os.Args[1] == fakeACPArg {
+		// The fake coding agent of acp_test.go, on stdin and stdout.
+		if err := acpfake.Serve(context.Background(), os.Stdin, os.Stdout, acpfake.OptionsFromEnv(os.Getenv)); err != nil {
+			fmt.Fprintln(os.Stderr, "luft-fake-acp:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	testscript.Main(m, map[string]func(){
 		"luft": func() { os.Exit(execute(osEnv(), os.Args[1:])) },
 	})
