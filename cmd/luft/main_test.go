@@ -2,10 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -24,6 +24,7 @@ import (
 // update rewrites the files that scripts compare with `cmp stdout FILE` / `cmp stderr FILE`:
 //
 //	go test ./cmd/luft/ -run TestScripts -update
+//
 // fakeACPArg as the first argument makes this test binary the fake ACP agent.
 const fakeACPArg = "--luft-fake-acp"
 
