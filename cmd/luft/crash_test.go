@@ -460,7 +460,7 @@ func (ct *crashTest) verify(c *crashCycle, ref crashRef, total *crashTotals) {
 	bounds := []int64{} // seq of each run_started
 	for _, ev := range evs {
 		if ev.Type == event.RunStarted {
-			attempts = append(attempts, int(num(ev.Data, "attempt")))
+			attempts = append(attempts, attemptOf(ev))
 			bounds = append(bounds, ev.Seq)
 		}
 	}
@@ -479,7 +479,7 @@ func (ct *crashTest) verify(c *crashCycle, ref crashRef, total *crashTotals) {
 			errorf("process %d: the first line is not run_started: %s", i+1, ls[0])
 			continue
 		}
-		printed[int(num(ev.Data, "attempt"))] = true
+		printed[attemptOf(ev)] = true
 	}
 	gaps := 0
 	for i, a := range attempts {
@@ -905,3 +905,10 @@ func (p *crashProc) rawText() string {
 
 // stderrText is only called after the process ended.
 func (p *crashProc) stderrText() string { return p.stderr.String() }
+
+func str(d map[string]any, k string) string {
+	if v, ok := d[k]; ok && v != nil {
+		return fmt.Sprint(v)
+	}
+	return ""
+}

@@ -16,8 +16,12 @@ type env struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	stderrTTY bool
-	getenv    func(string) string
-	now       func() time.Time
+	// termWidth is the terminal's width in columns (see width).
+	termWidth func() int
+	// stdinTTY is the terminal keys come from (stdin when it is one), or nil.
+	stdinTTY io.Reader
+	getenv   func(string) string
+	now      func() time.Time
 	// notify delivers SIGINT/SIGTERM to c until stop is called.
 	notify func(c chan<- os.Signal) (stop func())
 	// exit ends the process at once (used for the second Ctrl-C).
@@ -26,7 +30,18 @@ type env struct {
 
 func osEnv() *env {
 	tty := term.IsTerminal(int(os.Stderr.Fd())) && os.Getenv("TERM") != "dumb"
+	var keys io.Reader
+	if term.IsTerminal(int(os.Stdin.Fd())) {
+		keys = os.Stdin
+	}
 	return &env{
+		termWidth: func() int {
+			if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil && w > 0 {
+				return w
+			}
+			return 100
+		},
+		stdinTTY:  keys,
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
 		stderrTTY: tty,
@@ -38,4 +53,14 @@ func osEnv() *env {
 		},
 		exit: os.Exit,
 	}
+}
+
+// width is the width human output is laid out for: the terminal's, or 100 columns.
+func (e *env) width() int {
+	if e.termWidth != nil {
+		if w := e.termWidth(); w > 0 {
+			return w
+		}
+	}
+	return 100
 }

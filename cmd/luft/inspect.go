@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -188,6 +189,20 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 					fmt.Fprintln(e.stdout, "\nphases:")
 					printPhases(e.stdout, j.Phases)
 				}
+				// The board of the live view, folded from the stored events: what runs,
+				// what waits and why, the latest log lines.
+				evs, errc, err := svc.Events(ctx, info.Run.ID, runtime.EventsOptions{})
+				if err != nil {
+					return err
+				}
+				st := tui.NewState(tui.StateOptions{})
+				for ev := range evs {
+					st.Apply(ev)
+				}
+				if err := <-errc; err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "\n%s\n", tui.StatusView(st, e.now(), e.width(), styles(e, g), time.Local))
 				if len(j.Report) > 0 {
 					var v any
 					if json.Unmarshal(j.Report, &v) == nil {
@@ -288,8 +303,7 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 		Short: "Show a run's events (--follow to keep streaming while it runs)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			lv, err := parseLevel(level)
-			if err != nil {
+			if _, err := parseLevel(level); err != nil {
 				return err
 			}
 			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
@@ -297,8 +311,20 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 				if err != nil {
 					return runRefError(err)
 				}
+				if !asJSON && follow && liveTerminal(e, false) && len(types) == 0 {
+					// The same board as `luft run`, as a viewer: q closes it, the run goes on.
+					live := tui.NewLive(tui.LiveOptions{
+						Options: tui.Options{Now: e.now, Styles: styles(e, g), Location: time.Local, State: tui.StateOptions{LogLevel: level}},
+						Out:     e.stderr, In: e.stdinTTY,
+					})
+					if _, err := live.Run(ctx, evs); err != nil {
+						return err
+					}
+					return nil
+				}
 				enc := json.NewEncoder(e.stdout)
 				enc.SetEscapeHTML(false)
+				plain := tui.NewPlain(io.Discard, tui.PlainOptions{Level: level, Location: time.Local, ShowRunDone: true, Styles: tui.NoColor()})
 				for ev := range evs {
 					if asJSON {
 						if err := enc.Encode(ev); err != nil {
@@ -306,8 +332,11 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 						}
 						continue
 					}
-					line := plainLine(ev, lv)
+					line := plain.Line(ev)
 					if line == "" {
+						if ev.Type == event.Log {
+							continue // below --level
+						}
 						line = "  " + ev.Type
 					}
 					fmt.Fprintf(e.stdout, "%5d %s %s\n", ev.Seq, ev.TS.Local().Format("15:04:05.000"), strings.TrimRight(line, "\n"))

@@ -1,139 +1,181 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 )
 
-// renderer shows a run's events: JSON lines on stdout with --json, otherwise one plain line
-// per state change on stderr (nothing with --quiet), and the report at the end.
+// renderer shows a run's events on the way the CLI was asked to: JSON lines on stdout
+// with --json; nothing but errors with --quiet; otherwise the live board on a terminal
+// (tui.Live) or one plain line per state change with a periodic status line (tui.Plain),
+// and a summary at the end (tui.Summary).
 type renderer struct {
 	e     *env
+	g     *globalFlags
 	f     *runFlags
-	level int
+	mode  renderMode
+	sty   tui.Styles
 	enc   *json.Encoder
+	plain *tui.Plain
+	state *tui.State // the run as shown, for the summary
+
+	mu   sync.Mutex
+	live *tui.Live // while the board is up
 }
 
-func newRenderer(e *env, f *runFlags, level int) *renderer {
-	r := &renderer{e: e, f: f, level: level}
-	if f.json {
+type renderMode int
+
+const (
+	modeJSON renderMode = iota
+	modeQuiet
+	modePlain
+	modeLive
+)
+
+// statusEvery is how often plain mode prints the one-line status of a running run.
+const statusEvery = 10 * time.Second
+
+func newRenderer(e *env, g *globalFlags, f *runFlags) *renderer {
+	r := &renderer{e: e, g: g, f: f, sty: styles(e, g)}
+	switch {
+	case f.json:
+		r.mode = modeJSON
 		r.enc = json.NewEncoder(e.stdout)
 		r.enc.SetEscapeHTML(false)
+	case f.quiet:
+		r.mode = modeQuiet
+	case liveTerminal(e, f.noTUI):
+		r.mode = modeLive
+	default:
+		r.mode = modePlain
 	}
 	return r
 }
 
-func (r *renderer) event(ev event.Event) error {
-	if r.enc != nil {
-		if err := r.enc.Encode(ev); err != nil {
-			return fmt.Errorf("write event: %w", err)
+// liveTerminal reports whether the live board may be drawn: stderr is a terminal that is
+// not dumb, and neither CI nor --no-tui asks for plain lines.
+func liveTerminal(e *env, noTUI bool) bool {
+	return e.stderrTTY && !noTUI && e.getenv("TERM") != "dumb" && e.getenv("CI") == ""
+}
+
+// styles are the colours of human output: none with --no-color, NO_COLOR or a pipe.
+func styles(e *env, g *globalFlags) tui.Styles {
+	if g.noColor || e.getenv("NO_COLOR") != "" || !e.stderrTTY {
+		return tui.NoColor()
+	}
+	return tui.ColorFor(e.stderr, e.getenv)
+}
+
+// interrupt handles the n-th Ctrl-C (or SIGTERM) of a run: the live board counts them
+// itself (the first stops the run, the second quits); otherwise the first cancels the
+// run and the second exits at once.
+func (r *renderer) interrupt(n int, run *runtime.Run) {
+	r.mu.Lock()
+	live := r.live
+	r.mu.Unlock()
+	if live != nil {
+		live.Interrupt()
+		return
+	}
+	if n == 1 {
+		if r.mode == modePlain {
+			fmt.Fprintln(r.e.stderr, "luft: stopping (press Ctrl-C again to quit at once)")
+		}
+		run.Cancel()
+		return
+	}
+	r.e.exit(exitHard)
+}
+
+// show renders the run's events until they end.
+func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan event.Event) error {
+	switch r.mode {
+	case modeLive:
+		live := tui.NewLive(tui.LiveOptions{
+			Options: tui.Options{Now: r.e.now, Cancel: run.Cancel, Styles: r.sty, Location: time.Local,
+				State: tui.StateOptions{LogLevel: r.g.logLevel}},
+			Out: r.e.stderr, In: r.e.stdinTTY,
+		})
+		r.mu.Lock()
+		r.live = live
+		r.mu.Unlock()
+		m, err := live.Run(ctx, events)
+		r.mu.Lock()
+		r.live = nil
+		r.mu.Unlock()
+		if m.HardExited() {
+			r.e.exit(exitHard)
+		}
+		r.state = m.State()
+		if err == nil {
+			return nil
+		}
+		// The terminal could not be driven: go on in plain lines.
+		r.mode = modePlain
+		fmt.Fprintf(r.e.stderr, "luft: live view unavailable (%v); showing plain progress\n", err)
+	case modeJSON:
+		for ev := range events {
+			if err := r.enc.Encode(ev); err != nil {
+				return fmt.Errorf("write event: %w", err)
+			}
+		}
+		return nil
+	case modeQuiet:
+		for range events {
 		}
 		return nil
 	}
-	if r.f.quiet || ev.Type == event.RunDone {
-		return nil // the summary at the end says how the run ended
-	}
-	if line := plainLine(ev, r.level); line != "" {
-		fmt.Fprintln(r.e.stderr, line)
-	}
-	return nil
-}
-
-func str(d map[string]any, k string) string {
-	if v, ok := d[k]; ok && v != nil {
-		return fmt.Sprint(v)
-	}
-	return ""
-}
-
-func num(d map[string]any, k string) float64 {
-	switch v := d[k].(type) {
-	case int:
-		return float64(v)
-	case int64:
-		return float64(v)
-	case float64:
-		return v
-	}
-	return 0
-}
-
-// plainLine is the one-line form of an event, or "" for events not shown.
-func plainLine(ev event.Event, level int) string {
-	d := ev.Data
-	switch ev.Type {
-	case event.RunStarted:
-		return fmt.Sprintf("luft: run %s started: %s", ev.RunID, str(d, "workflow"))
-	case event.PhaseStarted:
-		return fmt.Sprintf("phase %s · %s", str(d, "phase_id"), str(d, "label"))
-	case event.PhaseDone:
-		return fmt.Sprintf("phase %s done · %s ok, %s failed", str(d, "phase_id"), str(d, "ok"), str(d, "failed"))
-	case event.AgentDone:
-		name := str(d, "name")
-		if name == "" {
-			name = str(d, "call_key")
-		}
-		if str(d, "status") == "ok" {
-			cached := ""
-			if d["cached"] == true {
-				cached = " (cached)"
+	r.plain = tui.NewPlain(r.e.stderr, tui.PlainOptions{Level: r.g.logLevel, Styles: r.sty, Location: time.Local})
+	tick := time.NewTicker(statusEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				r.state = r.plain.State()
+				return nil
 			}
-			return fmt.Sprintf("  ✓ %s · %s · %d tok%s", name, ms(num(d, "elapsed_ms")), int(num(d, "tokens")), cached)
+			if err := r.plain.Event(ev); err != nil {
+				return fmt.Errorf("write progress: %w", err)
+			}
+		case <-tick.C:
+			if st := r.plain.State(); st.Status == "running" {
+				if err := r.plain.Status(r.e.now()); err != nil {
+					return fmt.Errorf("write progress: %w", err)
+				}
+			}
 		}
-		return fmt.Sprintf("  ✗ %s · %s: %s", name, str(d, "status"), str(d, "error"))
-	case event.AgentRetry:
-		return fmt.Sprintf("  ↻ %s retry %s in %s: %s", str(d, "call_key"), str(d, "attempt"), ms(num(d, "wait_ms")), str(d, "reason"))
-	case event.SchemaRetry:
-		return fmt.Sprintf("  ↻ %s output did not match its schema (re-prompt %s): %s", str(d, "call_key"), str(d, "attempt"), str(d, "errors"))
-	case event.ParallelStarted:
-		return fmt.Sprintf("  ⇉ parallel %s · %s branches", str(d, "span_id"), str(d, "count"))
-	case event.ParallelDone:
-		return fmt.Sprintf("  ⇇ parallel %s · %s ok, %s failed", str(d, "span_id"), str(d, "ok"), str(d, "failed"))
-	case event.PipelineStarted:
-		return fmt.Sprintf("  ⇶ pipeline %s · %s items × %s stages", str(d, "span_id"), str(d, "items"), str(d, "total_stages"))
-	case event.PipelineDone:
-		return fmt.Sprintf("  ⇶ pipeline %s done · %s ok, %s failed", str(d, "span_id"), str(d, "ok"), str(d, "failed"))
-	case event.WorkflowStarted:
-		return fmt.Sprintf("  ↳ workflow %s", str(d, "path"))
-	case event.WorkflowDone:
-		if d["ok"] == true {
-			return fmt.Sprintf("  ↲ workflow %s done", str(d, "path"))
-		}
-		return fmt.Sprintf("  ↲ workflow %s failed: %s", str(d, "path"), str(d, "error"))
-	case event.Log:
-		if levelRank(str(d, "level")) < level {
-			return ""
-		}
-		return fmt.Sprintf("  [%s] %s", str(d, "level"), str(d, "msg"))
-	case event.Budget:
-		return fmt.Sprintf("  budget set: time_ms=%s agents=%s tokens=%s usd=%s", str(d, "time_ms"), str(d, "agents"), str(d, "tokens"), str(d, "usd"))
-	case event.RunDone:
-		line := fmt.Sprintf("luft: run %s %s in %s", ev.RunID, str(d, "status"), ms(num(d, "elapsed_ms")))
-		if e := str(d, "error"); e != "" {
-			line += ": " + e
-		}
-		return line
-	case event.RunSuspended:
-		return fmt.Sprintf("luft: run suspended: %s", str(d, "reason"))
 	}
-	return ""
-}
-
-func ms(v float64) string {
-	return (time.Duration(v) * time.Millisecond).String()
 }
 
 // finish prints the summary and the report and returns the run's exit error.
 func (r *renderer) finish(res runtime.Result) error {
-	if !r.f.json && !r.f.quiet {
-		fmt.Fprintln(r.e.stderr, summary(res))
+	if r.mode == modePlain || r.mode == modeLive {
+		st := r.state
+		if st == nil {
+			st = tui.NewState(tui.StateOptions{})
+		}
+		if !st.Done() {
+			// The events ended before run_done (the view stopped early): say how the run
+			// ended from its result.
+			st.Apply(runDoneEvent(res, r.e.now()))
+		}
+		opts := tui.SummaryOptions{ReportPath: r.f.output, StateDir: r.g.stateDir, Now: r.e.now(), Styles: r.sty}
+		if lua.ErrorKindOf(res.Err) == lua.KindDivergence {
+			opts.Resume = tui.ResumeCommand(res.RunID, r.g.stateDir) + " --allow-changed-script --rerun-from-divergence"
+		}
+		opts.NoResume = res.Status == runtime.StatusFailed && noResume(res.Err)
+		fmt.Fprintln(r.e.stderr, tui.Summary(st, opts))
 	}
 	if res.Status == runtime.StatusCompleted && res.HasReport {
 		text, err := reportText(res.Report)
@@ -151,13 +193,32 @@ func (r *renderer) finish(res runtime.Result) error {
 		}
 	}
 	if err := errorExit(res); err != nil {
-		if r.f.quiet || r.f.json {
+		if r.mode == modeQuiet || r.mode == modeJSON {
 			// Errors are still shown in quiet and JSON modes.
 			fmt.Fprintf(r.e.stderr, "luft: %s\n", statusMessage(res))
 		}
 		return err
 	}
 	return nil
+}
+
+// noResume reports whether a failed run's error is one a resume cannot get past (the
+// script itself is broken).
+func noResume(err error) bool {
+	k := lua.ErrorKindOf(err)
+	return k == lua.KindSyntax || k == lua.KindInvalid
+}
+
+// runDoneEvent is the run_done a result stands for.
+func runDoneEvent(res runtime.Result, now time.Time) event.Event {
+	d := map[string]any{"status": string(res.Status), "tokens": res.Usage.Total(), "cost": res.Cost,
+		"elapsed_ms": res.Elapsed.Milliseconds()}
+	if res.Err != nil {
+		d["error"] = res.Err.Error()
+	}
+	ev := event.New(event.RunDone, d)
+	ev.RunID, ev.TS = res.RunID, now
+	return ev
 }
 
 func statusMessage(res runtime.Result) string {
@@ -175,22 +236,6 @@ func statusMessage(res runtime.Result) string {
 		return fmt.Sprintf("run %s failed: %v; to run from that call on: luft run --resume %s --allow-changed-script --rerun-from-divergence", res.RunID, res.Err, res.RunID)
 	}
 	return fmt.Sprintf("run %s failed: %v%s", res.RunID, res.Err, resume)
-}
-
-func summary(res runtime.Result) string {
-	var b strings.Builder
-	mark := map[runtime.Status]string{runtime.StatusCompleted: "✓", runtime.StatusFailed: "✗",
-		runtime.StatusCancelled: "■", runtime.StatusSuspended: "⏸"}[res.Status]
-	fmt.Fprintf(&b, "%s run %s %s in %s · agents %d ok, %d failed, %d cached · tokens %d in / %d out",
-		mark, res.RunID, res.Status, res.Elapsed.Round(time.Millisecond), res.Agents.OK, res.Agents.Failed, res.Agents.Cached,
-		res.Usage.Input, res.Usage.Output)
-	if res.Cost > 0 {
-		fmt.Fprintf(&b, " · $%.4f", res.Cost)
-	}
-	if res.Err != nil && res.Status != runtime.StatusCompleted {
-		fmt.Fprintf(&b, "\nluft: %s", statusMessage(res))
-	}
-	return b.String()
 }
 
 // reportText renders a report: a string, or an object's markdown field, raw; anything else

@@ -41,6 +41,7 @@ var (
 )
 
 type globalFlags struct {
+	noColor    bool
 	logLevel   string
 	stateDir   string
 	configPath string
@@ -58,6 +59,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.SetErr(e.stderr)
 	root.PersistentFlags().StringVar(&g.configPath, "config", "", "config file (default ./luft.toml, else ~/.config/luft/config.toml)")
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "where runs are kept (default $LUFT_HOME, else ./.luft)")
+	root.PersistentFlags().BoolVar(&g.noColor, "no-color", false, "no colour in human output (also NO_COLOR)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "lowest level of script log lines shown in progress output: trace, debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: err, usage: true}

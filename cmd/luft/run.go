@@ -34,6 +34,7 @@ type runFlags struct {
 	class          string
 	json           bool
 	quiet          bool
+	noTUI          bool
 	timeout        time.Duration
 }
 
@@ -101,6 +102,7 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 	fl.StringVar(&f.class, "class", "interactive", "scheduling class of the run's calls: interactive or batch")
 	fl.BoolVar(&f.json, "json", false, "write events as JSON lines on stdout instead of the report")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print nothing but the report and errors")
+	fl.BoolVar(&f.noTUI, "no-tui", false, "plain progress lines even on a terminal (also with CI set or TERM=dumb)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop the run after this long (e.g. 90s, 10m); 0 = no limit")
 	return cmd
 }
@@ -154,8 +156,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if _, err := reg.Get(f.backend); err != nil {
 		return usageErr("--backend: %v", err)
 	}
-	level, err := parseLevel(g.logLevel)
-	if err != nil {
+	if _, err := parseLevel(g.logLevel); err != nil {
 		return err
 	}
 	if f.output != "" {
@@ -199,6 +200,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}
 
+	r := newRenderer(e, g, f)
 	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
 	// Signals are handled until this function returns, including while the report and
 	// events are still being written.
@@ -215,38 +217,56 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			select {
 			case <-sigs:
 				n++
-				if n == 1 {
-					if !f.quiet && !f.json {
-						fmt.Fprintln(e.stderr, "luft: stopping (press Ctrl-C again to quit at once)")
-					}
-					run.Cancel()
-					continue
-				}
-				e.exit(exitHard)
-				return
+				r.interrupt(n, run)
 			case <-finished:
 				return
 			}
 		}
 	}()
 
-	r := newRenderer(e, f, level)
-	current := run.Attempt == 1
-	for ev := range run.Subscribe(ctx, 0) {
-		// A resumed run shows only its own attempt's events.
-		if !current {
-			if ev.Type != event.RunStarted || int(num(ev.Data, "attempt")) != run.Attempt {
-				continue
-			}
-			current = true
-		}
-		if err := r.event(ev); err != nil {
-			run.Cancel()
-			return &exitError{code: exitFailed, err: err}
-		}
+	if err := r.show(ctx, run, currentAttempt(ctx, run)); err != nil {
+		run.Cancel()
+		run.Wait()
+		return &exitError{code: exitFailed, err: err}
 	}
 	res := run.Wait()
 	return r.finish(res)
+}
+
+// currentAttempt streams the run's events from this attempt's run_started on: a resumed
+// run shows only its own attempt.
+func currentAttempt(ctx context.Context, run *runtime.Run) <-chan event.Event {
+	out := make(chan event.Event, 64)
+	go func() {
+		defer close(out)
+		current := run.Attempt == 1
+		for ev := range run.Subscribe(ctx, 0) {
+			if !current {
+				if ev.Type != event.RunStarted || attemptOf(ev) != run.Attempt {
+					continue
+				}
+				current = true
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func attemptOf(ev event.Event) int {
+	switch v := ev.Data["attempt"].(type) {
+	case int:
+		return v
+	case int64:
+		return int(v)
+	case float64:
+		return int(v)
+	}
+	return 0
 }
 
 func parseLevel(s string) (int, error) {

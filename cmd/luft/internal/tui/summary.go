@@ -14,7 +14,9 @@ type SummaryOptions struct {
 	// when the run's state dir is not the default one.
 	StateDir string
 	// Resume replaces the resume command (e.g. one with --rerun-from-divergence).
-	Resume   string
+	Resume string
+	// NoResume leaves the resume command out: the run cannot go on (its script is broken).
+	NoResume bool
 	Now      time.Time      // for "in 3m" of a resume time (default: the run's end)
 	Location *time.Location // for times of day (default time.Local)
 	Styles   Styles
@@ -84,7 +86,7 @@ func Summary(st *State, o SummaryOptions) string {
 	if status == "suspended" && !st.ResumeAfter.IsZero() {
 		row("resumable", strings.TrimPrefix(resumeAt(st.ResumeAfter, o.Now, o.Location), "resumable "))
 	}
-	if status == "failed" || status == "cancelled" || status == "suspended" || status == "ended" {
+	if !o.NoResume && (status == "failed" || status == "cancelled" || status == "suspended" || status == "ended") {
 		cmd := o.Resume
 		if cmd == "" {
 			cmd = ResumeCommand(st.RunID, o.StateDir)
