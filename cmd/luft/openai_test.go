@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,5 +250,72 @@ end`,
 	}
 	if _, err := os.Stat(filepath.Join(ws, "out.txt")); !os.IsNotExist(err) {
 		t.Fatal("the destructive tool ran without approval")
+	}
+}
+
+// A 429 that slips through (another client used the key's quota) is honoured: the
+// scheduler waits the server's retry-after and sends the turn again; a 5xx is retried
+// after a backoff. Both end to end: luft over loopback HTTP, the engine's log as truth.
+func TestRateLimitAndServerErrorsEndToEnd(t *testing.T) {
+	engine := testkit.NewEngine(testkit.Config{DefaultMaxTokens: 4,
+		Limits: testkit.Limits{RPM: 2, Period: 4 * time.Second, Window: testkit.Fixed}})
+	var sent atomic.Int32
+	inner := testkit.NewServer(engine).Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// luft's second request (the one after the 429's wait) fails with a 500 before it
+		// reaches the engine.
+		if r.URL.Path == "/v1/chat/completions" && r.Header.Get("X-Test-Direct") == "" && sent.Add(1) == 2 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, `{"error":{"message":"upstream hiccup","type":"server_error"}}`)
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	// Another client spends the window's two requests.
+	for range 2 {
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+		req.Header.Set("X-Test-Direct", "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("direct request: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "luft.toml"), []byte(fmt.Sprintf("default_backend = \"local\"\n[backends.local]\ntype = \"openai\"\nbase_url = %q\nmodel = \"m\"\n", srv.URL+"/v1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main() report(agent{prompt = "hello"}.ok) end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var statuses []int
+	var at []time.Time
+	var retryAfter time.Duration
+	for _, r := range engine.Log()[2:] {
+		statuses = append(statuses, r.Status)
+		at = append(at, r.Arrival)
+		if r.Status == 429 {
+			retryAfter = r.RetryAfter
+		}
+	}
+	// The 429, then (the 500 never reached the engine) the success.
+	if fmt.Sprint(statuses) != "[429 200]" {
+		t.Fatalf("the engine saw %v after the direct requests, want [429 200]", statuses)
+	}
+	if gap := at[1].Sub(at[0]); retryAfter <= 0 || gap < retryAfter-50*time.Millisecond {
+		t.Fatalf("the retry came %v after the 429, whose retry-after was %v", gap, retryAfter)
+	}
+	events := string(out)
+	if strings.Count(events, `"type":"agent_retry"`) != 2 || !strings.Contains(events, `"status":"completed"`) {
+		t.Fatalf("want two agent_retry events (the 500, the 429) and a completed run:\n%s", events)
 	}
 }
