@@ -201,8 +201,12 @@ func (t *turnTally) runtimeRetries(err error) bool {
 // timeout_ms bounds the agent's working time: it starts when the first turn is admitted,
 // so time spent queued for that admission does not count.
 func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, continuation bool, tally *turnTally) (agent.Result, error) {
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	actx, cancel := ctx, context.CancelCauseFunc(func(error) {})
+	if req.TimeoutMS > 0 {
+		actx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+	}
+	lane := req.Backend + "/" + req.Model
 	var (
 		mu    sync.Mutex
 		turns int
@@ -221,7 +225,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		turns++
 		mu.Unlock()
 		permit, err := h.e.opts.Scheduler.Admit(tctx, scheduler.Turn{
-			RunID: h.run.ID, CallKey: c.Key, Lane: req.Backend + "/" + req.Model, Class: req.Class,
+			RunID: h.run.ID, CallKey: c.Key, Lane: lane, Class: req.Class,
 			Caller: h.e.opts.Caller, EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
 			EstOutput: cost.MaxOutput, RunStart: h.start, Notify: h.notify(c.Key),
 		})
@@ -235,7 +239,11 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		_, tally.schedRetries = permit.(scheduler.Retrier)
 		mu.Unlock()
 		for {
-			rep := send(adapters.WithRoute(tctx, h.route(req, permit)))
+			sctx := tctx
+			if r := h.route(req, lane, permit); r.Replica != 0 || r.Fallback != nil {
+				sctx = adapters.WithRoute(tctx, r)
+			}
+			rep := send(sctx)
 			h.served.Store(true)
 			next, serr := scheduler.Finish(tctx, permit, scheduler.Outcome{Usage: rep.Usage, Err: rep.Err, Header: rep.Header})
 			if next == nil {
@@ -276,13 +284,13 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 
 // route says where the scheduler sent a turn: the replica it chose, and the fallback
 // lane's backend when the turn's own lane has an open circuit.
-func (h *host) route(req agent.Request, p scheduler.Permit) adapters.Route {
+func (h *host) route(req agent.Request, own string, p scheduler.Permit) adapters.Route {
 	var r adapters.Route
 	if rp, ok := p.(interface{ Replica() int }); ok {
 		r.Replica = rp.Replica()
 	}
 	if lp, ok := p.(interface{ Lane() string }); ok {
-		if lane := lp.Lane(); lane != "" && lane != req.Backend+"/"+req.Model {
+		if lane := lp.Lane(); lane != "" && lane != own {
 			id, _, _ := strings.Cut(lane, "/")
 			if b, err := h.e.opts.Backends.Get(id); err == nil && id != req.Backend {
 				r.Fallback = b
