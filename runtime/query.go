@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -201,4 +202,16 @@ func (s *Service) Wait(ctx context.Context, idOrPrefix string) (storage.Run, err
 			return info.Run, ctx.Err()
 		}
 	}
+}
+
+// SchedulerStats returns the admission scheduler's counters — per lane: turns queued by
+// class, running, waits, 429s, retries, suspensions, the budgets left — when the
+// scheduler keeps them (the Executor does); ok is false otherwise. The scheduler is the
+// process's, so these cover every run this Service drives.
+func (s *Service) SchedulerStats() (stats scheduler.ExecutorStats, ok bool) {
+	st, ok := s.opts.Scheduler.(interface{ Stats() scheduler.ExecutorStats })
+	if !ok {
+		return scheduler.ExecutorStats{}, false
+	}
+	return st.Stats(), true
 }
