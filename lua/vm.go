@@ -293,11 +293,32 @@ func (v *vm) run(prog *Program) (Outcome, error) {
 	if err := v.drive(func() bool { return finished }); err != nil {
 		runErr = err
 	}
+	if runErr != nil {
+		runErr = v.scriptError(runErr, KindRuntime)
+	}
+	v.settle()
 	v.closePhase()
 	if runErr != nil {
-		return Outcome{}, v.scriptError(runErr, KindRuntime)
+		return Outcome{}, runErr
 	}
 	return Outcome{Report: wf.report, HasReport: wf.hasReport, Meta: wf.meta}, nil
+}
+
+// settle ends the calls still in flight when the run stops (a failure, a cancel, or
+// branches abandoned by fail_fast): it cancels them, waits for their completions (a
+// backend returns promptly once its context ends, and the host waits for them anyway)
+// and counts them into their phase, so that phase_done follows their agent_done events
+// and its counts include them. Their tasks are not resumed.
+func (v *vm) settle() {
+	if v.pending == 0 {
+		return
+	}
+	v.cancel(nil)
+	for v.pending > 0 {
+		c := <-v.compl
+		v.pending--
+		c.deliver()
+	}
 }
 
 // loadTop runs a workflow's top-level chunk (effects refused) and checks main and meta.
