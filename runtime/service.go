@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -420,9 +419,7 @@ func (s *Service) alive(id string, pid int) bool {
 		s.mu.Unlock()
 		return ok
 	}
-	// EPERM means the process exists but belongs to someone else: it is alive.
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	return processAlive(pid)
 }
 
 // newestResumable is the newest run that may be resumed and that no live process drives.
