@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -132,6 +133,14 @@ model = "m"
 	}
 	if out, code := run("backend", "check", "down"); code != 1 || !strings.Contains(out, "reachable    no: ") {
 		t.Errorf("check down: exit %d\n%s", code, out)
+	}
+	// A run's summary shows what the scheduler learned of the lane's limits.
+	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main() report(agent{prompt = "hi"}.ok) end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = run("--state-dir", filepath.Join(dir, "st"), "run", "-w", "wf.lua")
+	if code != 0 || !regexp.MustCompile(`(?m)^ +lane local · 0 running · tokens [0-9.]+k/60\.0k left · requests \d+/600 left$`).MatchString(out) {
+		t.Errorf("run summary (exit %d) lacks the lane's learned limits:\n%s", code, out)
 	}
 	out, code = run("backend", "list", "--json")
 	if code != 0 || !strings.Contains(out, `"id": "local"`) || !strings.Contains(out, `"default": true`) || !strings.Contains(out, `"base_url": "`+url+`"`) {

@@ -31,7 +31,41 @@ type renderer struct {
 
 	mu   sync.Mutex
 	live *tui.Live // while the board is up
+
+	// lanes samples the admission scheduler's lanes (nil: none to show).
+	lanes func() []tui.Lane
 }
+
+// laneSampler reads the scheduler's counters for the view: per lane, the queue by class,
+// what runs, the budgets left, waits and 429s.
+func laneSampler(svc *runtime.Service) func() []tui.Lane {
+	return func() []tui.Lane {
+		stats, ok := svc.SchedulerStats()
+		if !ok {
+			return nil
+		}
+		out := make([]tui.Lane, 0, len(stats.Lanes))
+		for _, l := range stats.Lanes {
+			out = append(out, tui.Lane{Name: l.Lane, Running: l.Running, QueuedInteractive: l.QueuedInteractive,
+				QueuedBatch: l.QueuedBatch, TokensLeft: l.TokensLeft, TokenLimit: l.TokenLimit,
+				RequestsLeft: l.RequestsLeft, RequestLimit: l.RequestLimit, Admitted: l.Admitted, Waits: l.Waits,
+				RateLimited: l.RateLimited, Retries: l.Retries, Suspended: l.Suspended, PausedUntil: l.PausedUntil,
+				Circuit: l.Circuit})
+		}
+		return out
+	}
+}
+
+// sampleLanes is r.lanes(), or nil without a sampler.
+func (r *renderer) sampleLanes() []tui.Lane {
+	if r.lanes == nil {
+		return nil
+	}
+	return r.lanes()
+}
+
+// lanesEvery is how often the board samples the scheduler.
+const lanesEvery = time.Second
 
 type renderMode int
 
@@ -109,7 +143,21 @@ func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan eve
 		r.mu.Lock()
 		r.live = live
 		r.mu.Unlock()
+		sampling := make(chan struct{})
+		go func() {
+			t := time.NewTicker(lanesEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					live.SetLanes(r.sampleLanes())
+				case <-sampling:
+					return
+				}
+			}
+		}()
 		m, err := live.Run(ctx, events)
+		close(sampling)
 		r.mu.Lock()
 		r.live = nil
 		r.mu.Unlock()
@@ -150,6 +198,7 @@ func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan eve
 			}
 		case <-tick.C:
 			if st := r.plain.State(); st.Status == "running" {
+				r.plain.SetLanes(r.sampleLanes())
 				if err := r.plain.Status(r.e.now()); err != nil {
 					return fmt.Errorf("write progress: %w", err)
 				}
@@ -170,7 +219,8 @@ func (r *renderer) finish(res runtime.Result) error {
 			// ended from its result.
 			st.Apply(runDoneEvent(res, r.e.now()))
 		}
-		opts := tui.SummaryOptions{ReportPath: r.f.output, StateDir: r.g.stateDir, Now: r.e.now(), Styles: r.sty}
+		opts := tui.SummaryOptions{ReportPath: r.f.output, StateDir: r.g.stateDir, Now: r.e.now(), Styles: r.sty,
+			Lanes: r.sampleLanes()}
 		if lua.ErrorKindOf(res.Err) == lua.KindDivergence {
 			opts.Resume = tui.ResumeCommand(res.RunID, r.g.stateDir) + " --allow-changed-script --rerun-from-divergence"
 		}

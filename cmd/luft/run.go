@@ -201,6 +201,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}
 
 	r := newRenderer(e, g, f)
+	r.lanes = laneSampler(svc)
 	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
 	// Signals are handled until this function returns, including while the report and
 	// events are still being written.

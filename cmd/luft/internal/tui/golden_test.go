@@ -84,9 +84,13 @@ func TestGoldenFrames(t *testing.T) {
 		{name: "detail", s: scenarioFanout(), w: 80, h: 16, keys: []string{"down", "down", "down", "enter"}},
 		{name: "log_hidden", s: scenarioFanout(), w: 80, h: 24, keys: []string{"l"}},
 		{name: "stopping", s: scenarioFanout(), w: 80, h: 24, keys: []string{"down", "q"}},
+		{name: "lanes", s: scenarioRateLimit(), w: 100, h: 30, extra: func(m *Model) { m.Update(LanesMsg(testLanes(m.o.Now()))) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := live(tc.s, tc.w, tc.h)
+			if tc.extra != nil {
+				tc.extra(m)
+			}
 			press(m, tc.keys...)
 			got := m.View()
 			checkFits(t, got, tc.w, tc.h)

@@ -55,6 +55,10 @@ func (l *Live) Run(ctx context.Context, events <-chan event.Event) (*Model, erro
 // it, and returns at once when the program has ended.
 func (l *Live) Interrupt() { l.p.Send(InterruptMsg{}) }
 
+// SetLanes shows the scheduler's lanes as sampled now. Safe from any goroutine; it
+// returns at once when the program has ended.
+func (l *Live) SetLanes(ls []Lane) { l.p.Send(LanesMsg(ls)) }
+
 // Println prints a line above the board, where it stays. Nothing else may write to the
 // terminal while the program runs.
 func (l *Live) Println(s string) { l.p.Send(PrintMsg(s)) }

@@ -67,11 +67,12 @@ func newKeyMap() keyMap {
 // Model is the live view of a run as a Bubble Tea model: the board, an agent's output in
 // a detail pane, the log pane, and the keys that stop the run.
 type Model struct {
-	o    Options
-	st   *State
-	sty  Styles
-	keys keyMap
-	w, h int
+	lanes []Lane // the scheduler's, as last sampled
+	o     Options
+	st    *State
+	sty   Styles
+	keys  keyMap
+	w, h  int
 
 	selected  string // call key under the cursor
 	showLog   bool
@@ -161,6 +162,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tea.Quit
 	case PrintMsg:
 		return m, tea.Println(oneLine(string(msg)))
+	case LanesMsg:
+		m.lanes = []Lane(msg)
+		return m, nil
 	}
 	return m, nil
 }
@@ -301,7 +305,7 @@ func (m *Model) View() string {
 		return m.detailView(now)
 	}
 	b := &board{st: m.st, now: now, w: m.w, h: m.h, sty: m.sty, loc: m.o.Location, selected: m.selected,
-		cursor: true, showLog: m.showLog, stopping: m.cancelled}
+		cursor: true, showLog: m.showLog, stopping: m.cancelled, lanes: m.lanes}
 	if !m.ended {
 		b.footer, b.footWarn = m.footer()
 		return b.render()

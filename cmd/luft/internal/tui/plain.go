@@ -36,7 +36,11 @@ type Plain struct {
 	// one line, written before the next line.
 	cancelled     int
 	cancelledLine string
+	lanes         []Lane
 }
+
+// SetLanes gives the next Status the scheduler's lanes as sampled now.
+func (p *Plain) SetLanes(ls []Lane) { p.lanes = ls }
 
 // NewPlain returns a plain renderer writing to w.
 func NewPlain(w io.Writer, o PlainOptions) *Plain {
@@ -97,6 +101,11 @@ func (p *Plain) Status(now time.Time) error {
 		return err
 	}
 	_, err := io.WriteString(p.w, p.sty.Dim.Render(p.StatusLine(now))+"\n")
+	for _, l := range laneLines(p.lanes, now, maxLaneLines) {
+		if err == nil {
+			_, err = io.WriteString(p.w, p.sty.Dim.Render("  "+l)+"\n")
+		}
+	}
 	return err
 }
 

@@ -15,6 +15,9 @@ type SummaryOptions struct {
 	StateDir string
 	// Resume replaces the resume command (e.g. one with --rerun-from-divergence).
 	Resume string
+	// Lanes are the scheduler's lanes at the end: a line each for those that met or
+	// learned a rate limit (their budgets, waits and 429s).
+	Lanes []Lane
 	// NoResume leaves the resume command out: the run cannot go on (its script is broken).
 	NoResume bool
 	Now      time.Time      // for "in 3m" of a resume time (default: the run's end)
@@ -73,6 +76,9 @@ func Summary(st *State, o SummaryOptions) string {
 		waits += " · " + plural(t.Retries, "retry", "retries")
 	}
 	row("waits", waits)
+	for _, l := range laneLines(limitedOnly(o.Lanes), o.Now, maxLaneLines) {
+		row("", l)
+	}
 	if status == "completed" {
 		switch {
 		case !st.HasReport:

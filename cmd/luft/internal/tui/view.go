@@ -22,6 +22,7 @@ type board struct {
 	stopping bool   // a cancel was asked for and the run has not ended
 	footer   string // the keys line; "" = none
 	footWarn bool
+	lanes    []Lane // the scheduler's lanes, when the caller samples them
 
 	out []string
 }
@@ -46,6 +47,9 @@ func (b *board) render() string {
 		b.line(subStyle, sub)
 	}
 	b.line(b.sty.Plain, b.totals())
+	for _, l := range laneLines(b.lanes, b.now, maxLaneLines) {
+		b.line(b.sty.Dim, l)
+	}
 
 	fixed := len(b.out)
 	if b.footer != "" {

@@ -1,0 +1,110 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Lane is what the admission scheduler says about one lane (a backend and model): its
+// queue by class, what runs, the budgets it has left and what it had to wait for. The
+// caller samples the scheduler and hands the lanes to the view (Live.SetLanes,
+// Plain.SetLanes, SummaryOptions.Lanes); they are not events.
+type Lane struct {
+	Name                           string
+	Running                        int
+	QueuedInteractive, QueuedBatch int
+	// Budgets left and their limits; a limit ≤ 0 is unknown (nothing learned yet).
+	TokensLeft, TokenLimit      float64
+	RequestsLeft, RequestLimit  float64
+	Admitted                    uint64
+	Waits, RateLimited, Retries uint64
+	Suspended                   uint64
+	PausedUntil                 time.Time
+	Circuit                     string // closed, open, half-open
+}
+
+// LanesMsg replaces the lanes the board shows.
+type LanesMsg []Lane
+
+// maxLaneLines bounds the lane lines on the board.
+const maxLaneLines = 3
+
+// busy reports whether a lane has anything to show.
+func (l Lane) busy() bool {
+	return l.Admitted > 0 || l.Running > 0 || l.QueuedInteractive+l.QueuedBatch > 0
+}
+
+// line is a lane in one line: "lane local/m · 2 running · queued 1 interactive, 5 batch ·
+// tokens 2.1k/6.0k left · requests 12/30 left · 3 waits · 1 × 429 · paused 4s".
+func (l Lane) line(now time.Time) string {
+	parts := []string{"lane " + strings.TrimSuffix(l.Name, "/"), fmt.Sprintf("%d running", l.Running)}
+	if q := l.QueuedInteractive + l.QueuedBatch; q > 0 {
+		parts = append(parts, fmt.Sprintf("queued %d interactive, %d batch", l.QueuedInteractive, l.QueuedBatch))
+	}
+	if l.TokenLimit > 0 {
+		parts = append(parts, fmt.Sprintf("tokens %s/%s left", fmtTok(int(max(0, l.TokensLeft))), fmtTok(int(l.TokenLimit))))
+	}
+	if l.RequestLimit > 0 {
+		parts = append(parts, fmt.Sprintf("requests %d/%d left", int(max(0, l.RequestsLeft)), int(l.RequestLimit)))
+	}
+	if l.Waits > 0 {
+		parts = append(parts, plural(int(l.Waits), "wait", "waits"))
+	}
+	if l.RateLimited > 0 {
+		parts = append(parts, fmt.Sprintf("%d × 429", l.RateLimited))
+	}
+	if l.Suspended > 0 {
+		parts = append(parts, plural(int(l.Suspended), "suspension", "suspensions"))
+	}
+	if l.PausedUntil.After(now) {
+		parts = append(parts, "paused "+fmtDur(l.PausedUntil.Sub(now)))
+	}
+	if l.Circuit != "" && l.Circuit != "closed" {
+		parts = append(parts, "circuit "+l.Circuit)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// limited reports whether a lane met or learned a limit: worth a line in the summary.
+func (l Lane) limited() bool {
+	return l.TokenLimit > 0 || l.RequestLimit > 0 || l.Waits > 0 || l.RateLimited > 0 || l.Retries > 0 ||
+		l.Suspended > 0 || (l.Circuit != "" && l.Circuit != "closed")
+}
+
+// limitedOnly keeps the lanes that met or learned a limit.
+func limitedOnly(ls []Lane) []Lane {
+	var out []Lane
+	for _, l := range ls {
+		if l.limited() {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// laneLines are the busy lanes' lines, at most max of them.
+func laneLines(ls []Lane, now time.Time, max int) []string {
+	var out []string
+	for _, l := range ls {
+		if !l.busy() {
+			continue
+		}
+		if len(out) == max {
+			out = append(out, fmt.Sprintf("+%d more lanes", countBusy(ls)-max))
+			break
+		}
+		out = append(out, l.line(now))
+	}
+	return out
+}
+
+func countBusy(ls []Lane) int {
+	n := 0
+	for _, l := range ls {
+		if l.busy() {
+			n++
+		}
+	}
+	return n
+}
