@@ -328,3 +328,59 @@ func TestRateLimitAndServerErrorsEndToEnd(t *testing.T) {
 		t.Fatalf("want two agent_retry events (the 500, the 429) and a completed run:\n%s", events)
 	}
 }
+
+// Structured output end to end: the model's first answer does not match the schema, luft
+// re-prompts in the same conversation (schema_retry), the second answer does; replies
+// stream (agent_progress events, streamed requests in the engine's log).
+func TestSchemaRetryAndStreamingEndToEnd(t *testing.T) {
+	engine := testkit.NewEngine(testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
+		{Match: "rate the change", Reply: `{"score": "high"}`},
+	}})
+	srv := testkit.NewServer(engine)
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	dir := t.TempDir()
+	for name, text := range map[string]string{
+		"luft.toml": fmt.Sprintf("default_backend = \"local\"\n[backends.local]\ntype = \"openai\"\nbase_url = %q\nmodel = \"m\"\n", url),
+		"wf.lua": `function main()
+  local r = agent{prompt = "rate the change", schema = {type = "object", properties = {score = {type = "integer"}}, required = {"score"}}}
+  report({score_type = type(r.output.score)})
+end`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	events := string(out)
+	if n := strings.Count(events, `"type":"schema_retry"`); n != 1 || !strings.Contains(events, `"status":"completed"`) {
+		t.Fatalf("want one schema_retry and a completed run, got %d:\n%s", n, events)
+	}
+	if !strings.Contains(events, `"score_type":"number"`) {
+		t.Errorf("the report is not the validated output:\n%s", events)
+	}
+	if !strings.Contains(events, `"type":"agent_progress"`) {
+		t.Errorf("no agent_progress events from the streamed replies:\n%s", events)
+	}
+	log := engine.Log()
+	if len(log) != 2 || !log[0].Stream || !log[1].Stream {
+		t.Fatalf("engine log: %d requests (streamed: %v)", len(log), len(log) > 0 && log[0].Stream)
+	}
+	var second []string
+	for _, m := range log[1].Messages {
+		second = append(second, m.Role+":"+string(m.Content))
+	}
+	got := strings.Join(second, "|")
+	if !strings.HasPrefix(got, `user:rate the change|assistant:{"score": "high"}|user:Your previous reply did not match the required JSON schema:`) {
+		t.Fatalf("the re-prompt continued no conversation: %q", got)
+	}
+}

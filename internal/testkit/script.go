@@ -14,7 +14,8 @@ import (
 // substring, or Pattern), the engine answers with Calls as assistant tool_calls instead
 // of text; once the conversation holds Rounds assistant tool-call turns after that user
 // message, the engine answers text (Reply, or generated text). Rules are tried in order;
-// the first match wins. An empty Match with a nil Pattern matches every user message.
+// the first match wins. An empty Match with a nil Pattern matches every user message. A
+// rule without Calls answers Reply at once (a scripted, possibly wrong, answer).
 type ToolRule struct {
 	Match   string
 	Pattern *regexp.Regexp
@@ -169,7 +170,7 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 
 	a := answer{finish: "stop"}
 	switch {
-	case rule != nil && rule.Reply != "" && afterTool:
+	case rule != nil && rule.Reply != "" && (afterTool || len(rule.Calls) == 0):
 		a.content = rule.Reply
 		a.tokens = CountTokens(a.content)
 	case req.ResponseFormat != nil && req.ResponseFormat.Type == "json_schema" && req.ResponseFormat.JSONSchema != nil:
