@@ -209,7 +209,9 @@ func (s *Service) Wait(ctx context.Context, idOrPrefix string) (storage.Run, err
 // scheduler keeps them (the Executor does); ok is false otherwise. The scheduler is the
 // process's, so these cover every run this Service drives.
 func (s *Service) SchedulerStats() (stats scheduler.ExecutorStats, ok bool) {
-	st, ok := s.opts.Scheduler.(interface{ Stats() scheduler.ExecutorStats })
+	st, ok := s.opts.Scheduler.(interface {
+		Stats() scheduler.ExecutorStats
+	})
 	if !ok {
 		return scheduler.ExecutorStats{}, false
 	}
