@@ -304,10 +304,11 @@ func (h *host) route(req agent.Request, own string, p scheduler.Permit) adapters
 // streamed text are gathered into lines, so a long reply is a handful of events, not one
 // per token; flush emits what is left when the call ends.
 type progress struct {
-	h   *host
-	key string
-	mu  sync.Mutex
-	buf strings.Builder
+	h        *host
+	key      string
+	mu       sync.Mutex
+	buf      strings.Builder
+	streamed int // bytes of streamed text so far
 }
 
 func (p *progress) update(u adapters.Update) {
@@ -318,6 +319,7 @@ func (p *progress) update(u adapters.Update) {
 	}
 	p.mu.Lock()
 	p.buf.WriteString(u.Text)
+	p.streamed += len(u.Text)
 	full := strings.Contains(u.Text, "\n") || p.buf.Len() >= maxProgressText
 	p.mu.Unlock()
 	if full {
@@ -329,9 +331,12 @@ func (p *progress) flush() {
 	p.mu.Lock()
 	line := p.buf.String()
 	p.buf.Reset()
+	streamed := p.streamed
 	p.mu.Unlock()
 	if strings.TrimSpace(line) != "" {
-		p.h.emit(event.AgentProgress, map[string]any{"call_key": p.key, "kind": "text", "text": clip(strings.TrimSpace(line), maxProgressText)})
+		// tokens: the output streamed so far, estimated, for live views.
+		p.h.emit(event.AgentProgress, map[string]any{"call_key": p.key, "kind": "text", "text": clip(strings.TrimSpace(line), maxProgressText),
+			"tokens": (streamed + 3) / 4})
 	}
 }
 

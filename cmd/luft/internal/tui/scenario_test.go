@@ -14,8 +14,9 @@ const runID = "0194a7c2-5e1f-7b3a-9c1d-2f3e4a5b6c7d"
 
 // script builds an event sequence the way the runtime stamps it.
 type script struct {
-	evs []event.Event
-	at  float64 // seconds after t0 of the next event
+	evs      []event.Event
+	at       float64        // seconds after t0 of the next event
+	streamed map[string]int // call key → tokens its progress has reported
 }
 
 func (s *script) wait(sec float64) *script { s.at += sec; return s }
@@ -54,7 +55,13 @@ func (s *script) agent(key, name string, phase int) *script {
 }
 
 func (s *script) progress(key, text string) *script {
-	return s.add(event.AgentProgress, map[string]any{"call_key": key, "kind": "text", "text": text})
+	// tokens: what the runtime reports, the output streamed so far (here: a running
+	// agent's progress lines so far count 300 tokens each).
+	if s.streamed == nil {
+		s.streamed = map[string]int{}
+	}
+	s.streamed[key] += 300
+	return s.add(event.AgentProgress, map[string]any{"call_key": key, "kind": "text", "text": text, "tokens": s.streamed[key]})
 }
 
 func (s *script) queued(key string, pos int) *script {

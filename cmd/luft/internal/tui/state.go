@@ -50,9 +50,12 @@ type Agent struct {
 	Until                            time.Time     // when the wait or back-off ends
 	Attempt                          int
 	Tokens, In, Out                  int
-	Cost                             float64
-	Err                              string
-	Last                             string // the latest progress line
+	// Streamed is the output a running agent has streamed so far, in estimated tokens
+	// (agent_progress "tokens"); its usage is known only when it ends.
+	Streamed int
+	Cost     float64
+	Err      string
+	Last     string // the latest progress line
 
 	out []byte // output so far (the tail when it grew past the cap)
 	cut bool   // the start of out was dropped
@@ -520,6 +523,9 @@ func (s *State) progress(d map[string]any) {
 	a := s.agents[str(d, "call_key")]
 	if a == nil {
 		return
+	}
+	if n := intOf(d, "tokens"); n > a.Streamed {
+		a.Streamed = n
 	}
 	text := cleanText(str(d, "text"))
 	if kind := str(d, "kind"); kind != "" && kind != "text" {

@@ -449,6 +449,9 @@ func (b *board) agentRow(a *Agent, c agentCols) (string, lipgloss.Style) {
 		if !a.Started.IsZero() {
 			el = fmtClock(b.now.Sub(a.Started))
 		}
+		if a.Streamed > 0 {
+			tok = "~" + fmtTok(a.Streamed) // output so far, estimated from the streamed text
+		}
 	} else {
 		if a.Elapsed > 0 {
 			el = fmtDur(a.Elapsed)
