@@ -29,6 +29,10 @@ type Call struct {
 	Turn TurnFunc
 	// Progress receives streamed updates; nil drops them.
 	Progress Progress
+	// Key identifies the call within its run (run id and call key), stable across resume:
+	// a backend that opens sessions derives new session ids from it, so two calls with the
+	// same inputs do not share one. "" outside a run.
+	Key string
 	// Transcript is the conversation of the request's session_id, as an earlier call of
 	// the run returned it in Result.Transcript; nil when the request has no session_id or
 	// the run knows no such session.

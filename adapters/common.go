@@ -2,6 +2,8 @@ package adapters
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -39,10 +41,21 @@ func estimateUsage(req agent.Request, schemaText, text string) agent.Usage {
 
 // sessionID keeps a caller's session or opens a deterministic new one from the request.
 func sessionID(req agent.Request, prefix string) (id string, continued bool) {
+	return callSessionID(req, prefix, "")
+}
+
+// callSessionID is sessionID for a call with an identity (Call.Key): the new session's id
+// depends on the call too, so two calls with the same inputs get two sessions, and a
+// resumed call gets its own again.
+func callSessionID(req agent.Request, prefix, key string) (id string, continued bool) {
 	if req.SessionID != "" {
 		return req.SessionID, true
 	}
-	return prefix + "-" + req.Hash()[:12], false
+	if key == "" {
+		return prefix + "-" + req.Hash()[:12], false
+	}
+	sum := sha256.Sum256([]byte(key + "\x00" + req.Hash()))
+	return prefix + "-" + hex.EncodeToString(sum[:6]), false
 }
 
 // snippet is the start of s with whitespace collapsed, cut to n runes.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -176,7 +177,7 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 	if err != nil {
 		return agent.Result{}, err
 	}
-	session, _ := sessionID(req, "openai")
+	session, _ := callSessionID(req, "openai", call.Key)
 	var msgs []openai.ChatCompletionMessage
 	if req.System != "" {
 		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: req.System})
@@ -192,6 +193,9 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			"(pass the session_id an earlier agent call of the run returned)", o.cfg.ID, req.SessionID)
 	}
 	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: req.Prompt})
+	// The conversation as the session keeps it: without schema instructions, which belong
+	// to this call only.
+	kept := slices.Clone(msgs)
 	creq := openai.ChatCompletionRequest{Model: model, MaxTokens: req.MaxTokens}
 	zeroTemp := false
 	if req.Temperature != nil {
@@ -296,7 +300,7 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			if !stream {
 				call.Report(Update{Kind: "message", Text: res.Text})
 			}
-			res.Transcript = transcriptOf(msgs, res.Text)
+			res.Transcript = transcriptOf(kept, res.Text)
 			o.price(&res)
 			return res, nil
 		}

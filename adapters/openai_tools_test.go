@@ -333,3 +333,33 @@ func TestOpenAISchemaInstructionsFallback(t *testing.T) {
 		t.Fatalf("system message %q", sys)
 	}
 }
+
+// Two calls with the same inputs open two sessions when they are two calls of a run, and
+// the session keeps the conversation without this call's schema instructions.
+func TestOpenAISessionsPerCall(t *testing.T) {
+	url, _ := startFake(t, testkit.Config{DefaultMaxTokens: 4})
+	b, err := NewOpenAI(OpenAIConfig{BaseURL: url, Model: "m", StructuredOutput: "instructions"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := agent.Request{System: "be brief", Prompt: "same question"}
+	a, err := b.Run(context.Background(), req, Call{Key: "run-1/main/1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Run(context.Background(), req, Call{Key: "run-1/main/2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := b.Run(context.Background(), req, Call{Key: "run-1/main/1"})
+	if a.SessionID == c.SessionID || again.SessionID != a.SessionID {
+		t.Fatalf("sessions %q, %q and (the first call again) %q", a.SessionID, c.SessionID, again.SessionID)
+	}
+	structured, err := b.Run(context.Background(), agent.Request{System: "be brief", Prompt: "json", Schema: map[string]any{"type": "object"}}, Call{Key: "run-1/main/3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := structured.Transcript[0]; got.Role != "system" || got.Content != "be brief" {
+		t.Fatalf("the session kept %+v as its system message", got)
+	}
+}

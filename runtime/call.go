@@ -259,7 +259,8 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		}
 	}
 	prog := &progress{h: h, key: c.Key}
-	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Transcript: h.session(req.SessionID)})
+	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Key: h.run.ID + "/" + c.Key,
+		Transcript: h.session(req.SessionID)})
 	prog.flush()
 	h.keepSession(res)
 	var (
