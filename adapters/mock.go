@@ -190,3 +190,6 @@ func failFraction(req agent.Request) float64 {
 	sum := sha256.Sum256([]byte("luft-mock-fail\x00" + req.Hash()))
 	return float64(binary.BigEndian.Uint64(sum[:8])>>11) / (1 << 53)
 }
+
+// DefaultModel is the model of calls that name none (the scheduler's lane).
+func (m *Mock) DefaultModel() string { return MockModel }

@@ -351,3 +351,6 @@ func (f *MockFile) unmatchedError(name string) error {
 	return fmt.Errorf("mockfile: no scripted reply for agent name %q in %s: add \"responses\": {%q: {\"output\": ...}}%s, "+
 		"or a \"default\" reply", name, f.path, name, hint)
 }
+
+// DefaultModel is the model of calls that name none (the scheduler's lane).
+func (f *MockFile) DefaultModel() string { return MockFileModel }

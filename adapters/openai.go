@@ -656,3 +656,6 @@ func chatProbe(model string) openai.ChatCompletionRequest {
 
 // BaseURL returns the endpoint's base URL.
 func (o *OpenAI) BaseURL() string { return o.cfg.BaseURL }
+
+// DefaultModel is the model of calls that name none (the scheduler's lane).
+func (o *OpenAI) DefaultModel() string { return o.cfg.Model }

@@ -285,8 +285,10 @@ func Parse(path string, data []byte) (Config, error) {
 		if b.Fallback != "" {
 			if b.Fallback == id {
 				v.errf(k("fallback"), "a backend cannot be its own fallback")
-			} else if _, ok := raw.Backends[b.Fallback]; !ok {
+			} else if fb, ok := raw.Backends[b.Fallback]; !ok {
 				v.errf(k("fallback"), "backend %q is not defined%s", b.Fallback, defined(raw.Backends))
+			} else if fb.Type != b.Type {
+				v.errf(k("fallback"), "backend %q is of type %q; a fallback takes over this backend's turns and must be of the same type (%q)", b.Fallback, fb.Type, b.Type)
 			}
 		}
 		if c.Backends == nil {

@@ -52,10 +52,10 @@ func TestFull(t *testing.T) {
 		Path:           "testdata/full.toml",
 		DefaultBackend: "claude",
 		Backends: map[string]Backend{
-			"claude": {Type: "acp:claude", Fallback: "groq"},
+			"claude": {Type: "acp:claude"},
 			"groq": {Type: "openai", BaseURL: "https://api.groq.com/openai/v1", Model: "llama-3.3-70b",
 				APIKeyEnv: "GROQ_API_KEY", TPM: 6000, RPM: 30, PriceInputPerMTok: 0.59, PriceOutputPerMTok: 0.79},
-			"vllm":     {Type: "openai", MaxConcurrency: 8, Replicas: []string{"http://gpu2:8000/v1", "http://gpu3:8000/v1"}},
+			"vllm":     {Type: "openai", MaxConcurrency: 8, Fallback: "groq", Replicas: []string{"http://gpu2:8000/v1", "http://gpu3:8000/v1"}},
 			"agent":    {Type: "acp", Command: "my-agent", Args: []string{"--acp"}},
 			"scripted": {Type: "mockfile", MockFile: "replies.json"},
 		},
@@ -71,9 +71,9 @@ func TestFull(t *testing.T) {
 		slots, tpm, rpm, nrepl int
 		fb                     string
 	}{
-		{"claude", 0, 0, 0, 0, "groq"},
+		{"claude", 0, 0, 0, 0, ""},
 		{"groq", 0, 6000, 30, 0, ""},
-		{"vllm", 8, 0, 0, 2, ""},
+		{"vllm", 8, 0, 0, 2, "groq"},
 		{"unconfigured", 2, 0, 0, 0, ""},
 	} {
 		slots, tpm, rpm, repl, fb := c.Lane(tc.id)
@@ -94,6 +94,7 @@ func TestErrors(t *testing.T) {
 		{"negative_price.toml", "testdata/negative_price.toml:3: backends.local.price_output_per_mtok: must not be negative (got -0.5)"},
 		{"default_undefined.toml", `testdata/default_undefined.toml:2: default_backend: backend "lcoal" is not defined (defined: local)`},
 		{"fallback_undefined.toml", `testdata/fallback_undefined.toml:6: backends.b.fallback: backend "c" is not defined (defined: a, b)`},
+		{"fallback_type.toml", `testdata/fallback_type.toml:3: backends.a.fallback: backend "b" is of type "mock"; a fallback takes over this backend's turns and must be of the same type ("openai")`},
 		{"fallback_self.toml", `testdata/fallback_self.toml:3: backends.a.fallback: a backend cannot be its own fallback`},
 		{"bad_duration.toml", `testdata/bad_duration.toml:3: scheduler.suspend_after: not a duration: "two minutes" (e.g. "2m", "90s")`},
 		{"wrong_value_type.toml", "testdata/wrong_value_type.toml:3: backends.local.max_concurrency: incompatible types: TOML value has type string; destination has type integer"},

@@ -206,7 +206,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		actx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
 	}
-	lane := req.Backend + "/" + req.Model
+	lane := laneOf(req, b)
 	var (
 		mu    sync.Mutex
 		turns int
@@ -281,6 +281,19 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		res.Status = agent.StatusOK
 	}
 	return res, err
+}
+
+// laneOf is the scheduler lane of a call: its backend and model, the backend's default
+// model standing in when the call names none, so that calls with and without an explicit
+// model share one lane (one set of slots and limits for one endpoint).
+func laneOf(req agent.Request, b adapters.Backend) string {
+	model := req.Model
+	if model == "" {
+		if dm, ok := b.(interface{ DefaultModel() string }); ok {
+			model = dm.DefaultModel()
+		}
+	}
+	return req.Backend + "/" + model
 }
 
 // route says where the scheduler sent a turn: the replica it chose, and the fallback

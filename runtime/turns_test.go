@@ -237,3 +237,22 @@ func TestSendCarriesTheRoute(t *testing.T) {
 		}
 	}
 }
+
+// A call that names no model runs on its backend's default model's lane, the lane the
+// configuration describes (with its fallback), not on a lane of its own.
+func TestLaneOfUsesTheDefaultModel(t *testing.T) {
+	mock := adapters.NewMock(adapters.MockConfig{})
+	for _, tc := range []struct {
+		req  agent.Request
+		b    adapters.Backend
+		want string
+	}{
+		{agent.Request{Backend: "mock"}, mock, "mock/" + adapters.MockModel},
+		{agent.Request{Backend: "mock", Model: "other"}, mock, "mock/other"},
+		{agent.Request{Backend: "fake"}, &toolLoop{}, "fake/"}, // no default model known
+	} {
+		if got := laneOf(tc.req, tc.b); got != tc.want {
+			t.Errorf("laneOf(%+v) = %q, want %q", tc.req, got, tc.want)
+		}
+	}
+}

@@ -435,3 +435,6 @@ func version() string {
 	}
 	return "dev"
 }
+
+// DefaultModel is the model of calls that name none (the scheduler's lane).
+func (b *Backend) DefaultModel() string { return b.cfg.Model }

@@ -139,7 +139,7 @@ model = "m"
 		t.Fatal(err)
 	}
 	out, code = run("--state-dir", filepath.Join(dir, "st"), "run", "-w", "wf.lua")
-	if code != 0 || !regexp.MustCompile(`(?m)^ +lane local · 0 running · tokens [0-9.]+k/60\.0k left · requests \d+/600 left$`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`(?m)^ +lane local/fake-1 · 0 running · tokens [0-9.]+k/60\.0k left · requests \d+/600 left$`).MatchString(out) {
 		t.Errorf("run summary (exit %d) lacks the lane's learned limits:\n%s", code, out)
 	}
 	out, code = run("backend", "list", "--json")

@@ -81,7 +81,6 @@ func schedulerConfig(cfg config.Config, slots int, slotsFromFlag bool) scheduler
 			lane.Fallback = fallback + "/" + cfg.Backends[fallback].Model
 		}
 		sc.Lanes[id+"/"+b.Model] = lane
-		lane.Fallback = ""
 		sc.Lanes[id+"/*"] = lane
 	}
 	return sc
