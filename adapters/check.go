@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 	"strings"
@@ -26,12 +27,15 @@ type CheckReport struct {
 	ModelListed *bool    `json:"model_listed,omitempty"`
 	// RateLimits are the rate-limit headers the endpoint sent, name → value.
 	RateLimits map[string]string `json:"rate_limits,omitempty"`
-	Notes      []string          `json:"notes,omitempty"`
+	// Refused says why the endpoint, though reachable, would not serve luft's requests
+	// (a key it does not accept, a completion it answered with an error); "" when none.
+	Refused string   `json:"refused,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 // OK reports whether the backend is usable as configured.
 func (r CheckReport) OK() bool {
-	return r.Reachable && (r.ModelListed == nil || *r.ModelListed)
+	return r.Reachable && r.Refused == "" && (r.ModelListed == nil || *r.ModelListed)
 }
 
 // rateLimitHeaders picks the rate-limit telemetry out of response headers.
@@ -73,6 +77,10 @@ func (o *OpenAI) Check(ctx context.Context) CheckReport {
 			return rep // nothing answered
 		}
 		rep.Reachable = true
+		if cp.status == http.StatusUnauthorized || cp.status == http.StatusForbidden {
+			rep.Refused = fmt.Sprintf("the endpoint refused the API key (HTTP %d on GET /models): check the key in the variable api_key_env names (default OPENAI_API_KEY)", cp.status)
+			return rep
+		}
 		rep.Notes = append(rep.Notes, "the endpoint answered GET /models with an error")
 	} else {
 		rep.Reachable = true
@@ -95,7 +103,7 @@ func (o *OpenAI) Check(ctx context.Context) CheckReport {
 		rep.RateLimits = rateLimitHeaders(cp.header)
 		switch {
 		case err != nil && cp.status != http.StatusTooManyRequests:
-			rep.Notes = append(rep.Notes, "a one-token completion failed: "+o.wrapErr(ctx, cp, err).Error())
+			rep.Refused = "a one-token completion failed: " + o.wrapErr(ctx, cp, err).Error()
 		case rep.RateLimits == nil:
 			rep.Notes = append(rep.Notes, "no rate-limit headers: the scheduler uses the configured tpm/rpm and slots only")
 		default:

@@ -295,6 +295,9 @@ func printCheck(e *env, id string, r adapters.CheckReport) {
 	} else if r.Reachable {
 		fmt.Fprintln(w, "  rate limits  none seen")
 	}
+	if r.Refused != "" {
+		fmt.Fprintf(w, "  refused      %s\n", r.Refused)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}

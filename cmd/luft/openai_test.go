@@ -134,6 +134,19 @@ model = "m"
 	if out, code := run("backend", "check", "down"); code != 1 || !strings.Contains(out, "reachable    no: ") {
 		t.Errorf("check down: exit %d\n%s", code, out)
 	}
+	// An endpoint that refuses the key is reachable but not usable.
+	denied := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)
+	}))
+	t.Cleanup(denied.Close)
+	if err := os.WriteFile(filepath.Join(dir, "denied.toml"), []byte(fmt.Sprintf("[backends.locked]\ntype = \"openai\"\nbase_url = %q\nmodel = \"m\"\n", denied.URL+"/v1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run("--config", "denied.toml", "backend", "check", "locked"); code != 1 || !strings.Contains(out, "refused      the endpoint refused the API key (HTTP 401") {
+		t.Errorf("check with a refused key: exit %d\n%s", code, out)
+	}
 	// A run's summary shows what the scheduler learned of the lane's limits.
 	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main() report(agent{prompt = "hi"}.ok) end`), 0o644); err != nil {
 		t.Fatal(err)
