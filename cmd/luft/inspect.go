@@ -317,10 +317,15 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 						Options: tui.Options{Now: e.now, Styles: styles(e, g), Location: time.Local, State: tui.StateOptions{LogLevel: level}},
 						Out:     e.stderr, In: e.stdinTTY,
 					})
-					if _, err := live.Run(ctx, evs); err != nil {
+					// The board shows the latest attempt: an earlier one's run_done would end it.
+					info, err := svc.Status(ctx, a[0])
+					if err != nil {
+						return runRefError(err)
+					}
+					if _, err := live.Run(ctx, fromAttempt(ctx, evs, info.Run.Attempt)); err != nil {
 						return err
 					}
-					return nil
+					return nil // q closed the viewer or the run ended; the stream stops with ctx
 				}
 				enc := json.NewEncoder(e.stdout)
 				enc.SetEscapeHTML(false)

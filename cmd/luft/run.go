@@ -237,13 +237,19 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 // currentAttempt streams the run's events from this attempt's run_started on: a resumed
 // run shows only its own attempt.
 func currentAttempt(ctx context.Context, run *runtime.Run) <-chan event.Event {
+	return fromAttempt(ctx, run.Subscribe(ctx, 0), run.Attempt)
+}
+
+// fromAttempt passes on the events of in from attempt's run_started on (all of them for
+// the first attempt).
+func fromAttempt(ctx context.Context, in <-chan event.Event, attempt int) <-chan event.Event {
 	out := make(chan event.Event, 64)
 	go func() {
 		defer close(out)
-		current := run.Attempt == 1
-		for ev := range run.Subscribe(ctx, 0) {
+		current := attempt <= 1
+		for ev := range in {
 			if !current {
-				if ev.Type != event.RunStarted || attemptOf(ev) != run.Attempt {
+				if ev.Type != event.RunStarted || attemptOf(ev) != attempt {
 					continue
 				}
 				current = true
