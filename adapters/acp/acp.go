@@ -61,6 +61,10 @@ type Config struct {
 	AllowEdits bool
 	// Install says how to install the agent; it is shown when Command is not found.
 	Install string
+	// Protected are files and folders the agent may not write even inside the workspace:
+	// luft's own config and state dir, whose change would change what luft allows or
+	// replays.
+	Protected []string
 }
 
 // builtins are the agents luft knows by name (see the package doc).
@@ -100,9 +104,10 @@ func Builtin(name string) (Config, bool) {
 // Backend is an acp:* backend. It is safe for concurrent use: every call runs its own
 // agent process.
 type Backend struct {
-	cfg    Config
-	ws     string // the workspace, absolute and clean
-	realWS string // the workspace with symlinks resolved
+	cfg       Config
+	ws        string   // the workspace, absolute and clean
+	realWS    string   // the workspace with symlinks resolved
+	protected []string // Config.Protected, absolute with symlinks resolved
 }
 
 // New checks cfg and returns its backend. The workspace must exist.
@@ -148,7 +153,13 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("acp backend %q: workspace: %w", cfg.ID, err)
 	}
 	cfg.Dir = ws
-	return &Backend{cfg: cfg, ws: ws, realWS: realWS}, nil
+	b := &Backend{cfg: cfg, ws: ws, realWS: realWS}
+	for _, p := range cfg.Protected {
+		if abs, err := filepath.Abs(p); err == nil {
+			b.protected = append(b.protected, resolveExisting(abs))
+		}
+	}
+	return b, nil
 }
 
 // ID returns the registry id.

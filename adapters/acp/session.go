@@ -309,6 +309,11 @@ func (s *session) decide(st toolState) (allow bool, why string, ask bool) {
 		if len(paths) == 0 {
 			return false, "it names no file, so it cannot be confined to the workspace", false
 		}
+		for _, p := range paths {
+			if s.b.protects(p) {
+				return false, fmt.Sprintf("%s is luft's own config or state, which agents may not change", p), false
+			}
+		}
 		if cfg.AllowEdits || cfg.Approval == tools.ApprovalAllow {
 			return true, "", false
 		}
@@ -330,7 +335,10 @@ func (s *session) decide(st toolState) (allow bool, why string, ask bool) {
 }
 
 // rawPathKeys are the raw-input fields agents put file paths in.
-var rawPathKeys = []string{"path", "file_path", "filePath", "abs_path", "notebook_path", "old_path", "new_path", "destination"}
+// A command's working directory counts too: a command allowed by the list still runs
+// only inside the workspace.
+var rawPathKeys = []string{"path", "file_path", "filePath", "abs_path", "notebook_path", "old_path", "new_path", "destination",
+	"cwd", "workdir", "working_directory", "workingDirectory"}
 
 func rawPaths(raw any) []string {
 	m, ok := raw.(map[string]any)
@@ -434,6 +442,21 @@ func (b *Backend) inside(path string) bool {
 	return err == nil && (r == "." || filepath.IsLocal(r))
 }
 
+// protects reports whether path (relative paths are taken from the workspace) is one of
+// the protected files or folders, or inside one, symlinks resolved.
+func (b *Backend) protects(path string) bool {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(b.ws, path)
+	}
+	real := resolveExisting(filepath.Clean(path))
+	for _, p := range b.protected {
+		if r, err := filepath.Rel(p, real); err == nil && (r == "." || filepath.IsLocal(r)) {
+			return true
+		}
+	}
+	return false
+}
+
 // resolveExisting resolves the symlinks of the longest existing leading part of path.
 func resolveExisting(path string) string {
 	rest := ""
@@ -504,6 +527,9 @@ func (s *session) WriteTextFile(_ context.Context, p sdk.WriteTextFileRequest) (
 	rel, err := s.b.rel(p.Path)
 	if err != nil {
 		return sdk.WriteTextFileResponse{}, fmt.Errorf("write refused: %w", err)
+	}
+	if s.b.protects(p.Path) {
+		return sdk.WriteTextFileResponse{}, fmt.Errorf("write refused: %s is luft's own config or state, which agents may not change", rel)
 	}
 	if dir := filepath.Dir(rel); dir != "." {
 		if err := s.root.MkdirAll(dir, 0o755); err != nil {

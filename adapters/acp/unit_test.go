@@ -79,7 +79,14 @@ func TestCommandOf(t *testing.T) {
 
 func TestDecide(t *testing.T) {
 	ws := t.TempDir()
-	b, err := New(Config{Command: "x", Dir: ws, AllowCommands: []string{"go test"}, AllowEdits: true, Approval: tools.ApprovalAsk})
+	if err := os.MkdirAll(filepath.Join(ws, ".luft"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(ws, ".luft"), filepath.Join(ws, "state-link")); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Command: "x", Dir: ws, AllowCommands: []string{"go test"}, AllowEdits: true, Approval: tools.ApprovalAsk,
+		Protected: []string{filepath.Join(ws, ".luft"), filepath.Join(ws, "luft.toml")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +106,10 @@ func TestDecide(t *testing.T) {
 		{"read inside asks", toolState{kind: "read", paths: []string{in}}, false, true},
 		{"execute allowed", toolState{kind: "execute", rawInput: map[string]any{"command": "go test ./x"}}, true, false},
 		{"execute other", toolState{kind: "execute", rawInput: map[string]any{"command": "go run ."}}, false, false},
+		{"execute allowed but elsewhere", toolState{kind: "execute", rawInput: map[string]any{"command": "go test ./x", "cwd": "/etc"}}, false, false},
+		{"edit luft's config", toolState{kind: "edit", paths: []string{"luft.toml"}}, false, false},
+		{"edit luft's state", toolState{kind: "edit", paths: []string{filepath.Join(ws, ".luft", "luft.db")}}, false, false},
+		{"edit luft's state through a link", toolState{kind: "edit", paths: []string{"state-link/luft.db"}}, false, false},
 		{"other asks", toolState{kind: "other", title: "mystery"}, false, true},
 		{"no kind asks", toolState{title: "mystery"}, false, true},
 	} {

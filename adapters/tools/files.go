@@ -318,6 +318,9 @@ func (t *writeFile) Call(ctx context.Context, raw json.RawMessage) (string, erro
 	if err != nil {
 		return "", err
 	}
+	if err := w.writable(name, rel); err != nil {
+		return "", err
+	}
 	if rel == "." {
 		return "", fmt.Errorf("%s: %q is the workspace directory itself; give a file path inside it", name, a.Path)
 	}
@@ -394,6 +397,9 @@ func (t *editFile) Call(ctx context.Context, raw json.RawMessage) (string, error
 	w := t.e.ws
 	rel, err := w.rel(name, a.Path)
 	if err != nil {
+		return "", err
+	}
+	if err := w.writable(name, rel); err != nil {
 		return "", err
 	}
 	root, err := w.open(name)

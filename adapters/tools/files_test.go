@@ -340,3 +340,44 @@ func TestSymlinkInside(t *testing.T) {
 		t.Errorf("write through an inside directory link: %q", c)
 	}
 }
+
+// luft's own config and state dir are off limits to write_file and edit_file even inside
+// the workspace, also through a symbolic link; reading them is not a change.
+func TestProtectedPaths(t *testing.T) {
+	ws := t.TempDir()
+	for name, text := range map[string]string{"luft.toml": "[tools]\n", ".luft/luft.db": "db", "notes.txt": "a"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(ws, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(".luft", filepath.Join(ws, "state")); err != nil {
+		t.Skip("no symbolic links here:", err)
+	}
+	s := newSet(t, Config{Workspace: ws, Protected: []string{filepath.Join(ws, ".luft"), filepath.Join(ws, "luft.toml")}})
+	for _, tc := range []struct {
+		tool string
+		args any
+	}{
+		{"write_file", map[string]any{"path": "luft.toml", "content": "[tools]\napproval = \"allow\"\n"}},
+		{"write_file", map[string]any{"path": ".luft/luft.db", "content": "x"}},
+		{"write_file", map[string]any{"path": "state/new.txt", "content": "x"}},
+		{"write_file", map[string]any{"path": filepath.Join(ws, "luft.toml"), "content": "x"}},
+		{"edit_file", map[string]any{"path": "luft.toml", "old_string": "[tools]", "new_string": "[x]"}},
+	} {
+		if _, err := call(t, s, tc.tool, tc.args); err == nil || !strings.Contains(err.Error(), "luft's own config or state") {
+			t.Errorf("%s %v: err = %v", tc.tool, tc.args, err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "luft.toml")); string(b) != "[tools]\n" {
+		t.Fatalf("luft.toml changed: %q", b)
+	}
+	if _, err := call(t, s, "write_file", map[string]any{"path": "notes.txt", "content": "b"}); err != nil {
+		t.Fatalf("an ordinary file: %v", err)
+	}
+	if out, err := call(t, s, "read_file", map[string]any{"path": "luft.toml"}); err != nil || !strings.Contains(out, "[tools]") {
+		t.Fatalf("reading the config: %q %v", out, err)
+	}
+}

@@ -28,6 +28,10 @@ type Config struct {
 	Destructive []string
 	// CommandTimeout bounds one run_command call; 0 means DefaultCommandTimeout.
 	CommandTimeout time.Duration
+	// Protected are files and folders write_file and edit_file may not change even inside
+	// the workspace: luft's own config and state dir, whose change would change what
+	// luft allows or replays.
+	Protected []string
 }
 
 // DefaultCommandTimeout bounds a run_command call when Config.CommandTimeout is 0.
@@ -94,6 +98,13 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 	ws, err := openWorkspace(cfg.Workspace)
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range cfg.Protected {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("tools: protected path %s: %v", p, err)
+		}
+		ws.protected = append(ws.protected, resolveExisting(abs))
 	}
 	approval := cfg.Approval
 	switch approval {

@@ -10,8 +10,38 @@ import (
 
 // workspace is the directory the file tools are confined to.
 type workspace struct {
-	dir  string // absolute, as configured
-	real string // dir with symbolic links resolved, so /private/var/… matches /var/…
+	dir       string   // absolute, as configured
+	real      string   // dir with symbolic links resolved, so /private/var/… matches /var/…
+	protected []string // Config.Protected, absolute with symbolic links resolved
+}
+
+// writable refuses a write to a protected file or folder (rel is relative to the
+// workspace; symbolic links on the way are resolved, so a link cannot reach one).
+func (w workspace) writable(tool, rel string) error {
+	real := resolveExisting(filepath.Join(w.dir, rel))
+	for _, p := range w.protected {
+		if r, err := filepath.Rel(p, real); err == nil && (r == "." || filepath.IsLocal(r)) {
+			return fmt.Errorf("%s: %q is luft's own config or state (%s), which agents may not change", tool, rel, p)
+		}
+	}
+	return nil
+}
+
+// resolveExisting resolves the symbolic links of the longest existing leading part of
+// path.
+func resolveExisting(path string) string {
+	rest := ""
+	for p := filepath.Clean(path); ; {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return path
+		}
+		rest = filepath.Join(filepath.Base(p), rest)
+		p = parent
+	}
 }
 
 // rel turns a path the model gave into one relative to the workspace, refusing the ones

@@ -53,13 +53,15 @@ func configName(cfg config.Config) string {
 // mock always; mockfile with --mock-file; an "openai" backend when OPENAI_BASE_URL or
 // OPENAI_API_KEY is set (model from LUFT_MODEL); and every [backends.NAME] of the config.
 // The default backend is the config's default_backend, else mock.
-func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
+//
+// protected are files and folders no agent may write (luft's config and state dir).
+func backends(e *env, cfg config.Config, mockFile string, protected []string) (*backendSet, error) {
 	mcfg, err := adapters.ParseMockEnv(e.getenv)
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
 	set := &backendSet{}
-	toolset, err := newToolset(cfg)
+	toolset, err := newToolset(cfg, protected)
 	if err != nil {
 		return nil, usageErr("%s: [tools]: %v", configName(cfg), err)
 	}
@@ -88,7 +90,7 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 			continue
 		}
 		c, _ := acp.Builtin(name)
-		b, err := acp.New(acpPolicy(c, cfg))
+		b, err := acp.New(acpPolicy(c, cfg, protected))
 		if err != nil {
 			return nil, usageErr("%s: [tools]: %v", configName(cfg), err)
 		}
@@ -133,7 +135,7 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 				c.Command, c.Args = b.Command, b.Args
 			}
 			c.Model, c.IdleTimeout = b.Model, b.IdleTimeout
-			a, err := acp.New(acpPolicy(c, cfg))
+			a, err := acp.New(acpPolicy(c, cfg, protected))
 			if err != nil {
 				return nil, usageErr("%s: backends.%s: %v", configName(cfg), id, err)
 			}
@@ -164,12 +166,23 @@ func backends(e *env, cfg config.Config, mockFile string) (*backendSet, error) {
 // acpPolicy gives a coding agent the [tools] policy: the workspace, the allowed
 // commands and the approval policy; edits inside the workspace are allowed unless
 // [tools] destructive lists write_file or edit_file (then the approval policy decides).
-func acpPolicy(c acp.Config, cfg config.Config) acp.Config {
+func acpPolicy(c acp.Config, cfg config.Config, protected []string) acp.Config {
 	c.Dir = cfg.Tools.Workspace
+	c.Protected = protected
 	c.Approval = tools.Approval(cfg.Tools.Approval)
 	c.AllowCommands = cfg.Tools.AllowCommands
 	c.AllowEdits = !slices.Contains(cfg.Tools.Destructive, "write_file") && !slices.Contains(cfg.Tools.Destructive, "edit_file")
 	return c
+}
+
+// protectedPaths are luft's own files, which agents may not write even when they lie in
+// the workspace: the config file in use and the state dir.
+func protectedPaths(e *env, g *globalFlags, cfg config.Config) []string {
+	out := []string{stateDir(e, g)}
+	if cfg.Path != "" {
+		out = append(out, cfg.Path)
+	}
+	return out
 }
 
 // autoNotice is the one line a run on the stand-in default prints.
@@ -263,7 +276,7 @@ func loadBackends(e *env, g *globalFlags) (*backendSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	return backends(e, cfg, "")
+	return backends(e, cfg, "", protectedPaths(e, g, cfg))
 }
 
 func printCheck(e *env, id string, r adapters.CheckReport) {

@@ -144,7 +144,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err != nil {
 		return err
 	}
-	bset, err := backends(e, cfg, f.mockFile)
+	bset, err := backends(e, cfg, f.mockFile, protectedPaths(e, g, cfg))
 	if err != nil {
 		return err
 	}

@@ -26,9 +26,10 @@ type toolset struct {
 	err      error
 }
 
-func newToolset(cfg config.Config) (*toolset, error) {
+func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
-		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout}
+		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout,
+		Protected: protected}
 	ts := &toolset{cfg: tc}
 	names := make([]string, 0, len(cfg.MCPServers))
 	for name := range cfg.MCPServers {
