@@ -11,7 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync/atomic"
+	"sync"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -63,9 +63,9 @@ type ToolResolver interface {
 // failure in the returned *HTTPError, which the scheduler reads via StatusCode/Header.
 type OpenAI struct {
 	cfg OpenAIConfig
-	// noSchemaFormat is set once the endpoint refused a json_schema response format
-	// (StructuredOutput auto): later calls ask with instructions at once.
-	noSchemaFormat atomic.Bool
+	// noSchemaFormat holds the models for which the endpoint said it has no json_schema
+	// response format (StructuredOutput auto): later calls ask with instructions at once.
+	noSchemaFormat sync.Map // model → struct{}
 	client         *openai.Client   // the main endpoint
 	peers          []*openai.Client // the client of each replica, [0] = client
 	bases          []string
@@ -211,7 +211,7 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 		}
 		schemaJSON = raw
 		switch mode := o.cfg.StructuredOutput; {
-		case mode == "instructions" || (mode == "" || mode == "auto") && o.noSchemaFormat.Load():
+		case mode == "instructions" || (mode == "" || mode == "auto") && o.schemaFormatGone(model):
 			msgs = withSchemaInstructions(msgs, raw)
 		default:
 			creq.ResponseFormat = &openai.ChatCompletionResponseFormat{
@@ -274,7 +274,7 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 		if err != nil && creq.ResponseFormat != nil && schemaFormatRefused(err) && o.cfg.StructuredOutput != "json_schema" {
 			// The endpoint has no json_schema response format: ask with instructions from
 			// now on. The refused request used no model turn.
-			o.noSchemaFormat.Store(true)
+			o.noSchemaFormat.Store(model, struct{}{})
 			creq.ResponseFormat = nil
 			msgs = withSchemaInstructions(msgs, schemaJSON)
 			turn--
@@ -335,14 +335,29 @@ func withSchemaInstructions(msgs []openai.ChatCompletionMessage, schema []byte) 
 	return append([]openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleSystem, Content: text}}, out...)
 }
 
-// schemaFormatRefused reports whether err is an endpoint's 400 about the response format.
+func (o *OpenAI) schemaFormatGone(model string) bool {
+	_, gone := o.noSchemaFormat.Load(model)
+	return gone
+}
+
+// schemaFormatRefused reports whether err is an endpoint's 400 saying it has no
+// json_schema response format — not one refusing this call's schema (OpenAI's "Invalid
+// schema for response_format"), which instructions would not cure.
 func schemaFormatRefused(err error) bool {
 	var he *HTTPError
 	if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
 		return false
 	}
 	text := strings.ToLower(he.Message + " " + he.Body)
-	return strings.Contains(text, "response_format") || strings.Contains(text, "json_schema")
+	if !strings.Contains(text, "response_format") && !strings.Contains(text, "json_schema") || strings.Contains(text, "invalid schema") {
+		return false
+	}
+	for _, w := range []string{"support", "unknown", "unrecognized", "not allowed", "not permitted", "extra", "unexpected", "must be one of", "is not one of"} {
+		if strings.Contains(text, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultMaxTurns bounds an agent's tool loop when the backend sets no max_turns.

@@ -363,3 +363,23 @@ func TestOpenAISessionsPerCall(t *testing.T) {
 		t.Fatalf("the session kept %+v as its system message", got)
 	}
 }
+
+func TestSchemaFormatRefused(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		msg    string
+		want   bool
+	}{
+		{400, "response_format: json_schema is not supported by this server", true},
+		{400, "Unrecognized request argument supplied: response_format", true},
+		{400, "response_format.type: 'json_schema' must be one of text, json_object", true},
+		{400, "Invalid schema for response_format 'output': In context=(), 'required' is required", false},
+		{400, "max_tokens is too large", false},
+		{500, "response_format not supported", false},
+	} {
+		err := &HTTPError{Status: tc.status, Message: tc.msg}
+		if got := schemaFormatRefused(err); got != tc.want {
+			t.Errorf("%d %q: %t, want %t", tc.status, tc.msg, got, tc.want)
+		}
+	}
+}
