@@ -65,7 +65,7 @@ type OpenAI struct {
 	cfg OpenAIConfig
 	// noSchemaFormat holds the models for which the endpoint said it has no json_schema
 	// response format (StructuredOutput auto): later calls ask with instructions at once.
-	noSchemaFormat sync.Map // model → struct{}
+	noSchemaFormat sync.Map         // model → struct{}
 	client         *openai.Client   // the main endpoint
 	peers          []*openai.Client // the client of each replica, [0] = client
 	bases          []string
