@@ -50,7 +50,8 @@ type OpenAIConfig struct {
 
 // ToolResolver gives the tools an agent asks for by name.
 type ToolResolver interface {
-	Resolve(names []string) ([]tools.Tool, error)
+	// Resolve may start what serves the tools (an MCP server); ctx bounds that.
+	Resolve(ctx context.Context, names []string) ([]tools.Tool, error)
 }
 
 // OpenAI is the "openai" backend: chat completions through go-openai, with the agent's
@@ -112,7 +113,10 @@ func (o *OpenAI) target(ctx context.Context, model string) (*openai.Client, stri
 	r := RouteOf(ctx)
 	t := o
 	if f, ok := r.Fallback.(*OpenAI); ok {
-		t, model = f, f.cfg.Model
+		t = f
+		if f.cfg.Model != "" {
+			model = f.cfg.Model
+		}
 	}
 	i := r.Replica
 	if i < 0 || i >= len(t.peers) {
@@ -173,7 +177,7 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 	if model == "" {
 		return agent.Result{}, fmt.Errorf("openai backend %q: no model: set model in the agent call (agent{model=...}) or a default model in the backend's configuration", o.cfg.ID)
 	}
-	toolset, err := o.resolveTools(req.Tools)
+	toolset, err := o.resolveTools(ctx, req.Tools)
 	if err != nil {
 		return agent.Result{}, err
 	}
@@ -402,7 +406,7 @@ func runTool(ctx context.Context, byName map[string]tools.Tool, tc openai.ToolCa
 }
 
 // resolveTools returns the tools an agent asked for.
-func (o *OpenAI) resolveTools(names []string) ([]tools.Tool, error) {
+func (o *OpenAI) resolveTools(ctx context.Context, names []string) ([]tools.Tool, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
@@ -410,7 +414,7 @@ func (o *OpenAI) resolveTools(names []string) ([]tools.Tool, error) {
 		return nil, fmt.Errorf("openai backend %q: the agent asks for tools %s but none are configured "+
 			"(add a [tools] table or [mcp_servers] to luft.toml)", o.cfg.ID, strings.Join(names, ", "))
 	}
-	ts, err := o.cfg.Tools.Resolve(names)
+	ts, err := o.cfg.Tools.Resolve(ctx, names)
 	if err != nil {
 		return nil, fmt.Errorf("openai backend %q: %w", o.cfg.ID, err)
 	}

@@ -43,7 +43,7 @@ func (f *fnTool) Call(_ context.Context, raw json.RawMessage) (string, error) {
 // toolList resolves names against a fixed list, the way tools.Set does.
 type toolList []tools.Tool
 
-func (l toolList) Resolve(names []string) ([]tools.Tool, error) {
+func (l toolList) Resolve(_ context.Context, names []string) ([]tools.Tool, error) {
 	var out []tools.Tool
 	for _, n := range names {
 		found := false

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 	"sync"
@@ -20,10 +21,10 @@ type toolset struct {
 	servers []mcptools.Server
 	base    *tools.Set
 
-	once     sync.Once
+	mu       sync.Mutex
 	full     *tools.Set
 	upstream *mcptools.Upstream
-	err      error
+	closed   bool
 }
 
 func newToolset(cfg config.Config, protected []string) (*toolset, error) {
@@ -57,8 +58,10 @@ func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	return ts, nil
 }
 
-// Resolve implements adapters.ToolResolver.
-func (t *toolset) Resolve(names []string) ([]tools.Tool, error) {
+// Resolve implements adapters.ToolResolver. The servers start under ctx (the asking
+// call's: a cancelled run does not wait for them); a failure is not kept, so a later call
+// tries again.
+func (t *toolset) Resolve(ctx context.Context, names []string) ([]tools.Tool, error) {
 	upstream := false
 	for _, n := range names {
 		upstream = upstream || strings.Contains(n, "__")
@@ -66,23 +69,33 @@ func (t *toolset) Resolve(names []string) ([]tools.Tool, error) {
 	if !upstream || len(t.servers) == 0 {
 		return t.base.Resolve(names)
 	}
-	t.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), mcptools.ConnectTimeout)
-		defer cancel()
-		t.upstream, t.err = mcptools.Open(ctx, t.servers)
-		if t.err == nil {
-			t.full, t.err = tools.New(t.cfg, t.upstream.Tools()...)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.full == nil {
+		if t.closed {
+			return nil, errors.New("tools: the run has ended; its MCP servers are stopped")
 		}
-	})
-	if t.err != nil {
-		return nil, t.err
+		cctx, cancel := context.WithTimeout(ctx, mcptools.ConnectTimeout)
+		defer cancel()
+		up, err := mcptools.Open(cctx, t.servers)
+		if err != nil {
+			return nil, err
+		}
+		full, err := tools.New(t.cfg, up.Tools()...)
+		if err != nil {
+			up.Close()
+			return nil, err
+		}
+		t.upstream, t.full = up, full
 	}
 	return t.full.Resolve(names)
 }
 
 // Close stops the upstream servers a run started.
 func (t *toolset) Close() error {
-	t.once.Do(func() {}) // no later Resolve starts them
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
 	if t.upstream != nil {
 		return t.upstream.Close()
 	}
