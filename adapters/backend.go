@@ -101,15 +101,34 @@ type Route struct {
 	Fallback Backend
 }
 
-type routeKey struct{}
+type sendKey struct{}
+
+// sendInfo is what the runtime tells one send through its ctx.
+type sendInfo struct {
+	route   Route
+	observe func(http.Header)
+}
+
+// WithSend returns ctx carrying, for the send function of a turn, its route and where
+// the headers of a response that is still coming go (observe may be nil).
+func WithSend(ctx context.Context, r Route, observe func(http.Header)) context.Context {
+	return context.WithValue(ctx, sendKey{}, sendInfo{route: r, observe: observe})
+}
 
 // WithRoute returns ctx carrying r, for the send function of a turn.
-func WithRoute(ctx context.Context, r Route) context.Context {
-	return context.WithValue(ctx, routeKey{}, r)
-}
+func WithRoute(ctx context.Context, r Route) context.Context { return WithSend(ctx, r, nil) }
 
 // RouteOf returns the route a send's ctx carries (the zero Route when none).
 func RouteOf(ctx context.Context) Route {
-	r, _ := ctx.Value(routeKey{}).(Route)
-	return r
+	si, _ := ctx.Value(sendKey{}).(sendInfo)
+	return si.route
+}
+
+// ObserveHeaders hands the scheduler the headers of a response whose body is still
+// coming (a stream's, at its start), so that it learns the endpoint's rate limits
+// without waiting for the turn's end. Backends that stream call it once per send.
+func ObserveHeaders(ctx context.Context, h http.Header) {
+	if si, _ := ctx.Value(sendKey{}).(sendInfo); si.observe != nil && h != nil {
+		si.observe(h)
+	}
 }

@@ -448,6 +448,8 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErrAt(ctx, base, cp, err)
 	}
 	defer st.Close()
+	// The headers are here before the reply: the scheduler learns the limits now.
+	ObserveHeaders(ctx, cp.header)
 	var (
 		text  strings.Builder
 		calls []openai.ToolCall

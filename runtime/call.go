@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -239,9 +240,13 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		_, tally.schedRetries = permit.(scheduler.Retrier)
 		mu.Unlock()
 		for {
+			var observe func(http.Header)
+			if o, ok := permit.(interface{ Observe(http.Header) }); ok {
+				observe = o.Observe
+			}
 			sctx := tctx
-			if r := h.route(req, lane, permit); r.Replica != 0 || r.Fallback != nil {
-				sctx = adapters.WithRoute(tctx, r)
+			if r := h.route(req, lane, permit); r.Replica != 0 || r.Fallback != nil || observe != nil {
+				sctx = adapters.WithSend(tctx, r, observe)
 			}
 			rep := send(sctx)
 			h.served.Store(true)

@@ -497,13 +497,21 @@ end`,
 				case <-r.Done():
 					t.Fatalf("the run ended before its blocking call: %v", r.Wait().Err)
 				}
+				// Events are committed behind the run: die only once the blocking call's
+				// agent_started is stored (subscribers read the log), as a process killed
+				// then would have it.
+				for ev := range r.Subscribe(t.Context(), 0) {
+					if ev.Type == event.AgentStarted && ev.Data["call_key"] == "main/2" {
+						break
+					}
+				}
 				dying.dead.Store(true)
 				r.Cancel()
 				r.Wait()
 				k.release()
 				evs, err := e.st.Events(t.Context(), r.ID, 0, 0)
 				if err != nil || len(evs) == 0 || evs[len(evs)-1].Type == event.RunDone {
-					t.Fatalf("the killed attempt stored run_done: %v", err)
+					t.Fatalf("the killed attempt's events: %d, the last %v (want no run_done): %v", len(evs), evs[max(0, len(evs)-1):], err)
 				}
 				journal, err := e.st.Journal(t.Context(), r.ID)
 				if err != nil || len(journal) != 2 || journal[0].Status != storage.EntryCompleted || journal[1].Status != storage.EntryScheduled {

@@ -145,9 +145,23 @@ func (b *bucket) finish(seq uint64, actual float64, now time.Time) {
 	b.compact()
 }
 
-// observe learns the limit and refill rate from a response and, when it reports the
-// remaining count and seq's reservation is still unsettled, re-bases the level on it.
-func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time) {
+// early learns from the headers of a response whose turn is still running (a stream's),
+// when the bucket knows nothing yet: its limit and rate, and a level taken from the
+// remaining count less every reservation still pending. The running turn's own
+// reservation counts twice (the provider has charged it already) until the turn ends and
+// observe settles it: an estimate on the safe side.
+func (b *bucket) early(rl RateLimit, now time.Time) {
+	if b.known {
+		return
+	}
+	b.learn(rl, now)
+	if rl.HasRemaining {
+		b.level, b.known, b.at = float64(rl.Remaining)-b.pending, true, now
+	}
+}
+
+// learn takes the limit and refill rate a response reports.
+func (b *bucket) learn(rl RateLimit, now time.Time) {
 	if rl.HasLimit && rl.Limit > 0 {
 		l := float64(rl.Limit)
 		if b.cfgPerMin > 0 {
@@ -178,6 +192,12 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time
 	if !rl.Reset.IsZero() {
 		b.full = rl.Reset
 	}
+}
+
+// observe learns the limit and refill rate from a response and, when it reports the
+// remaining count and seq's reservation is still unsettled, re-bases the level on it.
+func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time) {
+	b.learn(rl, now)
 	if !rl.HasRemaining {
 		b.finish(seq, actual, now)
 		return

@@ -468,6 +468,28 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 	}
 }
 
+// Observe applies the rate-limit headers of a turn whose response is still coming (a
+// stream's headers, read before its body): budgets the lane knows nothing of yet are
+// learned now (conservatively: see bucket.early), and a scouting lane lets the turns it
+// held back through without waiting for the turn's end.
+func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
+	c.out = c.out[:0]
+	j := c.jobs[id]
+	if j == nil || j.state != jobRunning {
+		return c.out
+	}
+	t := j.serving
+	t.requests.early(tel.Requests, now)
+	t.tokens.early(tel.Tokens, now)
+	t.inTokens.early(tel.InputTokens, now)
+	t.outTokens.early(tel.OutputTokens, now)
+	if t.scouting {
+		t.scouting = false
+		c.tryAdmit(j.home, now)
+	}
+	return c.out
+}
+
 // retryAt is when a lane that answered 429 may be tried again: retry-after-ms, then
 // retry-after, then the reset of the exhausted bucket, then RateLimitBackup.
 func (c *Core) retryAt(t *lane, tel Telemetry, now time.Time) time.Time {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"sync"
 	"time"
 
@@ -265,6 +266,23 @@ func (p *permit) Lane() string { return p.lane }
 
 // Replica is the replica of the lane the attempt should go to.
 func (p *permit) Replica() int { return p.replica }
+
+// Observe passes on the rate-limit headers of the attempt's response while its body is
+// still coming (a stream's headers): see Core.Observe. Calls after the permit is
+// released do nothing.
+func (p *permit) Observe(h http.Header) {
+	e, tk := p.e, p.t
+	e.mu.Lock()
+	if p.spent || tk.state != tkRunning {
+		e.mu.Unlock()
+		return
+	}
+	now := e.clock.Now()
+	e.apply(e.core.Observe(tk.id, ParseTelemetry(h, now), now), now)
+	e.rearm(now)
+	e.mu.Unlock()
+	e.flush()
+}
 
 // Done implements Permit: it reports o and ends the turn, even when the scheduler
 // would have retried it.

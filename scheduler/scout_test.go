@@ -68,3 +68,27 @@ func TestLaneWildcard(t *testing.T) {
 		t.Fatalf("fake/m took the default lane's slots: %s", dump(acts))
 	}
 }
+
+// A stream's headers end the scouting at once: the lane learns its limits from them and
+// lets the burst through while the scout's reply is still coming.
+func TestObserveEndsScoutingEarly(t *testing.T) {
+	c := NewCore(Config{Lanes: map[string]LaneConfig{testLane: {Scout: true}}})
+	for i := TurnID(1); i <= 4; i++ {
+		c.Submit(mkJob(i, "r", "u", "b", 1000), sec(0))
+	}
+	h := hdr("x-ratelimit-limit-tokens", "6000", "x-ratelimit-remaining-tokens", "4900", "x-ratelimit-reset-tokens", "11s")
+	acts := c.Observe(1, ParseTelemetry(h, sec(0.2)), sec(0.2))
+	got := ids(acts, ActAdmit)
+	// 4,900 left less the scout's own reservation (still pending, counted on the safe
+	// side) and each turn's margin: some of the held turns fit, not all three.
+	if len(got) == 0 || len(got) > 3 || slices.Contains(got, 1) {
+		t.Fatalf("after the scout's headers admitted %v: %s", got, dump(acts))
+	}
+	if again := c.Observe(1, ParseTelemetry(h, sec(0.3)), sec(0.3)); len(ids(again, ActAdmit)) != 0 {
+		t.Fatalf("a second look at the same headers admitted more: %s", dump(again))
+	}
+	// A turn that is not running is ignored.
+	if acts := c.Observe(99, ParseTelemetry(h, sec(0.4)), sec(0.4)); len(acts) != 0 {
+		t.Fatalf("observe of an unknown turn: %s", dump(acts))
+	}
+}
