@@ -132,8 +132,8 @@ func (o *OpenAI) ID() string { return o.cfg.ID }
 // by scheduler.HTTPStatus, which learns rate limits and retry delays from it.
 type HTTPError struct {
 	Status int
-	// Headers are the response headers. (The brief's field name Header cannot coexist
-	// with the Header() method scheduler.HTTPStatus needs, so the field is Headers.)
+	// Headers are the response headers. (A field named Header could not coexist with the
+	// Header() method scheduler.HTTPStatus needs.)
 	Headers http.Header
 	Body    string // the raw response body
 	BaseURL string

@@ -525,7 +525,7 @@ end`,
 			},
 		},
 		{
-			// The brief's simplest form: a run that ended, set back to running by hand
+			// The simplest form of a killed run: one that ended, set back to running by hand
 			// with a pid nobody has. Its run_done is stored, so resume first settles it.
 			name:   "running, its process gone after run_done",
 			second: "block",
