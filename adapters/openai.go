@@ -245,11 +245,21 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 		maxTurns = DefaultMaxTurns
 	}
 	stream := call.Progress != nil && !o.cfg.NoStream
+	var (
+		cost   float64
+		priced bool // a serving backend has prices: the call has a cost
+	)
+	price := func(res *agent.Result) {
+		if priced {
+			c := cost
+			res.Cost = &c
+		}
+	}
 	for turn := 1; ; turn++ {
 		if turn > maxTurns {
 			res.Status = agent.StatusError
 			res.Error = fmt.Sprintf("the agent took %d model turns without a final answer (the backend's max_turns; raise it in luft.toml or give the agent a narrower task)", maxTurns)
-			o.price(&res)
+			price(&res)
 			return res, nil
 		}
 		creq.Messages = msgs
@@ -272,6 +282,11 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 				}
 				last = cp.header
 				res.Usage = res.Usage.Add(u)
+				// Each turn is priced by the backend that served it (a fallback's own prices).
+				if by := o.servedBy(ctx); by.cfg.PriceInPerMTok != 0 || by.cfg.PriceOutPerMTok != 0 {
+					cost += (float64(u.Input)*by.cfg.PriceInPerMTok + float64(u.Output)*by.cfg.PriceOutPerMTok) / 1e6
+					priced = true
+				}
 				return TurnReport{Usage: u, Header: cp.header, Err: err}
 			})
 		res.Header = last
@@ -285,7 +300,7 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			continue
 		}
 		if err != nil {
-			o.price(&res)
+			price(&res)
 			return res, err
 		}
 		if got != "" {
@@ -305,7 +320,7 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 				call.Report(Update{Kind: "message", Text: res.Text})
 			}
 			res.Transcript = transcriptOf(kept, res.Text)
-			o.price(&res)
+			price(&res)
 			return res, nil
 		}
 		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ToolCalls: reply.ToolCalls})
@@ -314,11 +329,11 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			var ae *tools.ApprovalError
 			if errors.As(terr, &ae) {
 				res.Status, res.Error = agent.StatusError, terr.Error()
-				o.price(&res)
+				price(&res)
 				return res, terr
 			}
 			if ctx.Err() != nil {
-				o.price(&res)
+				price(&res)
 				return res, ctx.Err()
 			}
 			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Name: tc.Function.Name, Content: out})
@@ -508,12 +523,13 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 	return msg, model, u, nil
 }
 
-// price sets res.Cost from the configured prices (none when both are zero).
-func (o *OpenAI) price(res *agent.Result) {
-	if o.cfg.PriceInPerMTok != 0 || o.cfg.PriceOutPerMTok != 0 {
-		c := (float64(res.Usage.Input)*o.cfg.PriceInPerMTok + float64(res.Usage.Output)*o.cfg.PriceOutPerMTok) / 1e6
-		res.Cost = &c
+// servedBy is the backend whose endpoint a send goes to: o, or the fallback the
+// scheduler routed the turn to.
+func (o *OpenAI) servedBy(ctx context.Context) *OpenAI {
+	if f, ok := RouteOf(ctx).Fallback.(*OpenAI); ok {
+		return f
 	}
+	return o
 }
 
 // estimateMessages is a rough prompt size of a conversation and its tool declarations.

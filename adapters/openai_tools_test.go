@@ -277,7 +277,7 @@ func TestOpenAIRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fb, err := NewOpenAI(OpenAIConfig{ID: "spare", BaseURL: spareURL, Model: "spare-model"})
+	fb, err := NewOpenAI(OpenAIConfig{ID: "spare", BaseURL: spareURL, Model: "spare-model", PriceInPerMTok: 10, PriceOutPerMTok: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,6 +304,11 @@ func TestOpenAIRoutes(t *testing.T) {
 	}
 	if log := spare.Log(); len(log) != 1 || log[0].Model != "spare-model" || res.Model != "spare-model" {
 		t.Fatalf("fallback: spare saw %+v, result model %q", log, res.Model)
+	}
+	// The turn is priced by the backend that served it (the primary has no prices).
+	want := (float64(res.Usage.Input)*10 + float64(res.Usage.Output)*20) / 1e6
+	if res.Cost == nil || *res.Cost != want || want == 0 {
+		t.Fatalf("cost %v, want the fallback's price %v", res.Cost, want)
 	}
 }
 
