@@ -156,7 +156,7 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{cfg: cfg, ws: ws, realWS: realWS}
 	for _, p := range cfg.Protected {
 		if abs, err := filepath.Abs(p); err == nil {
-			b.protected = append(b.protected, resolveExisting(abs))
+			b.protected = append(b.protected, tools.ResolveExisting(abs))
 		}
 	}
 	return b, nil

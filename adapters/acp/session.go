@@ -437,9 +437,7 @@ func (b *Backend) inside(path string) bool {
 	if _, err := b.rel(path); err != nil {
 		return false
 	}
-	real := resolveExisting(filepath.Clean(path))
-	r, err := filepath.Rel(b.realWS, real)
-	return err == nil && (r == "." || filepath.IsLocal(r))
+	return tools.Within(b.realWS, tools.ResolveExisting(filepath.Clean(path)))
 }
 
 // protects reports whether path (relative paths are taken from the workspace) is one of
@@ -448,29 +446,13 @@ func (b *Backend) protects(path string) bool {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(b.ws, path)
 	}
-	real := resolveExisting(filepath.Clean(path))
+	real := tools.ResolveExisting(filepath.Clean(path))
 	for _, p := range b.protected {
-		if r, err := filepath.Rel(p, real); err == nil && (r == "." || filepath.IsLocal(r)) {
+		if tools.Within(p, real) {
 			return true
 		}
 	}
 	return false
-}
-
-// resolveExisting resolves the symlinks of the longest existing leading part of path.
-func resolveExisting(path string) string {
-	rest := ""
-	for p := path; ; {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return filepath.Join(r, rest)
-		}
-		parent := filepath.Dir(p)
-		if parent == p {
-			return path
-		}
-		rest = filepath.Join(filepath.Base(p), rest)
-		p = parent
-	}
 }
 
 // display is path relative to the workspace when it is inside it.

@@ -104,7 +104,7 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tools: protected path %s: %v", p, err)
 		}
-		ws.protected = append(ws.protected, resolveExisting(abs))
+		ws.protected = append(ws.protected, ResolveExisting(abs))
 	}
 	approval := cfg.Approval
 	switch approval {

@@ -18,18 +18,24 @@ type workspace struct {
 // writable refuses a write to a protected file or folder (rel is relative to the
 // workspace; symbolic links on the way are resolved, so a link cannot reach one).
 func (w workspace) writable(tool, rel string) error {
-	real := resolveExisting(filepath.Join(w.dir, rel))
+	real := ResolveExisting(filepath.Join(w.dir, rel))
 	for _, p := range w.protected {
-		if r, err := filepath.Rel(p, real); err == nil && (r == "." || filepath.IsLocal(r)) {
+		if Within(p, real) {
 			return fmt.Errorf("%s: %q is luft's own config or state (%s), which agents may not change", tool, rel, p)
 		}
 	}
 	return nil
 }
 
-// resolveExisting resolves the symbolic links of the longest existing leading part of
-// path.
-func resolveExisting(path string) string {
+// Within reports whether path is dir or lies below it (both clean and absolute).
+func Within(dir, path string) bool {
+	r, err := filepath.Rel(dir, path)
+	return err == nil && (r == "." || filepath.IsLocal(r))
+}
+
+// ResolveExisting resolves the symbolic links of the longest existing leading part of
+// path, so that a path through a link compares as where it leads.
+func ResolveExisting(path string) string {
 	rest := ""
 	for p := filepath.Clean(path); ; {
 		if r, err := filepath.EvalSymlinks(p); err == nil {
