@@ -260,8 +260,7 @@ func (v *vm) resultTable(r agent.Result) *glua.LTable {
 	usage.RawSetString("input", glua.LNumber(r.Usage.Input))
 	usage.RawSetString("output", glua.LNumber(r.Usage.Output))
 	fields["usage"] = usage
-	findings := L.CreateTable(len(r.Findings), 0)
-	_ = v.codec.MarkArray(findings)
+	findings := v.codec.NewArray(len(r.Findings))
 	for _, f := range r.Findings {
 		ft := L.CreateTable(0, 4)
 		ft.RawSetString("detail", glua.LString(f.Detail))
@@ -343,15 +342,14 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 		span := t.br.next()
 		start := v.cfg.Now()
 		v.emit(event.ParallelStarted, map[string]any{"span_id": span, "count": n, "phase_id": v.phaseID()})
-		results := L.CreateTable(n, 0)
 		if n == 0 {
-			_ = v.codec.MarkArray(results)
 			v.emit(event.ParallelDone, map[string]any{"span_id": span, "count": 0, "ok": 0, "failed": 0, "elapsed_ms": 0})
 			L.Push(glua.LTrue)
-			L.Push(results)
+			L.Push(v.codec.NewArray(0))
 			return 2
 		}
-		j := &join{n: n, slots: make([]glua.LValue, n), tasks: make([]*task, n)}
+		results := L.CreateTable(n, 0)
+		j := &join{slots: make([]glua.LValue, n)}
 		// Branches share one context per parallel call: fail_fast cancels the ones
 		// still running together, and no context is made per branch.
 		jctx, jcancel := t.ctx, context.CancelFunc(func() {})
@@ -381,7 +379,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 					if j.slots[k] != nil {
 						continue
 					}
-					if j.tasks[k] != nil {
+					if k < j.next { // started, still running
 						j.running--
 					}
 					j.slots[k] = errorSlot(L, "cancelled", "cancelled: another branch failed (fail_fast)")
@@ -429,13 +427,11 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 									}
 									finishSlot(i, rets[0], false)
 								})
-							j.tasks[i] = agentTask
 							v.runq = append(v.runq, agentTask)
 							return
 						}
 						finishSlot(i, val, false)
 					})
-				j.tasks[i] = child
 				v.runq = append(v.runq, child)
 			}
 		}
@@ -444,25 +440,38 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 	}
 }
 
+// join is the state of one parallel call: branches 0..next-1 have started, slots[i] is
+// set when branch i has finished (or was cancelled by fail_fast).
 type join struct {
-	n, next, running, done, ok, failed int
-	slots                              []glua.LValue
-	tasks                              []*task
-	stopped, resumed                   bool
+	next, running, done, ok, failed int
+	slots                           []glua.LValue
+	stopped, resumed                bool
 }
 
 // errMessage is the text of a branch's error as a script sees it.
 func (v *vm) errMessage(err error) string {
 	var ae *glua.ApiError
 	if errors.As(err, &ae) {
-		if tbl, ok := ae.Object.(*glua.LTable); ok {
-			if m := tbl.RawGetString("message"); m != glua.LNil {
-				return m.String()
-			}
-		}
-		return ae.Object.String()
+		return v.errorText(ae.Object)
 	}
 	return err.Error()
+}
+
+// errorText is the text of a value raised with error(): a table's message field, else the
+// table as JSON (never its address, which differs from run to run), else the value's
+// string form.
+func (v *vm) errorText(obj glua.LValue) string {
+	tbl, ok := obj.(*glua.LTable)
+	if !ok {
+		return obj.String()
+	}
+	if m := tbl.RawGetString("message"); m != glua.LNil {
+		return m.String()
+	}
+	if b, err := v.codec.Encode(tbl, ""); err == nil {
+		return string(b)
+	}
+	return obj.String()
 }
 
 type stageDef struct {
@@ -560,10 +569,23 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 		queues[0] = append(queues[0], i)
 	}
 	okCount, failCount, doneCount := 0, 0, 0
-	finish := func() {
+	result := func(list *glua.LTable, elapsedMS int64) *glua.LTable {
 		res := L.CreateTable(0, 5)
-		list := L.CreateTable(n, 0)
-		_ = v.codec.MarkArray(list)
+		res.RawSetString("failed", glua.LNumber(failCount))
+		res.RawSetString("items", list)
+		res.RawSetString("ok", glua.LNumber(okCount))
+		res.RawSetString("total_elapsed_ms", glua.LNumber(elapsedMS))
+		res.RawSetString("total_stages", glua.LNumber(S))
+		return res
+	}
+	if n == 0 {
+		v.emit(event.PipelineDone, map[string]any{"span_id": span, "ok": 0, "failed": 0, "elapsed_ms": 0})
+		L.Push(glua.LTrue)
+		L.Push(result(v.codec.NewArray(0), 0))
+		return 2
+	}
+	finish := func() {
+		list := v.codec.NewArray(n)
 		for i, it := range state {
 			e := L.CreateTable(0, 5)
 			if it.errMsg != "" {
@@ -574,35 +596,16 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 			if !it.failed {
 				e.RawSetString("output", it.data)
 			}
-			st := L.CreateTable(len(it.stages), 0)
-			_ = v.codec.MarkArray(st)
+			st := v.codec.NewArray(len(it.stages))
 			for _, s := range it.stages {
 				st.Append(s)
 			}
 			e.RawSetString("stages", st)
 			list.Append(e)
 		}
-		res.RawSetString("failed", glua.LNumber(failCount))
-		res.RawSetString("items", list)
-		res.RawSetString("ok", glua.LNumber(okCount))
-		res.RawSetString("total_elapsed_ms", glua.LNumber(elapsed()))
-		res.RawSetString("total_stages", glua.LNumber(S))
+		res := result(list, elapsed())
 		v.emit(event.PipelineDone, map[string]any{"span_id": span, "ok": okCount, "failed": failCount, "elapsed_ms": elapsed()})
 		v.resumeLater(t, glua.LTrue, res)
-	}
-	if n == 0 {
-		v.emit(event.PipelineDone, map[string]any{"span_id": span, "ok": 0, "failed": 0, "elapsed_ms": 0})
-		res := L.CreateTable(0, 5)
-		list := L.CreateTable(0, 0)
-		_ = v.codec.MarkArray(list)
-		res.RawSetString("failed", glua.LNumber(0))
-		res.RawSetString("items", list)
-		res.RawSetString("ok", glua.LNumber(0))
-		res.RawSetString("total_elapsed_ms", glua.LNumber(0))
-		res.RawSetString("total_stages", glua.LNumber(S))
-		L.Push(glua.LTrue)
-		L.Push(res)
-		return 2
 	}
 	stageRec := func(label, status string, ms int64, errMsg string) *glua.LTable {
 		r := L.CreateTable(0, 4)

@@ -73,14 +73,8 @@ end`, kind: KindLimit, errSub: "string limit"},
 		{name: "agent call limit", src: `function main()
   for i = 1, 4 do pcall(agent, {prompt="p"..i}) end
   report("not reached")
-end`, kind: KindLimit, errSub: "agent call limit (3 per run)"},
+end`, kind: KindLimit, errSub: "agent call limit (3 per run)", config: func(c *Config) { c.Limits.MaxAgentCalls = 3 }},
 	})
-}
-
-// The agent call limit case above needs MaxAgentCalls = 3: runCases uses the defaults, so
-// wrap it.
-func init() {
-	limitScripts["agent call limit"] = func(c *Config) { c.Limits.MaxAgentCalls = 3 }
 }
 
 func TestInfiniteLoopStops(t *testing.T) {

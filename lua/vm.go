@@ -701,17 +701,7 @@ func (v *vm) scriptError(err error, kind ErrorKind) error {
 	}
 	var ae *glua.ApiError
 	if errors.As(err, &ae) {
-		msg := ae.Object.String()
-		if tbl, ok := ae.Object.(*glua.LTable); ok {
-			if m := tbl.RawGetString("message"); m != glua.LNil {
-				msg = m.String()
-			} else if enc, err := v.codec.FromLua(tbl); err == nil {
-				if b, err := luaval.Encode(enc, ""); err == nil {
-					msg = string(b)
-				}
-			}
-		}
-		where, rest := splitWhere(msg)
+		where, rest := splitWhere(v.errorText(ae.Object))
 		if strings.Contains(rest, "stack overflow") {
 			return &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf("call depth limit (%d frames) exceeded: unbounded recursion?", v.lim.MaxCallDepth), Trace: ae.StackTrace}
 		}

@@ -11,9 +11,6 @@ import (
 	"github.com/luft-run/luft/lua/luaval"
 )
 
-// limitScripts holds config changes for named cases that need non-default limits.
-var limitScripts = map[string]func(*Config){}
-
 type scriptCase struct {
 	name    string
 	src     string
@@ -22,6 +19,7 @@ type scriptCase struct {
 	errSub  string    // substring of the error
 	keys    []string  // expected agent call keys, in issue order
 	prepare func(h *fakeHost)
+	config  func(c *Config) // changes to the default Config, when the case needs them
 	check   func(t *testing.T, h *fakeHost)
 }
 
@@ -33,7 +31,7 @@ func runCases(t *testing.T, cases []scriptCase) {
 			if tc.prepare != nil {
 				tc.prepare(h)
 			}
-			out, err := runScript(t, h, tc.src, limitScripts[tc.name])
+			out, err := runScript(t, h, tc.src, tc.config)
 			if tc.kind != "" || tc.errSub != "" {
 				if err == nil {
 					t.Fatalf("want error %s %q, got report %v", tc.kind, tc.errSub, out.Report)
@@ -152,6 +150,10 @@ end`, want: `["echo: do x",true]`, keys: []string{"main/1/par[1]/1", "main/1/par
   end)
   report({r[1], r[2].ok, r[2].status, r[2].error, r[3]})
 end`, want: `[10,false,"error","test.lua:3: boom",30]`},
+		{name: "a table raised by a branch reads as JSON", src: `function main()
+  local r = parallel({1}, function() error({code=7}) end)
+  report(r[1].error)
+end`, want: `"{\"code\":7}"`},
 		{name: "tail call at a branch root", src: `function main()
   local r = parallel({"t"}, function(x) return agent{prompt=x} end)
   report(r[1].output)
@@ -173,6 +175,16 @@ end`, want: `"echo: t"`},
   end)
   report({peak, peak2})
 end`, want: `[2,6]`},
+		{name: "branch window bounds live branches", src: `function main()
+  local running, peak = 0, 0
+  parallel({1,2,3,4,5,6}, function(i)
+    running = running + 1
+    if running > peak then peak = running end
+    agent{prompt="p"..i}
+    running = running - 1
+  end)
+  report(peak)
+end`, want: `2`, config: func(c *Config) { c.BranchWindow = 2 }},
 		{name: "fail_fast cancels siblings", src: `function main()
   local r = parallel({1,2,3}, function(i)
     if i == 1 then agent{prompt="fail fast"} end

@@ -731,10 +731,6 @@ func Compile(p string) (pat *Pattern, err error) {
 	return &Pattern{insts: compilePattern(seq), anchored: seq.MustHead}, nil
 }
 
-// Anchored reports whether the pattern starts with '^', so it only matches at the
-// position where the search starts.
-func (p *Pattern) Anchored() bool { return p.anchored }
-
 // FindOpts are options of a match.
 type FindOpts struct {
 	// MaxSteps is the step budget of one Find, or of one Matcher over all its Next
@@ -845,11 +841,6 @@ func (o FindOpts) Find(ctx context.Context, p string, src []byte, offset, limit 
 		return nil, err
 	}
 	return pat.find(ctx, string(src), offset, limit, o)
-}
-
-// FindString is Find over a string subject with an already compiled pattern.
-func (p *Pattern) FindString(ctx context.Context, src string, offset, limit int, opts FindOpts) ([]*MatchData, error) {
-	return p.find(ctx, src, offset, limit, opts)
 }
 
 func (p *Pattern) find(ctx context.Context, src string, offset, limit int, opts FindOpts) ([]*MatchData, error) {

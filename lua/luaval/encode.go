@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -55,9 +56,13 @@ func (c *Codec) encodeString(v lua.LValue, indent string) (lua.LString, error) {
 
 func (w *walker) checkSize() error {
 	if len(w.buf) > w.maxBytes {
-		return w.wrap(limitError("output exceeds the limit of " + strconv.Itoa(w.maxBytes) + " bytes"))
+		return w.sizeError()
 	}
 	return nil
+}
+
+func (w *walker) sizeError() error {
+	return w.wrap(limitError("output exceeds the limit of " + strconv.Itoa(w.maxBytes) + " bytes"))
 }
 
 func (w *walker) encode(v any, depth int) error {
@@ -71,72 +76,26 @@ func (w *walker) encode(v any, depth int) error {
 	case bool:
 		w.buf = strconv.AppendBool(w.buf, x)
 	case map[string]any:
-		if x == nil {
-			w.buf = append(w.buf, "null"...)
-			break
-		}
 		return encodeMap(w, x, depth)
 	case []any:
-		if x == nil {
-			w.buf = append(w.buf, "null"...)
-			break
-		}
 		return encodeSlice(w, x, depth)
-	case int:
-		w.buf = strconv.AppendInt(w.buf, int64(x), 10)
-	case int64:
-		w.buf = strconv.AppendInt(w.buf, x, 10)
-	case int32:
-		w.buf = strconv.AppendInt(w.buf, int64(x), 10)
-	case int16:
-		w.buf = strconv.AppendInt(w.buf, int64(x), 10)
-	case int8:
-		w.buf = strconv.AppendInt(w.buf, int64(x), 10)
-	case uint:
-		w.buf = strconv.AppendUint(w.buf, uint64(x), 10)
-	case uint64:
-		w.buf = strconv.AppendUint(w.buf, x, 10)
-	case uint32:
-		w.buf = strconv.AppendUint(w.buf, uint64(x), 10)
-	case uint16:
-		w.buf = strconv.AppendUint(w.buf, uint64(x), 10)
-	case uint8:
-		w.buf = strconv.AppendUint(w.buf, uint64(x), 10)
-	case uintptr:
-		w.buf = strconv.AppendUint(w.buf, uint64(x), 10)
+	case int, int64, int32, int16, int8:
+		w.buf = strconv.AppendInt(w.buf, reflect.ValueOf(x).Int(), 10)
+	case uint, uint64, uint32, uint16, uint8, uintptr:
+		w.buf = strconv.AppendUint(w.buf, reflect.ValueOf(x).Uint(), 10)
 	case float32:
 		return w.encodeFloat(float64(x), 32)
 	case json.Number:
 		return w.encodeNumber(string(x))
 	case []string:
-		if x == nil {
-			w.buf = append(w.buf, "null"...)
-			break
-		}
 		return encodeSlice(w, x, depth)
 	case []map[string]any:
-		if x == nil {
-			w.buf = append(w.buf, "null"...)
-			break
-		}
 		return encodeSlice(w, x, depth)
 	case []float64:
-		if x == nil {
-			w.buf = append(w.buf, "null"...)
-			break
-		}
 		return encodeSlice(w, x, depth)
 	case []int:
-		if x == nil {
-			w.buf = append(w.buf, "null"...)
-			break
-		}
 		return encodeSlice(w, x, depth)
 	case map[string]string:
-		if x == nil {
-			w.buf = append(w.buf, "null"...)
-			break
-		}
 		return encodeMap(w, x, depth)
 	case json.RawMessage:
 		if x == nil {
@@ -180,7 +139,12 @@ func (w *walker) colon() {
 	}
 }
 
+// encodeSlice writes s as an array; a nil slice is null, as encoding/json writes it.
 func encodeSlice[T any](w *walker, s []T, depth int) error {
+	if s == nil {
+		w.buf = append(w.buf, "null"...)
+		return w.checkSize()
+	}
 	if depth+1 > w.maxDepth {
 		return w.depthError("")
 	}
@@ -203,7 +167,12 @@ func encodeSlice[T any](w *walker, s []T, depth int) error {
 	return w.checkSize()
 }
 
+// encodeMap writes m as an object with sorted keys; a nil map is null.
 func encodeMap[V any](w *walker, m map[string]V, depth int) error {
+	if m == nil {
+		w.buf = append(w.buf, "null"...)
+		return w.checkSize()
+	}
 	if depth+1 > w.maxDepth {
 		return w.depthError("")
 	}
@@ -390,7 +359,7 @@ const hexDigits = "0123456789abcdef"
 // escaping: invalid UTF-8 becomes U+FFFD, U+2028/U+2029 are escaped.
 func (w *walker) encodeStr(s string) error {
 	if len(w.buf)+len(s)+2 > w.maxBytes {
-		return w.wrap(limitError("output exceeds the limit of " + strconv.Itoa(w.maxBytes) + " bytes"))
+		return w.sizeError()
 	}
 	b := append(w.buf, '"')
 	start := 0

@@ -137,6 +137,14 @@ func (c *Codec) IsArray(t *lua.LTable) bool {
 	return t != nil && t.Metatable == lua.LValue(c.arrayMT)
 }
 
+// NewArray returns an empty table with room for n elements, marked as a JSON
+// array.
+func (c *Codec) NewArray(n int) *lua.LTable {
+	t := c.L.CreateTable(n, 0)
+	t.Metatable = c.arrayMT
+	return t
+}
+
 // MarkArray marks t as a JSON array. It fails if t already has a different
 // metatable; marking twice is fine.
 func (c *Codec) MarkArray(t *lua.LTable) error {

@@ -79,9 +79,7 @@ func (c *Codec) luaDecode(L *lua.LState) int {
 func (c *Codec) luaArray(L *lua.LState) int {
 	switch x := L.Get(1).(type) {
 	case *lua.LNilType:
-		t := L.NewTable()
-		t.Metatable = c.arrayMT
-		L.Push(t)
+		L.Push(c.NewArray(0))
 	case *lua.LTable:
 		if err := c.MarkArray(x); err != nil {
 			raise(L, "json.array: "+err.Error())

@@ -55,37 +55,13 @@ func (w *walker) toLua(v any, depth int) (lua.LValue, error) {
 		}
 		return lua.LFalse, nil
 	case map[string]any:
-		if x == nil {
-			return lua.LNil, nil
-		}
 		return toLuaMap(w, x, depth)
 	case []any:
-		if x == nil {
-			return lua.LNil, nil
-		}
 		return toLuaSlice(w, x, depth)
-	case int:
-		return lua.LNumber(x), nil
-	case int64:
-		return lua.LNumber(x), nil
-	case int32:
-		return lua.LNumber(x), nil
-	case int16:
-		return lua.LNumber(x), nil
-	case int8:
-		return lua.LNumber(x), nil
-	case uint:
-		return lua.LNumber(x), nil
-	case uint64:
-		return lua.LNumber(x), nil
-	case uint32:
-		return lua.LNumber(x), nil
-	case uint16:
-		return lua.LNumber(x), nil
-	case uint8:
-		return lua.LNumber(x), nil
-	case uintptr:
-		return lua.LNumber(x), nil
+	case int, int64, int32, int16, int8:
+		return lua.LNumber(reflect.ValueOf(x).Int()), nil
+	case uint, uint64, uint32, uint16, uint8, uintptr:
+		return lua.LNumber(reflect.ValueOf(x).Uint()), nil
 	case float32:
 		return w.number(float32To64(x))
 	case json.Number:
@@ -95,29 +71,14 @@ func (w *walker) toLua(v any, depth int) (lua.LValue, error) {
 		f, _ := strconv.ParseFloat(string(x), 64) // out of range → ±Inf → error
 		return w.number(f)
 	case []string:
-		if x == nil {
-			return lua.LNil, nil
-		}
 		return toLuaSlice(w, x, depth)
 	case []map[string]any:
-		if x == nil {
-			return lua.LNil, nil
-		}
 		return toLuaSlice(w, x, depth)
 	case []float64:
-		if x == nil {
-			return lua.LNil, nil
-		}
 		return toLuaSlice(w, x, depth)
 	case []int:
-		if x == nil {
-			return lua.LNil, nil
-		}
 		return toLuaSlice(w, x, depth)
 	case map[string]string:
-		if x == nil {
-			return lua.LNil, nil
-		}
 		return toLuaMap(w, x, depth)
 	case json.RawMessage:
 		if x == nil {
@@ -169,11 +130,15 @@ func (w *walker) plain(v any) (any, error) {
 	return out, nil
 }
 
+// toLuaSlice makes a marked array of s; a nil slice is nil.
 func toLuaSlice[T any](w *walker, s []T, depth int) (lua.LValue, error) {
+	if s == nil {
+		return lua.LNil, nil
+	}
 	if depth+1 > w.maxDepth {
 		return lua.LNil, w.depthError("")
 	}
-	t := w.c.L.CreateTable(len(s), 0)
+	t := w.c.NewArray(len(s))
 	for i := range s {
 		w.pushIdx(i + 1)
 		lv, err := w.toLua(any(s[i]), depth+1)
@@ -186,11 +151,14 @@ func toLuaSlice[T any](w *walker, s []T, depth int) (lua.LValue, error) {
 		}
 		t.RawSetInt(i+1, lv)
 	}
-	t.Metatable = w.c.arrayMT
 	return t, nil
 }
 
+// toLuaMap makes a table of m with its keys inserted in sorted order; a nil map is nil.
 func toLuaMap[V any](w *walker, m map[string]V, depth int) (lua.LValue, error) {
+	if m == nil {
+		return lua.LNil, nil
+	}
 	if depth+1 > w.maxDepth {
 		return lua.LNil, w.depthError("")
 	}
