@@ -276,8 +276,16 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	case err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errCallTimeout):
 		return agent.Result{Status: agent.StatusTimedOut, Error: fmt.Sprintf("timed out after %d ms (timeout_ms)", req.TimeoutMS),
 			Usage: res.Usage, Cost: res.Cost, Backend: req.Backend, Model: req.Model}, nil
-	case errors.As(err, &se) || errors.As(err, &re):
-		return h.unscheduled(res, err)
+	case errors.As(err, &se):
+		// The scheduler suspended the turn: the whole run stops before the script sees the
+		// call fail, and ends suspended with the scheduler's resume time (SPEC §7). res
+		// carries what earlier sends of the turn used.
+		h.run.cancel(suspension{se})
+		res.Status = agent.StatusCancelled
+		return res, err
+	case errors.As(err, &re): // the scheduler refused the turn: the call fails
+		res.Status, res.Error = agent.StatusError, err.Error()
+		return res, err
 	}
 	if err != nil && res.Status == "" {
 		res.Status = agent.StatusError
@@ -370,28 +378,6 @@ func clip(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
-}
-
-// unscheduled is the end of a turn the scheduler would not (or no longer) run. A
-// suspension stops the whole run before the script sees the call fail: the run ends
-// suspended with the scheduler's resume time (SPEC §7). A refusal fails the call. res
-// carries what earlier sends of the turn used.
-func (h *host) unscheduled(res agent.Result, err error) (agent.Result, error) {
-	var (
-		se *scheduler.SuspendError
-		re *scheduler.RefuseError
-	)
-	switch {
-	case errors.As(err, &se):
-		h.run.cancel(suspension{se})
-		res.Status = agent.StatusCancelled
-	case errors.As(err, &re):
-		res.Status = agent.StatusError
-		res.Error = err.Error()
-	default: // the call's context ended while the turn waited
-		res.Status = agent.StatusCancelled
-	}
-	return res, err
 }
 
 // notify turns the scheduler's notices about one turn of the call key into the run's

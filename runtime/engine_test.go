@@ -13,7 +13,6 @@ import (
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/scheduler"
-	"github.com/luft-run/luft/storage"
 )
 
 // scripted is a fake backend whose replies a test writes as a function of the request and
@@ -64,22 +63,7 @@ func hang(ctx context.Context, _ agent.Request, _ int) (agent.Result, error) {
 // newEngine returns a Service over a fresh state dir with b as its only backend.
 func newEngine(t *testing.T, b adapters.Backend) *Service {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := storage.Open(t.Context(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	s, err := New(Options{
-		Store:     st,
-		StateDir:  dir,
-		Backends:  adapters.NewRegistry("fake", b),
-		Scheduler: scheduler.NewGate(4),
-		Backoff:   func(int) time.Duration { return 0 },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := newScheduledEngine(t, b, scheduler.NewGate(4))
 	return s
 }
 

@@ -5,12 +5,9 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/scheduler"
-	"github.com/luft-run/luft/storage"
 )
 
 // A successful response's rate-limit headers reach the scheduler, which learns the lane's
@@ -24,17 +21,8 @@ func TestSuccessHeadersTeachTheScheduler(t *testing.T) {
 		res.Header.Set("x-ratelimit-reset-tokens", "22ms")
 		return res, nil
 	}}
-	st, err := storage.Open(t.Context(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	ex := scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 2}}, nil)
-	svc, err := New(Options{Store: st, Backends: adapters.NewRegistry("fake", b), Scheduler: ex,
-		Backoff: func(int) time.Duration { return 0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, _ := newScheduledEngine(t, b, ex)
 	r, err := svc.Start(t.Context(), Spec{Path: "h.lua", Source: []byte(`function main() agent{prompt="x"} end`)})
 	if err != nil {
 		t.Fatal(err)
@@ -68,16 +56,8 @@ func (noopPermit) Done(scheduler.Outcome) {}
 // The first turn of a run is new work; once the run has been served, its later turns are
 // continuations, which the scheduler ranks ahead of new work of their class.
 func TestLaterTurnsOfAServedRunAreContinuations(t *testing.T) {
-	st, err := storage.Open(t.Context(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	rec := &recordingScheduler{}
-	svc, err := New(Options{Store: st, Backends: adapters.NewRegistry("fake", &scripted{reply: echo}), Scheduler: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, _ := newScheduledEngine(t, &scripted{reply: echo}, rec)
 	r, err := svc.Start(t.Context(), Spec{Path: "c.lua", Source: []byte(`function main() agent{prompt="a"} agent{prompt="b"} end`)})
 	if err != nil {
 		t.Fatal(err)

@@ -167,11 +167,20 @@ func (h *host) Value(c lua.Call, fresh func() any) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: %w", c.Key, err)
 	}
-	if _, err := h.store().JournalFinish(h.ctx, storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind,
-		InputHash: c.Hash, Status: storage.EntryCompleted, Result: b, WherePos: c.Where, Attempts: 1}); err != nil {
-		return nil, fmt.Errorf("journal %s: %w", c.Key, err)
+	if err := h.journalDone(c, b); err != nil {
+		return nil, err
 	}
 	return v, nil
+}
+
+// journalDone journals c as completed with result, for calls that finish at once (values,
+// sub-workflow loads).
+func (h *host) journalDone(c lua.Call, result []byte) error {
+	if _, err := h.store().JournalFinish(h.ctx, storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind,
+		InputHash: c.Hash, Status: storage.EntryCompleted, Result: result, WherePos: c.Where, Attempts: 1}); err != nil {
+		return fmt.Errorf("journal %s: %w", c.Key, err)
+	}
+	return nil
 }
 
 // LoadWorkflow implements lua.Host: it reads a sub-workflow, pins its content to the run
@@ -190,14 +199,14 @@ func (h *host) LoadWorkflow(c lua.Call, path string) ([]byte, error) {
 		if err := h.e.pin(h.ctx, h.run.ID, path, b); err != nil {
 			return nil, err
 		}
+		h.pinned[path] = storage.File{RunID: h.run.ID, Path: path, SHA256: sha(b), Content: b}
 	}
 	if _, ok, err := h.recorded(c, c.Hash); err != nil {
 		return nil, err
 	} else if !ok {
 		res, _ := json.Marshal(map[string]string{"path": path, "sha256": sha(b)})
-		if _, err := h.store().JournalFinish(h.ctx, storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind,
-			InputHash: c.Hash, Status: storage.EntryCompleted, Result: res, WherePos: c.Where, Attempts: 1}); err != nil {
-			return nil, fmt.Errorf("journal %s: %w", c.Key, err)
+		if err := h.journalDone(c, res); err != nil {
+			return nil, err
 		}
 	}
 	return b, nil

@@ -118,16 +118,13 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 			// everything it wrote.
 			over := !o.Follow || !s.running(ctx, r.ID)
 			for {
-				evs, err := s.opts.Store.Events(ctx, r.ID, cursor, 1024)
+				evs, err := s.opts.Store.EventsOfType(ctx, r.ID, cursor, 1024, o.Types)
 				if err != nil {
 					errc <- err
 					return
 				}
 				for _, ev := range evs {
 					cursor = ev.Seq
-					if !typeMatch(o.Types, ev.Type) {
-						continue
-					}
 					select {
 					case out <- ev:
 					case <-ctx.Done():
@@ -155,18 +152,6 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 func (s *Service) running(ctx context.Context, id string) bool {
 	info, err := s.Status(ctx, id)
 	return err == nil && info.Status == storage.StatusRunning && !info.Stale
-}
-
-func typeMatch(types []string, t string) bool {
-	if len(types) == 0 {
-		return true
-	}
-	for _, x := range types {
-		if x == t {
-			return true
-		}
-	}
-	return false
 }
 
 // Wait blocks until the run is no longer running and returns its final row.

@@ -197,6 +197,24 @@ func writeScript(t *testing.T, dir, name, src string) string {
 	return path
 }
 
+// oneThenBlock is a workflow whose call "one" completes and whose call "block" hangs on
+// blockingBackend("block", ...).
+const oneThenBlock = `function main()
+  local a = agent{prompt="one"}
+  local b = agent{prompt="block"}
+  report(a.output .. "|" .. b.output)
+end`
+
+// orphan sets a run back to running under a pid no process has, as a process killed
+// while driving it would leave its row.
+func orphan(t *testing.T, st storage.Store, id string) {
+	t.Helper()
+	running, pid := storage.StatusRunning, deadPID
+	if err := st.UpdateRun(t.Context(), id, storage.RunUpdate{Status: &running, PID: &pid}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // startAndCancel starts the workflow file path and cancels the run once the backend is
 // inside its blocking call, then releases the blocker. It returns the run's events and
 // result.
@@ -436,11 +454,7 @@ end`,
 			name:   "cancelled",
 			second: "block",
 			status: storage.StatusCancelled,
-			src: `function main()
-  local a = agent{prompt="one"}
-  local b = agent{prompt="block"}
-  report(a.output .. "|" .. b.output)
-end`,
+			src:    oneThenBlock,
 			first: func(t *testing.T, e *resumeEnv, _ *scripted, path string, k *blocker) string {
 				r, _, _ := startAndCancel(t, e, path, k)
 				return r.ID
@@ -477,11 +491,7 @@ end`,
 			name:   "running, its process killed mid-attempt",
 			second: "block",
 			status: storage.StatusRunning,
-			src: `function main()
-  local a = agent{prompt="one"}
-  local b = agent{prompt="block"}
-  report(a.output .. "|" .. b.output)
-end`,
+			src:    oneThenBlock,
 			first: func(t *testing.T, e *resumeEnv, b *scripted, path string, k *blocker) string {
 				var dying *dyingStore
 				victim := openResumeEnvWith(t, e.dir, b, deadPID, func(st storage.Store) storage.Store {
@@ -530,17 +540,10 @@ end`,
 			name:   "running, its process gone after run_done",
 			second: "block",
 			status: storage.StatusRunning,
-			src: `function main()
-  local a = agent{prompt="one"}
-  local b = agent{prompt="block"}
-  report(a.output .. "|" .. b.output)
-end`,
+			src:    oneThenBlock,
 			first: func(t *testing.T, e *resumeEnv, _ *scripted, path string, k *blocker) string {
 				r, _, _ := startAndCancel(t, e, path, k)
-				running, pid := storage.StatusRunning, deadPID
-				if err := e.st.UpdateRun(t.Context(), r.ID, storage.RunUpdate{Status: &running, PID: &pid}); err != nil {
-					t.Fatal(err)
-				}
+				orphan(t, e.st, r.ID)
 				info, err := e.svc.Status(t.Context(), r.ID)
 				if err != nil || !info.Stale || info.Live {
 					t.Fatalf("status of a running row with a dead pid: %+v %v, want stale", info, err)
@@ -841,11 +844,7 @@ end`)
 
 func TestCancelFromAnotherProcess(t *testing.T) {
 	dir := t.TempDir()
-	path := writeScript(t, dir, "flow.lua", `function main()
-  local a = agent{prompt="one"}
-  local b = agent{prompt="block"}
-  report(a.output .. "|" .. b.output)
-end`)
+	path := writeScript(t, dir, "flow.lua", oneThenBlock)
 	b, k := blockingBackend("block", "")
 	a := openResumeEnv(t, filepath.Join(dir, "state"), b, 0)
 	other := openResumeEnv(t, a.dir, b, os.Getppid())
@@ -884,10 +883,7 @@ end`)
 	}
 
 	// A running run nobody drives any more is marked cancelled at once.
-	running, pid := storage.StatusRunning, deadPID
-	if err := a.st.UpdateRun(t.Context(), r.ID, storage.RunUpdate{Status: &running, PID: &pid}); err != nil {
-		t.Fatal(err)
-	}
+	orphan(t, a.st, r.ID)
 	if _, err := other.svc.Cancel(t.Context(), r.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -1075,10 +1071,7 @@ end`)
 	}
 
 	// A running row whose process is gone: stale, Wait and Follow return at once.
-	running, pid := storage.StatusRunning, deadPID
-	if err := a.st.UpdateRun(t.Context(), r.ID, storage.RunUpdate{Status: &running, PID: &pid}); err != nil {
-		t.Fatal(err)
-	}
+	orphan(t, a.st, r.ID)
 	// (Not asked of a: its Service may still list the run as live for a moment after the
 	// run ended.)
 	info, err := other.svc.Status(t.Context(), r.ID)
@@ -1158,10 +1151,7 @@ func TestConcurrentResumeHasOneWinner(t *testing.T) {
 	r, _, _ := startAndCancel(t, e, path, k)
 	k.released.Store(false)
 	for try := range 20 {
-		running, pid := storage.StatusRunning, deadPID
-		if err := e.st.UpdateRun(t.Context(), r.ID, storage.RunUpdate{Status: &running, PID: &pid}); err != nil {
-			t.Fatal(err)
-		}
+		orphan(t, e.st, r.ID)
 		var wg sync.WaitGroup
 		var runs [2]*Run
 		for i, x := range []*resumeEnv{e, o} {

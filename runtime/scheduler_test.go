@@ -99,12 +99,6 @@ func newScheduledEngine(t *testing.T, b adapters.Backend, sched scheduler.Schedu
 	return s, st
 }
 
-func timesAsked(b *scripted, prompt string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.seen[prompt]
-}
-
 // A turn whose wait for the token budget would exceed suspend_after suspends the run:
 // status suspended with the resume time on the result, the run's row and run_suspended,
 // a rate_limit suspend event, and the call that never ran is not failed in the journal
@@ -159,7 +153,7 @@ end`
 	if err != nil || row.Status != storage.StatusSuspended || !row.ResumeAfter.Equal(res.ResumeAfter) {
 		t.Fatalf("row %+v, %v", row, err)
 	}
-	if timesAsked(b, "two") != 0 {
+	if asked(b, "two") != 0 {
 		t.Fatal("the suspended call reached the backend")
 	}
 
@@ -177,8 +171,8 @@ end`
 	if res2 := r2.Wait(); res2.Status != StatusCompleted || res2.Report != "re: one re: two" || !res2.ResumeAfter.IsZero() {
 		t.Fatalf("resumed: %s %v %v", res2.Status, res2.Report, res2.Err)
 	}
-	if timesAsked(b, "one") != 1 || timesAsked(b, "two") != 1 {
-		t.Fatalf("asked one %d, two %d times", timesAsked(b, "one"), timesAsked(b, "two"))
+	if asked(b, "one") != 1 || asked(b, "two") != 1 {
+		t.Fatalf("asked one %d, two %d times", asked(b, "one"), asked(b, "two"))
 	}
 	if row, _ := st.GetRun(t.Context(), r.ID); row.Status != storage.StatusCompleted || !row.ResumeAfter.IsZero() {
 		t.Fatalf("row after resume %+v", row)
@@ -205,8 +199,8 @@ end`)
 	if res.Status != StatusCompleted || res.Report != "re: p after 2" {
 		t.Fatalf("status %s %v: %v", res.Status, res.Report, res.Err)
 	}
-	if timesAsked(b, "p") != 2 {
-		t.Fatalf("backend asked %d times, want 2", timesAsked(b, "p"))
+	if asked(b, "p") != 2 {
+		t.Fatalf("backend asked %d times, want 2", asked(b, "p"))
 	}
 	evs := collect(t, r)
 	retries := ofType(evs, event.AgentRetry)
@@ -278,8 +272,8 @@ end`)
 	if d := ofType(evs, event.AgentDone); len(d) != 3 || numField(d[0].Data, "attempts") != 3 || numField(d[1].Data, "attempts") != 1 {
 		t.Fatalf("agent_done %+v", d)
 	}
-	if timesAsked(b, "5xx") != 3 || timesAsked(b, "4xx") != 1 || timesAsked(b, "plain") != 3 {
-		t.Fatalf("asked 5xx %d (want 3), 4xx %d (want 1), plain %d (want 3)", timesAsked(b, "5xx"), timesAsked(b, "4xx"), timesAsked(b, "plain"))
+	if asked(b, "5xx") != 3 || asked(b, "4xx") != 1 || asked(b, "plain") != 3 {
+		t.Fatalf("asked 5xx %d (want 3), 4xx %d (want 1), plain %d (want 3)", asked(b, "5xx"), asked(b, "4xx"), asked(b, "plain"))
 	}
 	if s := sched.Stats(); s.Waiting != 0 || s.Running != 0 {
 		t.Fatalf("scheduler left busy: %+v", s)

@@ -293,7 +293,7 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	}
 	// Settle only a run whose process is gone: a run another process has just claimed may
 	// not have stored its run_started yet, and its row must not be taken for a dead one.
-	if row.Status == storage.StatusRunning && !(row.PID != 0 && s.alive(row.ID, row.PID)) {
+	if row.Status == storage.StatusRunning && !s.driven(row) {
 		if row, err = s.settle(ctx, row); err != nil {
 			return nil, err
 		}
@@ -301,7 +301,8 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if !row.Resumable() {
 		return nil, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
 	}
-	if row.Status == storage.StatusRunning && row.PID != 0 && s.alive(row.ID, row.PID) {
+	// Asked again of the settled row: another process may have claimed the run meanwhile.
+	if s.driven(row) {
 		return nil, fmt.Errorf("run %s: resume refused: process %d is still running it (stop it with luft cancel %s): %w", row.ID, row.PID, short(row.ID), ErrStillRunning)
 	}
 	var spec Spec
@@ -422,6 +423,11 @@ func (s *Service) alive(id string, pid int) bool {
 	return processAlive(pid)
 }
 
+// driven reports whether a live process, this one or another, drives the run.
+func (s *Service) driven(r storage.Run) bool {
+	return r.Status == storage.StatusRunning && r.PID != 0 && s.alive(r.ID, r.PID)
+}
+
 // newestResumable is the newest run that may be resumed and that no live process drives.
 func (s *Service) newestResumable(ctx context.Context) (storage.Run, error) {
 	runs, err := s.opts.Store.ListRuns(ctx, storage.ListOptions{Limit: 500})
@@ -429,13 +435,9 @@ func (s *Service) newestResumable(ctx context.Context) (storage.Run, error) {
 		return storage.Run{}, err
 	}
 	for _, r := range runs {
-		if !r.Resumable() {
-			continue
+		if r.Resumable() && !s.driven(r) {
+			return r, nil
 		}
-		if r.Status == storage.StatusRunning && r.PID != 0 && s.alive(r.ID, r.PID) {
-			continue
-		}
-		return r, nil
 	}
 	return storage.Run{}, storage.ErrRunNotFound
 }

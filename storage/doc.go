@@ -4,8 +4,8 @@
 // and 6).
 //
 // The runtime consumes two interfaces defined here: EventLog (append and read a run's
-// events) and Store (EventLog plus runs, phases, files and the journal). Memory is an
-// in-process EventLog for tests and embedding; SQLite implements both durably.
+// events) and Store (EventLog plus runs, phases, files and the journal). SQLite implements
+// both durably.
 //
 // # Tables
 //

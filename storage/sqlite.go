@@ -61,9 +61,6 @@ func (s *SQLite) Stats() Stats {
 	return Stats{Transactions: s.txs.Load(), Ops: s.ops.Load(), MaxBatch: s.maxBatch.Load()}
 }
 
-// Path returns the database file.
-func (s *SQLite) Path() string { return s.path }
-
 type config struct {
 	now  func() time.Time
 	hold func()
