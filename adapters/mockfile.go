@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -97,14 +99,14 @@ func NewMockFile(path string, data []byte) (*MockFile, error) {
 		return nil, fmt.Errorf("mock file %s: not a JSON object: %v", path, err)
 	}
 	f := &MockFile{path: path, replies: map[string]*scriptedReply{}, used: map[string]bool{}}
-	for _, k := range sortedRawKeys(top) {
+	for _, k := range slices.Sorted(maps.Keys(top)) {
 		switch k {
 		case "responses":
 			var rs map[string]json.RawMessage
 			if err := json.Unmarshal(top[k], &rs); err != nil {
 				return nil, fmt.Errorf("mock file %s: \"responses\" must be an object mapping agent names to replies: %v", path, err)
 			}
-			for _, name := range sortedRawKeys(rs) {
+			for _, name := range slices.Sorted(maps.Keys(rs)) {
 				where := fmt.Sprintf("responses[%q]", name)
 				if strings.TrimSpace(name) == "" {
 					return nil, fmt.Errorf("mock file %s: %s: an empty agent name never matches; use \"default\" for a catch-all reply", path, where)
@@ -135,7 +137,7 @@ func parseReply(raw json.RawMessage) (*scriptedReply, error) {
 	if err := json.Unmarshal(raw, &fields); err != nil {
 		return nil, fmt.Errorf("a reply must be a JSON object: %v", err)
 	}
-	for _, k := range sortedRawKeys(fields) {
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		if !isReplyField(k) {
 			return nil, fmt.Errorf("unknown field %q (known fields: %s)", k, replyFields)
 		}
@@ -175,15 +177,6 @@ func parseReply(raw json.RawMessage) (*scriptedReply, error) {
 			*r.Tokens, r.Usage.Input, r.Usage.Output)
 	}
 	return &r, nil
-}
-
-func sortedRawKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // ID implements Backend.

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -392,12 +392,8 @@ func runTool(ctx context.Context, byName map[string]tools.Tool, tc openai.ToolCa
 	call.Report(Update{Kind: "tool_call", Text: tc.Function.Name + " " + snippet(tc.Function.Arguments, 120)})
 	t, ok := byName[tc.Function.Name]
 	if !ok {
-		names := make([]string, 0, len(byName))
-		for n := range byName {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		out := fmt.Sprintf("error: there is no tool %q; the tools you have are: %s", tc.Function.Name, strings.Join(names, ", "))
+		out := fmt.Sprintf("error: there is no tool %q; the tools you have are: %s", tc.Function.Name,
+			strings.Join(slices.Sorted(maps.Keys(byName)), ", "))
 		call.Report(Update{Kind: "tool_result", Text: out})
 		return out, nil
 	}

@@ -2,7 +2,8 @@ package adapters
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -51,12 +52,7 @@ func (r *Registry) Default() string { return r.defaultID }
 
 // IDs returns the registered ids, sorted.
 func (r *Registry) IDs() []string {
-	ids := make([]string, 0, len(r.backends))
-	for id := range r.backends {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
+	return slices.Sorted(maps.Keys(r.backends))
 }
 
 func (r *Registry) known() string {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -263,7 +264,7 @@ func Parse(path string, data []byte) (Config, error) {
 			v.errf(toml.Key{"default_backend"}, "backend %q is not defined%s", raw.DefaultBackend, defined(raw.Backends))
 		}
 	}
-	for _, id := range sortedKeys(raw.Backends) {
+	for _, id := range slices.Sorted(maps.Keys(raw.Backends)) {
 		b := raw.Backends[id]
 		k := func(name string) toml.Key { return toml.Key{"backends", id, name} }
 		switch {
@@ -305,7 +306,7 @@ func Parse(path string, data []byte) (Config, error) {
 			v.errf(k("structured_output"), "unknown mode %q (one of %s)", so, strings.Join(StructuredOutputs, ", "))
 		}
 	}
-	for _, id := range sortedKeys(raw.MCPServers) {
+	for _, id := range slices.Sorted(maps.Keys(raw.MCPServers)) {
 		s := raw.MCPServers[id]
 		switch {
 		case s.Command == "" && s.URL == "":
@@ -336,16 +337,7 @@ func defined[V any](m map[string]V) string {
 	if len(m) == 0 {
 		return " (no backends are configured)"
 	}
-	return " (defined: " + strings.Join(sortedKeys(m), ", ") + ")"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
+	return " (defined: " + strings.Join(slices.Sorted(maps.Keys(m)), ", ") + ")"
 }
 
 func hasPrefix(k, p toml.Key) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -77,12 +78,7 @@ var builtins = map[string]Config{
 
 // BuiltinNames lists the known agents' ids, sorted.
 func BuiltinNames() []string {
-	names := make([]string, 0, len(builtins))
-	for n := range builtins {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(builtins))
 }
 
 // Builtin returns the configuration of a known agent, by id ("acp:claude") or short name
@@ -105,9 +101,10 @@ func Builtin(name string) (Config, bool) {
 // agent process.
 type Backend struct {
 	cfg       Config
-	ws        string   // the workspace, absolute and clean
-	realWS    string   // the workspace with symlinks resolved
-	protected []string // Config.Protected, absolute with symlinks resolved
+	ws        string     // the workspace, absolute and clean
+	realWS    string     // the workspace with symlinks resolved
+	protected []string   // Config.Protected, absolute with symlinks resolved
+	allow     [][]string // Config.AllowCommands, split into words (tools.ParseAllowList)
 }
 
 // New checks cfg and returns its backend. The workspace must exist.
@@ -130,11 +127,9 @@ func New(cfg Config) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("acp backend %q: approval %q: use allow, deny or ask", cfg.ID, cfg.Approval)
 	}
-	cfg.AllowCommands = slices.Clone(cfg.AllowCommands)
-	for i, c := range cfg.AllowCommands {
-		if len(strings.Fields(c)) == 0 {
-			return nil, fmt.Errorf("acp backend %q: allowed command %d is empty", cfg.ID, i+1)
-		}
+	allow, err := tools.ParseAllowList(cfg.AllowCommands)
+	if err != nil {
+		return nil, fmt.Errorf("acp backend %q: %w", cfg.ID, err)
 	}
 	if cfg.Dir == "" {
 		cfg.Dir = "."
@@ -153,7 +148,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("acp backend %q: workspace: %w", cfg.ID, err)
 	}
 	cfg.Dir = ws
-	b := &Backend{cfg: cfg, ws: ws, realWS: realWS}
+	b := &Backend{cfg: cfg, ws: ws, realWS: realWS, allow: allow}
 	for _, p := range cfg.Protected {
 		if abs, err := filepath.Abs(p); err == nil {
 			b.protected = append(b.protected, tools.ResolveExisting(abs))

@@ -626,7 +626,7 @@ func TestNewRejects(t *testing.T) {
 		{Config{ID: "acp:x", Dir: dir}, "no command"},
 		{Config{Command: "x", Dir: dir, Approval: "maybe"}, "approval"},
 		{Config{Command: "x", Dir: dir, IdleTimeout: -time.Second}, "negative"},
-		{Config{Command: "x", Dir: dir, AllowCommands: []string{"ls", " "}}, "allowed command 2 is empty"},
+		{Config{Command: "x", Dir: dir, AllowCommands: []string{"ls", " "}}, "allow_commands has an empty entry"},
 		{Config{Command: "x", Dir: filepath.Join(dir, "missing")}, "workspace"},
 		{Config{Command: "x", Dir: file}, "not a directory"},
 	} {

@@ -59,9 +59,11 @@
 //     least one must be named; then allowed when AllowEdits is set or Approval is "allow".
 //     Under "ask" without AllowEdits the call fails with *tools.ApprovalError.
 //   - execute: allowed only when its command (raw input "command"/"cmd", else the title)
-//     starts word by word with an AllowCommands entry and contains no shell control
-//     characters (; & | < > ` $ ( ) and newlines), so "go test ./... && rm -rf ~" is not
-//     "go test". Anything else is refused and the agent told so.
+//     passes run_command's rule (tools.CommandAllowed): read as a shell reads plain
+//     words, it starts word by word with an AllowCommands entry and holds nothing that
+//     would make a shell do more (; & | < > ` $ ( ) outside quotes, newlines), so
+//     "go test ./... && rm -rf ~" is not "go test". Anything else is refused and the
+//     agent told so.
 //   - Everything else (fetch, read, search, other, ...): Approval "allow" allows, "deny"
 //     refuses, "ask" (and the zero value) refuses and fails the call with
 //     *tools.ApprovalError, after cancelling the prompt.

@@ -323,7 +323,7 @@ func (s *session) decide(st toolState) (allow bool, why string, ask bool) {
 		if cmd == "" {
 			return false, "no command given", false
 		}
-		if s.b.commandAllowed(cmd) {
+		if tools.CommandAllowed(s.b.allow, cmd) {
 			return true, "", false
 		}
 		return false, fmt.Sprintf("%q does not start with an allowed command", snippet(cmd, 80)), false
@@ -387,31 +387,6 @@ func isShell(p string) bool {
 		return true
 	}
 	return false
-}
-
-// commandAllowed reports whether cmd starts, word by word, with an allowed command and
-// has no shell control characters that could chain another one after it.
-func (b *Backend) commandAllowed(cmd string) bool {
-	if strings.ContainsAny(cmd, ";&|<>`$()\n\r") {
-		return false
-	}
-	words := strings.Fields(cmd)
-	for _, entry := range b.cfg.AllowCommands {
-		ew := strings.Fields(entry)
-		if len(ew) > 0 && len(ew) <= len(words) && equalWords(words[:len(ew)], ew) {
-			return true
-		}
-	}
-	return false
-}
-
-func equalWords(a, b []string) bool {
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // rel turns an absolute path inside the workspace into one relative to it.

@@ -35,7 +35,10 @@ func TestExtractJSON(t *testing.T) {
 }
 
 func TestCommandAllowed(t *testing.T) {
-	b := &Backend{cfg: Config{AllowCommands: []string{"go test", "ls", "npm run  lint"}}}
+	b, err := New(Config{Command: "x", Dir: t.TempDir(), AllowCommands: []string{"go test", "ls", "npm run  lint"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for cmd, want := range map[string]bool{
 		"go test ./...":           true,
 		"go  test":                true,
@@ -53,8 +56,12 @@ func TestCommandAllowed(t *testing.T) {
 		"ls > /etc/passwd":        false,
 		"go test\nrm -rf /":       false,
 		"":                        false,
+		// Quotes are read as a shell reads them: what they hold is one literal word.
+		`go test -run 'A|B'`: true,
+		`"go" test`:          true,
+		`ls "$HOME"`:         false,
 	} {
-		if got := b.commandAllowed(cmd); got != want {
+		if got := tools.CommandAllowed(b.allow, cmd); got != want {
 			t.Errorf("commandAllowed(%q) = %t, want %t", cmd, got, want)
 		}
 	}

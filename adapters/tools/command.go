@@ -131,6 +131,34 @@ func joinWords(words []string) string {
 	return b.String()
 }
 
+// ParseAllowList splits [tools] allow_commands entries into words, as run_command and
+// CommandAllowed compare them.
+func ParseAllowList(entries []string) ([][]string, error) {
+	allow := make([][]string, 0, len(entries))
+	for _, c := range entries {
+		words, err := splitWords(c)
+		if err != nil {
+			return nil, fmt.Errorf("tools: allow_commands entry %q: %v (give a program and its leading arguments as plain words, e.g. \"go test\")", c, err)
+		}
+		if len(words) == 0 {
+			return nil, fmt.Errorf("tools: allow_commands has an empty entry (remove it, or name a program such as \"go test\")")
+		}
+		allow = append(allow, words)
+	}
+	return allow, nil
+}
+
+// CommandAllowed reports whether the command line cmdline starts, word by word, with one
+// of allow's entries (from ParseAllowList). The line is read as a shell reads plain words;
+// one with anything that would make a shell do more (chaining, redirection, expansion,
+// a newline) is refused, so "go test ./... && rm -rf ~" is not "go test". It is
+// run_command's rule, applied to a command line given whole (a coding agent's execute
+// request, which the agent may hand to a shell).
+func CommandAllowed(allow [][]string, cmdline string) bool {
+	argv, err := splitWords(cmdline)
+	return err == nil && allowed(allow, argv)
+}
+
 // allowed reports whether argv starts with one of the allowed word lists.
 func allowed(allow [][]string, argv []string) bool {
 	for _, words := range allow {

@@ -99,11 +99,7 @@ func (t *readFile) Call(ctx context.Context, raw json.RawMessage) (string, error
 	}
 	start := max(a.Offset, 1)
 	w := t.e.ws
-	rel, err := w.rel(name, a.Path)
-	if err != nil {
-		return "", err
-	}
-	root, err := w.open(name)
+	root, rel, err := w.openPath(name, a.Path, false)
 	if err != nil {
 		return "", err
 	}
@@ -225,11 +221,7 @@ func (t *listDir) Call(ctx context.Context, raw json.RawMessage) (string, error)
 		a.Path = "."
 	}
 	w := t.e.ws
-	rel, err := w.rel(name, a.Path)
-	if err != nil {
-		return "", err
-	}
-	root, err := w.open(name)
+	root, rel, err := w.openPath(name, a.Path, false)
 	if err != nil {
 		return "", err
 	}
@@ -314,21 +306,14 @@ func (t *writeFile) Call(ctx context.Context, raw json.RawMessage) (string, erro
 		return "", errMissing(name, "content")
 	}
 	w := t.e.ws
-	rel, err := w.rel(name, a.Path)
-	if err != nil {
-		return "", err
-	}
-	if err := w.writable(name, rel); err != nil {
-		return "", err
-	}
-	if rel == "." {
-		return "", fmt.Errorf("%s: %q is the workspace directory itself; give a file path inside it", name, a.Path)
-	}
-	root, err := w.open(name)
+	root, rel, err := w.openPath(name, a.Path, true)
 	if err != nil {
 		return "", err
 	}
 	defer root.Close()
+	if rel == "." {
+		return "", fmt.Errorf("%s: %q is the workspace directory itself; give a file path inside it", name, a.Path)
+	}
 	existed := false
 	if fi, err := root.Stat(rel); err == nil {
 		if fi.IsDir() {
@@ -395,14 +380,7 @@ func (t *editFile) Call(ctx context.Context, raw json.RawMessage) (string, error
 		return "", fmt.Errorf("%s: old_string and new_string are the same; nothing would change", name)
 	}
 	w := t.e.ws
-	rel, err := w.rel(name, a.Path)
-	if err != nil {
-		return "", err
-	}
-	if err := w.writable(name, rel); err != nil {
-		return "", err
-	}
-	root, err := w.open(name)
+	root, rel, err := w.openPath(name, a.Path, true)
 	if err != nil {
 		return "", err
 	}

@@ -62,11 +62,7 @@ func (t *searchFiles) Call(ctx context.Context, raw json.RawMessage) (string, er
 		a.Path = "."
 	}
 	w := t.e.ws
-	rel, err := w.rel(name, a.Path)
-	if err != nil {
-		return "", err
-	}
-	root, err := w.open(name)
+	root, rel, err := w.openPath(name, a.Path, false)
 	if err != nil {
 		return "", err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -123,16 +124,9 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 		return nil, fmt.Errorf("tools: command timeout %s is negative (use a positive duration, or 0 for the default %s)",
 			timeout, DefaultCommandTimeout)
 	}
-	allow := make([][]string, 0, len(cfg.AllowCommands))
-	for _, c := range cfg.AllowCommands {
-		words, err := splitWords(c)
-		if err != nil {
-			return nil, fmt.Errorf("tools: allow_commands entry %q: %v (give a program and its leading arguments as plain words, e.g. \"go test\")", c, err)
-		}
-		if len(words) == 0 {
-			return nil, fmt.Errorf("tools: allow_commands has an empty entry (remove it, or name a program such as \"go test\")")
-		}
-		allow = append(allow, words)
+	allow, err := ParseAllowList(cfg.AllowCommands)
+	if err != nil {
+		return nil, err
 	}
 
 	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits()}
@@ -174,12 +168,7 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 
 // Names returns the names of every tool in the set, sorted.
 func (s *Set) Names() []string {
-	names := make([]string, 0, len(s.tools))
-	for n := range s.tools {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(s.tools))
 }
 
 // Workspace returns the absolute workspace directory.

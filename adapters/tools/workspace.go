@@ -75,14 +75,25 @@ func (w workspace) outside(tool, p string) error {
 		tool, p, w.dir)
 }
 
-// open opens the workspace as an os.Root. It is opened per call rather than held, so a
-// Set owns no file descriptor and needs no Close.
-func (w workspace) open(tool string) (*os.Root, error) {
-	r, err := os.OpenRoot(w.dir)
+// openPath turns the path the model gave into one relative to the workspace (see rel),
+// refuses a protected one when the tool writes, and opens the workspace as the os.Root to
+// reach it through; the caller closes the root. The root is opened per call rather than
+// held, so a Set owns no file descriptor and needs no Close.
+func (w workspace) openPath(tool, p string, write bool) (root *os.Root, rel string, err error) {
+	rel, err = w.rel(tool, p)
 	if err != nil {
-		return nil, fmt.Errorf("%s: cannot open the workspace %s: %v", tool, w.dir, err)
+		return nil, "", err
 	}
-	return r, nil
+	if write {
+		if err := w.writable(tool, rel); err != nil {
+			return nil, "", err
+		}
+	}
+	root, err = os.OpenRoot(w.dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: cannot open the workspace %s: %v", tool, w.dir, err)
+	}
+	return root, rel, nil
 }
 
 // pathErr explains a failed operation on the path the model gave.

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,14 +22,13 @@ func TestCodingAgentOverACP(t *testing.T) {
 	}
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "ws")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	logPath := filepath.Join(dir, "acp.jsonl")
-	if err := os.MkdirAll(filepath.Join(dir, "sessions"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{ws, filepath.Join(dir, "sessions")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	files := map[string]string{
+	writeFiles(t, dir, map[string]string{
 		"luft.toml": fmt.Sprintf(`[backends.coder]
 type = "acp"
 command = %q
@@ -46,21 +44,11 @@ allow_commands = ["go test"]
   local d = agent{backend = "coder", prompt = "EDIT notes.txt\nEDIT ../escape.txt\nRUN rm -rf /\nRUN go test ./..."}
   report({a = a.text, ok = b.output.ok, same = c.session_id == a.session_id, c = c.text, d = d.ok})
 end`,
-	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), acpfake.EnvLog+"="+logPath, acpfake.EnvState+"="+filepath.Join(dir, "sessions"))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	})
+	out := mustLuft(t, dir, []string{acpfake.EnvLog + "=" + logPath, acpfake.EnvState + "=" + filepath.Join(dir, "sessions")},
+		"--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")
 	for _, want := range []string{`"ok": true`, `"same": true`, `"d": true`, `"a": "echo: hello there"`, `(turn 2 of session`} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %s:\n%s", want, out)
 		}
 	}

@@ -2,10 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -97,12 +96,7 @@ func backends(e *env, cfg config.Config, mockFile string, protected []string) (*
 		bs = append(bs, b)
 		set.infos = append(set.infos, backendInfo{ID: name, Type: "acp", Source: "built-in", BaseURL: strings.Join(append([]string{c.Command}, c.Args...), " ")})
 	}
-	ids := make([]string, 0, len(cfg.Backends))
-	for id := range cfg.Backends {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(cfg.Backends)) {
 		b := cfg.Backends[id]
 		info := backendInfo{ID: id, Type: b.Type, Source: cfg.Path, Model: b.Model}
 		switch {
@@ -204,9 +198,7 @@ func newBackendCmd(e *env, g *globalFlags) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(e.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(set.infos)
+				return writeJSON(e.stdout, set.infos)
 			}
 			tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tTYPE\tMODEL\tENDPOINT\tSOURCE")
@@ -247,9 +239,7 @@ completion of a single token to read them. Exit 0 when the backend is usable, 1 
 			defer cancel()
 			rep := c.Check(ctx)
 			if checkJSON {
-				enc := json.NewEncoder(e.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(struct {
+				if err := writeJSON(e.stdout, struct {
 					ID string `json:"id"`
 					OK bool   `json:"ok"`
 					adapters.CheckReport
@@ -296,13 +286,8 @@ func printCheck(e *env, id string, r adapters.CheckReport) {
 		fmt.Fprintf(w, "  model        none configured (agents must name one: agent{model=...}); listed: %s\n", dash(strings.Join(r.Models, ", ")))
 	}
 	if len(r.RateLimits) > 0 {
-		names := make([]string, 0, len(r.RateLimits))
-		for k := range r.RateLimits {
-			names = append(names, k)
-		}
-		sort.Strings(names)
 		fmt.Fprintln(w, "  rate limits")
-		for _, k := range names {
+		for _, k := range slices.Sorted(maps.Keys(r.RateLimits)) {
 			fmt.Fprintf(w, "    %s: %s\n", k, r.RateLimits[k])
 		}
 	} else if r.Reachable {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -457,11 +458,9 @@ func (ct *crashTest) verify(c *crashCycle, ref crashRef, total *crashTotals) {
 	// run_started: one per attempt, attempts 1..row.Attempt; a missing attempt number is
 	// allowed only for a process killed before it printed its run_started.
 	var attempts []int
-	bounds := []int64{} // seq of each run_started
 	for _, ev := range evs {
 		if ev.Type == event.RunStarted {
 			attempts = append(attempts, attemptOf(ev))
-			bounds = append(bounds, ev.Seq)
 		}
 	}
 	silent := 0
@@ -650,7 +649,7 @@ func (ct *crashTest) verify(c *crashCycle, ref crashRef, total *crashTotals) {
 		}
 	}
 	if !reflect.DeepEqual(agentKeys, ref.agentKeys) {
-		errorf("the agent calls differ from the reference run's:\n got %v\nwant %v", sortedKeys(agentKeys), sortedKeys(ref.agentKeys))
+		errorf("the agent calls differ from the reference run's:\n got %v\nwant %v", slices.Sorted(maps.Keys(agentKeys)), slices.Sorted(maps.Keys(ref.agentKeys)))
 	}
 	total.calls += len(agentKeys)
 
@@ -736,15 +735,6 @@ func killMoments(ks []crashKill) string {
 	return b.String()
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // encodeEvent is the line luft run --json prints for ev.
 func encodeEvent(t *testing.T, ev event.Event) string {
 	var b bytes.Buffer
@@ -790,17 +780,7 @@ func (ct *crashTest) start(args ...string) *crashProc {
 	t.Helper()
 	cmd := exec.Command(ct.bin, args...)
 	cmd.Dir = ct.work
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LUFT_") && !strings.HasPrefix(kv, "GORACE=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// A -race build sleeps 1s at exit by default.
-	g := os.Getenv("GORACE")
-	if !strings.Contains(g, "atexit_sleep_ms") {
-		g = strings.TrimSpace(g + " atexit_sleep_ms=0")
-	}
-	cmd.Env = append(cmd.Env, "GORACE="+g, "LUFT_MOCK_LATENCY_MS="+crashLatencyMS, "NO_COLOR=1")
+	cmd.Env = testEnv(nil, "LUFT_MOCK_LATENCY_MS="+crashLatencyMS, "NO_COLOR=1")
 	p := &crashProc{cmd: cmd, more: make(chan struct{}), done: make(chan struct{})}
 	cmd.Stderr = &p.stderr
 	stdout, err := cmd.StdoutPipe()
@@ -824,14 +804,7 @@ func (ct *crashTest) start(args ...string) *crashProc {
 		}
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	killAtCleanup(t, cmd, p.done)
 	return p
 }
 

@@ -303,7 +303,7 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 		Short: "Show a run's events (--follow to keep streaming while it runs)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
-			if _, err := parseLevel(level); err != nil {
+			if err := checkLevel(level); err != nil {
 				return err
 			}
 			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {

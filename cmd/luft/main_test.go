@@ -51,9 +51,14 @@ func TestMain(m *testing.M) {
 }
 
 // TestScripts runs every testdata/script/*.txtar. Each script's $WORK holds a copy of the
-// repository's examples/ and workflows/ folders next to the archive's own files.
+// repository's examples/ and workflows/ folders and of the shell helpers in testdata/sh
+// (luft.sh, saveid.sh, waitrunning.sh) next to the archive's own files.
 func TestScripts(t *testing.T) {
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpers, err := filepath.Abs(filepath.Join("testdata", "sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,6 +71,9 @@ func TestScripts(t *testing.T) {
 				if err := os.CopyFS(filepath.Join(env.WorkDir, dir), os.DirFS(filepath.Join(repo, dir))); err != nil {
 					return fmt.Errorf("copy %s into $WORK: %w", dir, err)
 				}
+			}
+			if err := os.CopyFS(env.WorkDir, os.DirFS(helpers)); err != nil {
+				return fmt.Errorf("copy the shell helpers into $WORK: %w", err)
 			}
 			// The mock backend reads these; scripts set them where they need them.
 			env.Setenv("LUFT_MOCK_LATENCY_MS", "")

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,17 +15,11 @@ import (
 // test binary as the fake) and a streamable HTTP one. Both fakes' ground-truth logs show
 // the calls the model asked for, and the engine received their results.
 func TestMCPToolsInAgents(t *testing.T) {
-	engine := testkit.NewEngine(testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
+	engine, _, url := startEngine(t, testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
 		{Match: "look up alpha", Calls: []testkit.ScriptedCall{{Name: "files__lookup", Arguments: `{"key":"alpha"}`}}, Reply: "found it"},
 		{Match: "add two and three", Calls: []testkit.ScriptedCall{{Name: "web__add", Arguments: `{"a":2,"b":3}`}}, Reply: "sum done"},
 		{Match: "make it fail", Calls: []testkit.ScriptedCall{{Name: "web__fail", Arguments: `{}`}}, Reply: "handled"},
 	}})
-	srv := testkit.NewServer(engine)
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
 	web := mcpfake.New()
 	webURL, stop := web.StartHTTP(t)
 	t.Cleanup(stop)
@@ -36,18 +29,13 @@ func TestMCPToolsInAgents(t *testing.T) {
 	}
 	dir := t.TempDir()
 	stdioLog := filepath.Join(dir, "stdio-calls.jsonl")
-	files := map[string]string{
-		"luft.toml": fmt.Sprintf(`default_backend = "local"
-[backends.local]
-type = "openai"
-base_url = %q
-model = "fake-1"
-[mcp_servers.files]
+	writeFiles(t, dir, map[string]string{
+		"luft.toml": localBackend(url, "fake-1", fmt.Sprintf(`[mcp_servers.files]
 command = %q
 env = { %s = "1", %s = %q, GORACE = "atexit_sleep_ms=0" }
 [mcp_servers.web]
 url = %q
-`, url, self, mcpfake.EnvStdio, mcpfake.EnvLog, stdioLog, webURL),
+`, self, mcpfake.EnvStdio, mcpfake.EnvLog, stdioLog, webURL)),
 		"wf.lua": `function main()
   local a = agent{prompt = "look up alpha", tools = {"files__lookup"}}
   local b = agent{prompt = "add two and three", tools = {"web__add", "web__fail"}}
@@ -55,22 +43,10 @@ url = %q
   report({a = a.text, b = b.text, c = c.text})
 end`,
 		"builtin.lua": `function main() report(agent{prompt = "no tools here"}.ok) end`,
-	}
-	for name, text := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	run := func(script string) string {
 		t.Helper()
-		cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", script)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("luft run %s: %v\n%s", script, err, out)
-		}
-		return string(out)
+		return mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", script)
 	}
 	// A run whose agents ask for no upstream tool starts no server.
 	run("builtin.lua")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,46 +20,16 @@ import (
 // luft talks to an OpenAI-compatible endpoint configured in luft.toml or through
 // OPENAI_BASE_URL: here the test kit's fake engine on a loopback port.
 func TestOpenAIBackendEndToEnd(t *testing.T) {
-	engine := testkit.NewEngine(testkit.Config{Replicas: 1, Slots: 2, DefaultMaxTokens: 8})
-	srv := testkit.NewServer(engine)
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	engine, _, url := startEngine(t, testkit.Config{Replicas: 1, Slots: 2, DefaultMaxTokens: 8})
 	dir := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("wf.lua", `function main()
+	writeFiles(t, dir, map[string]string{
+		"wf.lua": `function main()
   local a = agent{prompt = "say something"}
   local b = agent{prompt = "give a record", schema = {type = "object", properties = {n = {type = "integer"}}, required = {"n"}}}
   report({text = a.text ~= "", backend = a.backend, model = a.model, n = type(b.output.n), tokens = a.tokens > 0})
-end`)
-	write("luft.toml", fmt.Sprintf(`default_backend = "local"
-[backends.local]
-type = "openai"
-base_url = %q
-model = "fake-1"
-api_key_env = "FAKE_KEY"
-max_concurrency = 2
-`, url))
-
-	run := func(env []string, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(luftBinary(t), append([]string{"--state-dir", filepath.Join(dir, "state")}, args...)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), env...)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("luft %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
-		}
-		return string(out)
-	}
+end`,
+		"luft.toml": localBackend(url, "fake-1", "api_key_env = \"FAKE_KEY\"\nmax_concurrency = 2\n"),
+	})
 	for name, tc := range map[string]struct {
 		env     []string
 		args    []string
@@ -69,10 +40,10 @@ max_concurrency = 2
 	} {
 		t.Run(name, func(t *testing.T) {
 			if name == "environment" {
-				write("none.toml", "")
+				writeFiles(t, dir, map[string]string{"none.toml": ""})
 			}
 			before := len(engine.Log())
-			out := run(tc.env, tc.args...)
+			out := mustLuft(t, dir, tc.env, append([]string{"--state-dir", filepath.Join(dir, "state")}, tc.args...)...)
 			for _, want := range []string{`"backend": "` + tc.backend + `"`, `"n": "number"`, `"text": true`, `"tokens": true`} {
 				if !strings.Contains(out, want) {
 					t.Errorf("report lacks %s:\n%s", want, out)
@@ -88,20 +59,9 @@ max_concurrency = 2
 // `luft backend check` probes an endpoint live: reachable, its model listed, the rate
 // limits it reports (read from a one-token completion, since /models carries none).
 func TestBackendCheck(t *testing.T) {
-	engine := testkit.NewEngine(testkit.Config{Models: []string{"fake-1"}, Limits: testkit.Limits{RPM: 600, TPM: 60000}})
-	srv := testkit.NewServer(engine)
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	engine, _, url := startEngine(t, testkit.Config{Models: []string{"fake-1"}, Limits: testkit.Limits{RPM: 600, TPM: 60000}})
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "luft.toml"), []byte(fmt.Sprintf(`default_backend = "local"
-[backends.local]
-type = "openai"
-base_url = %q
-model = "fake-1"
-[backends.wrong]
+	writeFiles(t, dir, map[string]string{"luft.toml": localBackend(url, "fake-1", fmt.Sprintf(`[backends.wrong]
 type = "openai"
 base_url = %q
 model = "no-such-model"
@@ -109,15 +69,11 @@ model = "no-such-model"
 type = "openai"
 base_url = "http://127.0.0.1:1/v1"
 model = "m"
-`, url, url)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`, url))})
+	// run returns what luft printed, stdout then stderr, and its exit code.
 	run := func(args ...string) (string, int) {
-		cmd := exec.Command(luftBinary(t), args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=", "OPENAI_BASE_URL=")
-		out, _ := cmd.CombinedOutput()
-		return string(out), cmd.ProcessState.ExitCode()
+		out, errOut, code := luftIn(t, dir, []string{"OPENAI_API_KEY=", "OPENAI_BASE_URL="}, args...)
+		return out + errOut, code
 	}
 	out, code := run("backend", "check", "local")
 	for _, want := range []string{"reachable    yes", "fake-1: listed", "x-ratelimit-limit-requests: 600", "x-ratelimit-limit-tokens: 60000", "one-token completion"} {
@@ -141,16 +97,14 @@ model = "m"
 		fmt.Fprint(w, `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}`)
 	}))
 	t.Cleanup(denied.Close)
-	if err := os.WriteFile(filepath.Join(dir, "denied.toml"), []byte(fmt.Sprintf("[backends.locked]\ntype = \"openai\"\nbase_url = %q\nmodel = \"m\"\n", denied.URL+"/v1")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFiles(t, dir, map[string]string{
+		"denied.toml": fmt.Sprintf("[backends.locked]\ntype = \"openai\"\nbase_url = %q\nmodel = \"m\"\n", denied.URL+"/v1"),
+		"wf.lua":      `function main() report(agent{prompt = "hi"}.ok) end`,
+	})
 	if out, code := run("--config", "denied.toml", "backend", "check", "locked"); code != 1 || !strings.Contains(out, "refused      the endpoint refused the API key (HTTP 401") {
 		t.Errorf("check with a refused key: exit %d\n%s", code, out)
 	}
 	// A run's summary shows what the scheduler learned of the lane's limits.
-	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main() report(agent{prompt = "hi"}.ok) end`), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	out, code = run("--state-dir", filepath.Join(dir, "st"), "run", "-w", "wf.lua")
 	if code != 0 || !regexp.MustCompile(`(?m)^ +lane local/fake-1 · 0 running · tokens [0-9.]+k/60\.0k left · requests \d+/600 left$`).MatchString(out) {
 		t.Errorf("run summary (exit %d) lacks the lane's learned limits:\n%s", code, out)
@@ -164,35 +118,16 @@ model = "m"
 // A backend with replicas spreads a run's turns over them: the scheduler picks the
 // replica, the openai backend sends there (the engine's log says which one served).
 func TestReplicaRouting(t *testing.T) {
-	engine := testkit.NewEngine(testkit.Config{Replicas: 2, Slots: 1, DefaultMaxTokens: 4, DecodePerToken: 5 * time.Millisecond})
-	srv := testkit.NewServer(engine)
-	if _, err := srv.Start("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	engine, srv, _ := startEngine(t, testkit.Config{Replicas: 2, Slots: 1, DefaultMaxTokens: 4, DecodePerToken: 5 * time.Millisecond})
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "luft.toml"), []byte(fmt.Sprintf(`default_backend = "local"
-[backends.local]
-type = "openai"
-base_url = %q
-replicas = [%q]
-model = "fake-1"
-max_concurrency = 1
-`, srv.ReplicaURL(0), srv.ReplicaURL(1))), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main()
+	writeFiles(t, dir, map[string]string{
+		"luft.toml": localBackend(srv.ReplicaURL(0), "fake-1", fmt.Sprintf("replicas = [%q]\nmax_concurrency = 1\n", srv.ReplicaURL(1))),
+		"wf.lua": `function main()
   local r = parallel({1, 2, 3, 4, 5, 6, 7, 8}, function(i) return agent{prompt = "item " .. i}.ok end)
   report(#r)
-end`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+end`,
+	})
+	mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")
 	served := map[int]int{}
 	for _, r := range engine.Log() {
 		served[r.Replica]++
@@ -207,44 +142,25 @@ end`), 0o644); err != nil {
 // the workspace comes back to the model as an error, not file contents; a destructive
 // tool under the "ask" policy fails the call with a message saying what to configure.
 func TestToolUsingAgent(t *testing.T) {
-	engine := testkit.NewEngine(testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
+	engine, _, url := startEngine(t, testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
 		{Match: "summarise the notes", Calls: []testkit.ScriptedCall{{Name: "read_file", Arguments: `{"path":"notes.txt"}`}}, Reply: "the notes are read"},
 		{Match: "peek outside", Calls: []testkit.ScriptedCall{{Name: "read_file", Arguments: `{"path":"../secret.txt"}`}}, Reply: "could not"},
 		{Match: "write it down", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"out.txt","content":"x"}`}}, Reply: "written"},
 	}})
-	srv := testkit.NewServer(engine)
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
 	dir := t.TempDir()
 	ws := filepath.Join(dir, "ws")
-	for name, text := range map[string]string{
+	writeFiles(t, dir, map[string]string{
 		"ws/notes.txt": "NOTE: ship on friday", "secret.txt": "TOP SECRET",
-		"luft.toml": fmt.Sprintf("default_backend = \"local\"\n[backends.local]\ntype = \"openai\"\nbase_url = %q\nmodel = \"fake-1\"\n[tools]\nworkspace = %q\ndestructive = [\"write_file\"]\n", url, ws),
+		"luft.toml": localBackend(url, "fake-1", fmt.Sprintf("[tools]\nworkspace = %q\ndestructive = [\"write_file\"]\n", ws)),
 		"wf.lua": `function main()
   local a = agent{prompt = "summarise the notes", tools = {"read_file"}}
   local b = agent{prompt = "peek outside", tools = {"read_file", "list_dir"}}
   report({a = a.text, b = b.text})
 end`,
 		"write.lua": `function main() report(agent{prompt = "write it down", tools = {"write_file"}}.text) end`,
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	run := func(script string) (string, string, int) {
-		cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", script)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		_ = cmd.Run()
-		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+		return luftIn(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", script)
 	}
 	out, errOut, code := run("wf.lua")
 	if code != 0 || !strings.Contains(out, `"a": "the notes are read"`) {
@@ -306,19 +222,11 @@ func TestRateLimitAndServerErrorsEndToEnd(t *testing.T) {
 		resp.Body.Close()
 	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "luft.toml"), []byte(fmt.Sprintf("default_backend = \"local\"\n[backends.local]\ntype = \"openai\"\nbase_url = %q\nmodel = \"m\"\n", srv.URL+"/v1")), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "wf.lua"), []byte(`function main() report(agent{prompt = "hello"}.ok) end`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	writeFiles(t, dir, map[string]string{
+		"luft.toml": localBackend(srv.URL+"/v1", "m", ""),
+		"wf.lua":    `function main() report(agent{prompt = "hello"}.ok) end`,
+	})
+	events := mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
 	var statuses []int
 	var at []time.Time
 	var retryAfter time.Duration
@@ -336,7 +244,6 @@ func TestRateLimitAndServerErrorsEndToEnd(t *testing.T) {
 	if gap := at[1].Sub(at[0]); retryAfter <= 0 || gap < retryAfter-50*time.Millisecond {
 		t.Fatalf("the retry came %v after the 429, whose retry-after was %v", gap, retryAfter)
 	}
-	events := string(out)
 	if strings.Count(events, `"type":"agent_retry"`) != 2 || !strings.Contains(events, `"status":"completed"`) {
 		t.Fatalf("want two agent_retry events (the 500, the 429) and a completed run:\n%s", events)
 	}
@@ -346,35 +253,18 @@ func TestRateLimitAndServerErrorsEndToEnd(t *testing.T) {
 // re-prompts in the same conversation (schema_retry), the second answer does; replies
 // stream (agent_progress events, streamed requests in the engine's log).
 func TestSchemaRetryAndStreamingEndToEnd(t *testing.T) {
-	engine := testkit.NewEngine(testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
+	engine, _, url := startEngine(t, testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{
 		{Match: "rate the change", Reply: `{"score": "high"}`},
 	}})
-	srv := testkit.NewServer(engine)
-	url, err := srv.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
 	dir := t.TempDir()
-	for name, text := range map[string]string{
-		"luft.toml": fmt.Sprintf("default_backend = \"local\"\n[backends.local]\ntype = \"openai\"\nbase_url = %q\nmodel = \"m\"\n", url),
+	writeFiles(t, dir, map[string]string{
+		"luft.toml": localBackend(url, "m", ""),
 		"wf.lua": `function main()
   local r = agent{prompt = "rate the change", schema = {type = "object", properties = {score = {type = "integer"}}, required = {"score"}}}
   report({score_type = type(r.output.score)})
 end`,
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(luftBinary(t), "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	events := string(out)
+	})
+	events := mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
 	if n := strings.Count(events, `"type":"schema_retry"`); n != 1 || !strings.Contains(events, `"status":"completed"`) {
 		t.Fatalf("want one schema_retry and a completed run, got %d:\n%s", n, events)
 	}
@@ -396,4 +286,65 @@ end`,
 	if !strings.HasPrefix(got, `user:rate the change|assistant:{"score": "high"}|user:Your previous reply did not match the required JSON schema:`) {
 		t.Fatalf("the re-prompt continued no conversation: %q", got)
 	}
+}
+
+// startEngine serves the test kit's fake OpenAI engine on a loopback port for the test's
+// life and returns it, its server and its base URL.
+func startEngine(t *testing.T, cfg testkit.Config) (*testkit.Engine, *testkit.Server, string) {
+	t.Helper()
+	engine := testkit.NewEngine(cfg)
+	srv := testkit.NewServer(engine)
+	url, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return engine, srv, url
+}
+
+// localBackend is a luft.toml whose default backend "local" is the OpenAI-compatible
+// endpoint at url with model, followed by more.
+func localBackend(url, model, more string) string {
+	return fmt.Sprintf("default_backend = \"local\"\n[backends.local]\ntype = \"openai\"\nbase_url = %q\nmodel = %q\n", url, model) + more
+}
+
+// writeFiles writes files (paths relative to dir) into dir, making folders as needed.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, text := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// luftIn runs luft with args in dir, env added to the test's environment (see testEnv),
+// and returns its stdout, its stderr and its exit code.
+func luftIn(t *testing.T, dir string, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(luftBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = testEnv(nil, env...)
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) {
+			t.Fatalf("luft %s: %v\nstderr:\n%s", strings.Join(args, " "), err, errOut.String())
+		}
+	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
+}
+
+// mustLuft is luftIn for a run that must exit 0; it returns the stdout.
+func mustLuft(t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
+	out, errOut, code := luftIn(t, dir, env, args...)
+	if code != 0 {
+		t.Fatalf("luft %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
 }

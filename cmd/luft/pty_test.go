@@ -81,23 +81,7 @@ type ptyRun struct {
 // ptyEnv is the environment of a luft process under test: the test's own, without what
 // would change how luft draws (CI, TERM, NO_COLOR, …) or what it runs (LUFT_*), plus add.
 func ptyEnv(add ...string) []string {
-	drop := []string{"LUFT_", "GORACE=", "CI=", "TERM=", "NO_COLOR=", "CLICOLOR", "COLORTERM=", "COLUMNS=", "LINES="}
-	var env []string
-next:
-	for _, kv := range os.Environ() {
-		for _, p := range drop {
-			if strings.HasPrefix(kv, p) {
-				continue next
-			}
-		}
-		env = append(env, kv)
-	}
-	// A -race build sleeps 1s at exit by default.
-	g := os.Getenv("GORACE")
-	if !strings.Contains(g, "atexit_sleep_ms") {
-		g = strings.TrimSpace(g + " atexit_sleep_ms=0")
-	}
-	return append(append(env, "GORACE="+g), add...)
+	return testEnv([]string{"CI=", "TERM=", "NO_COLOR=", "CLICOLOR", "COLORTERM=", "COLUMNS=", "LINES="}, add...)
 }
 
 // ptyDir is a fresh working directory holding scan.lua and an empty luft.toml (so that no
@@ -187,13 +171,8 @@ func startPTY(t *testing.T, dir string, env []string, args ...string) *ptyRun {
 		r.werr = r.cmd.Wait()
 		close(r.done)
 	}()
+	// Cleanups run last first: the process is killed and reaped before the terminal closes.
 	t.Cleanup(func() {
-		select {
-		case <-r.done:
-		default:
-			_ = r.cmd.Process.Kill()
-			<-r.done
-		}
 		ptmx.Close()
 		<-r.read
 		// Not emu.Close: it races with a Read in progress. Closing the input pipe ends
@@ -203,6 +182,7 @@ func startPTY(t *testing.T, dir string, env []string, args ...string) *ptyRun {
 		}
 		<-answered
 	})
+	killAtCleanup(t, r.cmd, r.done)
 	return r
 }
 

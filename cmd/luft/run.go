@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -156,7 +157,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if _, err := reg.Get(f.backend); err != nil {
 		return usageErr("--backend: %v", err)
 	}
-	if _, err := parseLevel(g.logLevel); err != nil {
+	if err := checkLevel(g.logLevel); err != nil {
 		return err
 	}
 	if f.output != "" {
@@ -276,21 +277,12 @@ func attemptOf(ev event.Event) int {
 	return 0
 }
 
-func parseLevel(s string) (int, error) {
-	for i, l := range []string{"trace", "debug", "info", "warn", "error"} {
-		if s == l {
-			return i, nil
-		}
+// checkLevel refuses a log level the views do not know.
+func checkLevel(s string) error {
+	if !slices.Contains([]string{"trace", "debug", "info", "warn", "error"}, s) {
+		return usageErr("invalid --log-level %q: use trace, debug, info, warn or error", s)
 	}
-	return 0, usageErr("invalid --log-level %q: use trace, debug, info, warn or error", s)
-}
-
-func levelRank(s string) int {
-	n, err := parseLevel(s)
-	if err != nil {
-		return 2
-	}
-	return n
+	return nil
 }
 
 // errorExit maps a finished run to its exit error.

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -127,6 +128,24 @@ func luftBinary(t *testing.T) string {
 	return p
 }
 
+// testEnv is the environment of a luft process under test: the test's own without LUFT_*
+// (which would change what luft runs) and without the variables starting with one of
+// drop, with GORACE keeping a -race build from sleeping a second at exit, plus add.
+func testEnv(drop []string, add ...string) []string {
+	drop = append([]string{"LUFT_", "GORACE="}, drop...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !slices.ContainsFunc(drop, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+			env = append(env, kv)
+		}
+	}
+	g := os.Getenv("GORACE")
+	if !strings.Contains(g, "atexit_sleep_ms") {
+		g = strings.TrimSpace(g + " atexit_sleep_ms=0")
+	}
+	return append(append(env, "GORACE="+g), add...)
+}
+
 // writeScripts writes slow.lua and wide.lua into dir.
 func writeScripts(t *testing.T, dir string) {
 	t.Helper()
@@ -145,18 +164,7 @@ func startLuft(t *testing.T, env []string, args ...string) *luftProc {
 	writeScripts(t, dir)
 	cmd := exec.Command(luftBinary(t), args...)
 	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LUFT_") && !strings.HasPrefix(kv, "GORACE=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// A -race build sleeps 1s at exit by default.
-	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
-		cmd.Env = append(cmd.Env, "GORACE="+strings.TrimSpace(g+" atexit_sleep_ms=0"))
-	} else {
-		cmd.Env = append(cmd.Env, "GORACE="+g)
-	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = testEnv(nil, env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -186,15 +194,21 @@ func startLuft(t *testing.T, env []string, args ...string) *luftProc {
 		p.werr = cmd.Wait()
 		close(p.done)
 	}()
+	killAtCleanup(t, cmd, p.done)
+	return p
+}
+
+// killAtCleanup kills cmd when the test ends unless it has exited (done is closed), and
+// waits until it has.
+func killAtCleanup(t *testing.T, cmd *exec.Cmd, done <-chan struct{}) {
 	t.Cleanup(func() {
 		select {
-		case <-p.done:
+		case <-done:
 		default:
 			_ = cmd.Process.Kill()
-			<-p.done
+			<-done
 		}
 	})
-	return p
 }
 
 // waitStderr waits for a stderr line containing substr or fails the test.

@@ -3,7 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -32,12 +33,7 @@ func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout,
 		Protected: protected}
 	ts := &toolset{cfg: tc}
-	names := make([]string, 0, len(cfg.MCPServers))
-	for name := range cfg.MCPServers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		s := cfg.MCPServers[name]
 		ts.servers = append(ts.servers, mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL})
 	}

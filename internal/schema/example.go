@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math/big"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -445,10 +447,10 @@ func (g *generator) object(members []*jsonschema.Schema, loc string, depth int) 
 			}
 		}
 	}
-	req := sortedKeys(required)
+	req := slices.Sorted(maps.Keys(required))
 	var optional []string
 	if depth < softDepth {
-		for _, name := range sortedKeys(declared) {
+		for _, name := range slices.Sorted(maps.Keys(declared)) {
 			if !required[name] {
 				optional = append(optional, name)
 			}
@@ -467,7 +469,7 @@ func (g *generator) object(members []*jsonschema.Schema, loc string, depth int) 
 		}
 		full[name] = v
 	}
-	minimal := copyMap(full)
+	minimal := maps.Clone(full)
 	for _, name := range optional {
 		subs, ok := propertySchemas(members, name)
 		if !ok {
@@ -1071,21 +1073,4 @@ func child(loc, name string) string {
 		return loc + "." + name
 	}
 	return fmt.Sprintf("%s[%q]", loc, name)
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func copyMap(m map[string]any) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
