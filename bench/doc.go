@@ -3,9 +3,12 @@
 //
 //	go run ./bench/fanout            # runtime overhead of a parallel fan-out of mock agents
 //	go run ./bench/resume            # time to resume a run whose journal holds N completed calls
+//	go run ./bench/tuiview           # what the live terminal view costs a wide fan-out
+//	go run ./bench/hosted            # the openai backend against hosted-API rate limits, time compressed
 //	go run ./bench/sched             # the admission scheduler beside its baselines, W1–W4
 //
-// fanout and resume measure wall time and are never run by `go test`. bench/sched runs
-// on a virtual clock, so it is deterministic: its fast variants are also tests that
-// assert the scheduler's targets as ratios.
+// fanout, resume and tuiview measure wall time and are never run by `go test`. hosted
+// runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,
+// not its times. bench/sched runs on a virtual clock, so it is deterministic: its fast
+// variants are also tests that assert the scheduler's targets as ratios.
 package bench

@@ -240,22 +240,3 @@ func (b *bucket) compact() {
 		b.pending = 0 // no drift from float sums
 	}
 }
-
-// drop forgets seq's reservation without reconciling it (the turn was never sent).
-func (b *bucket) drop(seq uint64, now time.Time) {
-	i := b.find(seq)
-	if i < 0 || b.flight[i].done {
-		return
-	}
-	f := &b.flight[i]
-	f.done = true
-	b.pending -= f.amt
-	b.advance(now)
-	if b.known {
-		b.level += f.amt
-		if b.limit > 0 {
-			b.level = min(b.level, b.limit)
-		}
-	}
-	b.compact()
-}

@@ -199,9 +199,8 @@ type idleRun struct {
 	since time.Time
 }
 
-// Core is the admission scheduler's pure decision core: the policy that will stand
-// behind the Scheduler interface in place of Gate. It owns no goroutine, no lock and no
-// clock. Every method takes the current time, applies one event to the state (Submit,
+// Core is the admission scheduler's pure decision core, the policy the Executor puts
+// behind the Scheduler interface. It owns no goroutine, no lock and no clock. Every method takes the current time, applies one event to the state (Submit,
 // Complete, Cancel, Tick) and returns the actions the event caused; the executor that
 // wraps it serialises the calls, carries out the actions and calls Tick at NextWake.
 // Tests drive it on a virtual clock, and the same events at the same times with the same
@@ -617,28 +616,58 @@ type reservation struct {
 }
 
 func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
-	raw := float64(max(j.EstTokens, 1))
-	est := t.est.corrected(raw)
-	total := est + t.est.margin(raw, now)
-	f := t.outFrac
-	if j.EstOutput > 0 && j.EstOutput <= j.EstTokens {
-		f = float64(j.EstOutput) / raw
-	}
+	est, f := t.estimate(j.EstTokens, j.EstOutput)
 	// A turn that needs about a whole window on its own can never be served by
 	// waiting: refuse it rather than wait forever. Its reservation is capped at that
 	// share so that a turn just under the line still fits a full bucket.
-	for _, b := range []struct {
-		lim, share float64
-	}{{t.tokens.limit, 1}, {t.inTokens.limit, 1 - f}, {t.outTokens.limit, f}} {
-		if b.lim > 0 && est*b.share > cfg.RefuseFraction*b.lim {
-			return reservation{}, false
-		}
-		if b.lim > 0 && b.share > 0 {
-			total = min(total, cfg.RefuseFraction*b.lim/b.share)
+	if _, over := t.oversized(est, f, cfg); over {
+		return reservation{}, false
+	}
+	total := est + t.est.margin(float64(max(j.EstTokens, 1)), now)
+	for _, b := range t.tokenBudgets(f) {
+		if b.limit > 0 && b.share > 0 {
+			total = min(total, cfg.RefuseFraction*b.limit/b.share)
 		}
 	}
 	return reservation{est: est, tokens: total, input: total * (1 - f), output: total * f,
 		batch: j.Class == agent.ClassBatch}, true
+}
+
+// estimate is a turn's token estimate corrected by the lane's learned error, and the
+// share of it expected as output: estOutput's when known, else the lane's learned one.
+func (t *lane) estimate(estTokens, estOutput int) (est, outShare float64) {
+	raw := float64(max(estTokens, 1))
+	outShare = t.outFrac
+	if estOutput > 0 && estOutput <= estTokens {
+		outShare = float64(estOutput) / raw
+	}
+	return t.est.corrected(raw), outShare
+}
+
+// tokenBudget is one of a lane's token buckets as a turn's estimate meets it.
+type tokenBudget struct {
+	name  string
+	limit float64 // 0 = unknown
+	share float64 // the part of the estimate charged to it
+}
+
+func (t *lane) tokenBudgets(outShare float64) [3]tokenBudget {
+	return [3]tokenBudget{
+		{"tokens", t.tokens.limit, 1},
+		{"input tokens", t.inTokens.limit, 1 - outShare},
+		{"output tokens", t.outTokens.limit, outShare},
+	}
+}
+
+// oversized returns the first token budget of which a turn estimated at est needs more
+// than RefuseFraction of the limit: waiting can never serve it.
+func (t *lane) oversized(est, outShare float64, cfg *Config) (tokenBudget, bool) {
+	for _, b := range t.tokenBudgets(outShare) {
+		if b.limit > 0 && est*b.share > cfg.RefuseFraction*b.limit {
+			return b, true
+		}
+	}
+	return tokenBudget{}, false
 }
 
 // fits reports whether r fits every known budget of t at now, and if not, until when

@@ -588,24 +588,12 @@ func (c *Core) position(lane string, class agent.Class) int {
 
 // oversize says which budget of lane a refused turn t exceeds and by how much: the
 // tokens it needs (its estimate corrected by the lane's learned error), the bucket's
-// limit and its name. It mirrors the refusal test of reserve.
+// limit and its name, by the refusal test of reserve.
 func (c *Core) oversize(t Turn, lane string) (need, allow int, budget string) {
-	l := c.lanes[lane]
-	if l == nil {
-		return t.EstTokens, 0, "tokens"
-	}
-	raw := float64(max(t.EstTokens, 1))
-	est := l.est.corrected(raw)
-	f := l.outFrac
-	if t.EstOutput > 0 && t.EstOutput <= t.EstTokens {
-		f = float64(t.EstOutput) / raw
-	}
-	for _, b := range []struct {
-		lim, share float64
-		name       string
-	}{{l.tokens.limit, 1, "tokens"}, {l.inTokens.limit, 1 - f, "input tokens"}, {l.outTokens.limit, f, "output tokens"}} {
-		if b.lim > 0 && est*b.share > c.cfg.RefuseFraction*b.lim {
-			return int(math.Ceil(est * b.share)), int(b.lim), b.name
+	if l := c.lanes[lane]; l != nil {
+		est, f := l.estimate(t.EstTokens, t.EstOutput)
+		if b, over := l.oversized(est, f, &c.cfg); over {
+			return int(math.Ceil(est * b.share)), int(b.limit), b.name
 		}
 	}
 	return t.EstTokens, 0, "tokens"

@@ -14,79 +14,17 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/internal/testkit"
 )
 
-// fakeClock is a Clock that moves only when a test advances it. Due timers fire on the
-// advancing goroutine, in time order, each at its own time.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
+// fakeClock is the test kit's VirtualClock as the Executor's Clock: it moves only when a
+// test advances it, and due timers fire on the advancing goroutine, in time order, each
+// at its own time.
+type fakeClock struct{ *testkit.VirtualClock }
 
-type fakeTimer struct {
-	c    *fakeClock
-	at   time.Time
-	f    func()
-	done bool
-}
+func newFakeClock() fakeClock { return fakeClock{testkit.NewVirtualClock(t0)} }
 
-func newFakeClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.done
-	t.done = true
-	return was
-}
-
-// Advance moves the clock by d, firing every timer that comes due on the way.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	end := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		var next *fakeTimer
-		live := c.timers[:0]
-		for _, t := range c.timers {
-			if t.done {
-				continue
-			}
-			live = append(live, t)
-			if !t.at.After(end) && (next == nil || t.at.Before(next.at)) {
-				next = t
-			}
-		}
-		c.timers = live
-		if next == nil {
-			c.now = end
-			c.mu.Unlock()
-			return
-		}
-		next.done = true
-		if next.at.After(c.now) {
-			c.now = next.at
-		}
-		c.mu.Unlock()
-		next.f()
-	}
-}
+func (c fakeClock) AfterFunc(d time.Duration, f func()) Timer { return c.VirtualClock.AfterFunc(d, f) }
 
 // httpErr is a backend error by the convention of HTTPStatus.
 type httpErr struct {

@@ -154,23 +154,17 @@ func parseCount(v string) (int64, bool) {
 }
 
 // parseSeconds reads a non-negative, finite number of seconds.
-func parseSeconds(v string) (time.Duration, bool) {
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f > maxSeconds {
-		return 0, false
-	}
-	return time.Duration(f * float64(time.Second)), true
-}
+func parseSeconds(v string) (time.Duration, bool) { return parseUnits(v, time.Second) }
 
-func parseMillis(v string) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
+func parseMillis(v string) (time.Duration, bool) { return parseUnits(v, time.Millisecond) }
+
+// parseUnits reads a non-negative number of units of at most maxSeconds.
+func parseUnits(v string, unit time.Duration) (time.Duration, bool) {
 	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f > maxSeconds*1000 {
+	if err != nil || math.IsNaN(f) || f < 0 || f > maxSeconds*float64(time.Second/unit) {
 		return 0, false
 	}
-	return time.Duration(f * float64(time.Millisecond)), true
+	return time.Duration(f * float64(unit)), true
 }
 
 // parseReset reads a reset value: an RFC 3339 time (Anthropic), a Go-style duration

@@ -166,16 +166,6 @@ func (l *lane) attach(c *caller, now int64) {
 	l.calmKey.Push(c)
 }
 
-// reposition re-files c after its best turn or its counter changed.
-func (l *lane) reposition(c *caller, now int64) {
-	l.detach(c)
-	if c.jobs.Len() == 0 {
-		l.lastLeft = c.counter
-		return
-	}
-	l.attach(c, now)
-}
-
 // enqueue adds j to its caller's queue. A caller that was not backlogged starts at the
 // least counter of those that are (or of the last one to leave, when none is), so time
 // spent away banks no credit; a caller ahead of that keeps its own counter.

@@ -15,10 +15,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -199,7 +197,7 @@ func measure(base string, i int, runID string, n, conc int) (measurement, error)
 
 	// The journal alone.
 	jdir := filepath.Join(base, fmt.Sprintf("journal-%d", i))
-	if err := copyDir(filepath.Join(base, "base"), jdir); err != nil {
+	if err := os.CopyFS(jdir, os.DirFS(filepath.Join(base, "base"))); err != nil {
 		return m, err
 	}
 	goruntime.GC()
@@ -223,7 +221,7 @@ func measure(base string, i int, runID string, n, conc int) (measurement, error)
 
 	// Resume until the run completes.
 	rdir := filepath.Join(base, fmt.Sprintf("resume-%d", i))
-	if err := copyDir(filepath.Join(base, "base"), rdir); err != nil {
+	if err := os.CopyFS(rdir, os.DirFS(filepath.Join(base, "base"))); err != nil {
 		return m, err
 	}
 	defer os.RemoveAll(rdir)
@@ -263,38 +261,4 @@ func measure(base string, i int, runID string, n, conc int) (measurement, error)
 	}
 	m.events = len(after)
 	return m, nil
-}
-
-// copyDir copies the files of a closed state dir (luft.db and the pinned scripts).
-func copyDir(src, dst string) error {
-	return filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return errors.New("copy state: " + path + " is not a regular file")
-		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.Create(target)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
 }

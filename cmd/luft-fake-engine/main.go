@@ -42,17 +42,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	w, err := testkit.ParseWindow(*window)
+	if err != nil {
+		return fmt.Errorf("--window: %w", err)
+	}
 	cfg := testkit.Config{
 		Replicas: *replicas, Slots: *slots, PrefillPerToken: *prefill, DecodePerToken: *decode,
-		Limits: testkit.Limits{TPM: *tpm, RPM: *rpm, Anthropic: *anthropic},
-	}
-	switch *window {
-	case "continuous":
-		cfg.Limits.Window = testkit.Continuous
-	case "fixed":
-		cfg.Limits.Window = testkit.Fixed
-	default:
-		return fmt.Errorf("--window %q: use continuous or fixed", *window)
+		Limits: testkit.Limits{TPM: *tpm, RPM: *rpm, Window: w, Anthropic: *anthropic},
 	}
 	if *logPath != "" {
 		f, err := os.Create(*logPath)

@@ -42,14 +42,5 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (the only flag is --log FILE)", fs.Args())
 	}
-	f := mcpfake.New()
-	if *logPath != "" {
-		file, err := os.OpenFile(*logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return fmt.Errorf("--log: %w", err)
-		}
-		defer file.Close()
-		f.LogTo(file)
-	}
-	return f.ServeStdio(ctx, stdin, stdout)
+	return mcpfake.Serve(ctx, stdin, stdout, *logPath)
 }

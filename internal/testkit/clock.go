@@ -25,16 +25,6 @@ type Timer interface {
 	Stop() bool
 }
 
-// Sleep waits for d on clock c or until ctx ends, whichever is first.
-func Sleep(ctx context.Context, c Clock, d time.Duration) error {
-	select {
-	case <-c.After(d):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // RealClock is the wall clock.
 type RealClock struct{}
 
@@ -263,7 +253,7 @@ func (c *ScaledClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
-// Wall converts a span of scaled time to wall time.
+// wall converts a span of scaled time to wall time.
 func (c *ScaledClock) wall(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / c.factor)
 }

@@ -52,16 +52,16 @@ func TestVirtualClockOrderAndStep(t *testing.T) {
 	}
 }
 
-func TestVirtualClockAfterAndSleep(t *testing.T) {
+func TestVirtualClockAfterAndBlockUntil(t *testing.T) {
 	c := NewVirtualClock(t0)
-	errc := make(chan error, 1)
-	go func() { errc <- Sleep(context.Background(), c, 5*time.Second) }()
+	got := make(chan time.Time, 1)
+	go func() { got <- <-c.After(5 * time.Second) }()
 	if err := c.BlockUntil(t.Context(), 1); err != nil {
 		t.Fatal(err)
 	}
 	c.Step()
-	if err := <-errc; err != nil {
-		t.Fatal(err)
+	if at := (<-got).Sub(t0); at != 5*time.Second {
+		t.Fatalf("After(5s) sent t0+%v", at)
 	}
 	if got := c.Now().Sub(t0); got != 5*time.Second {
 		t.Fatalf("slept until %v", got)
@@ -69,9 +69,6 @@ func TestVirtualClockAfterAndSleep(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := Sleep(ctx, c, time.Hour); err == nil {
-		t.Fatal("Sleep ignored a cancelled context")
-	}
 	if err := c.BlockUntil(ctx, 99); err == nil {
 		t.Fatal("BlockUntil ignored a cancelled context")
 	}

@@ -232,9 +232,6 @@ func NewEngine(cfg Config) *Engine {
 // Config returns the engine's configuration with defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Clock returns the engine's clock.
-func (e *Engine) Clock() Clock { return e.clock }
-
 // Models returns the model ids the engine serves.
 func (e *Engine) Models() []string {
 	if len(e.cfg.Models) == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -187,18 +188,12 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // the client went away
 	}
-	copyHeader(w.Header(), res.Header)
+	maps.Copy(w.Header(), res.Header)
 	if res.Status != http.StatusOK {
 		writeJSON(w, res.Status, res.Error)
 		return
 	}
 	writeJSON(w, http.StatusOK, res.Response)
-}
-
-func copyHeader(dst, src http.Header) {
-	for k, v := range src {
-		dst[k] = v
-	}
 }
 
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *ChatRequest, opts []CallOption) {
@@ -208,7 +203,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *ChatRequest
 	cancel := s.engine.Submit(req, func(res *Result) { done <- res }, opts...)
 
 	startStream := func(h http.Header) {
-		copyHeader(w.Header(), h)
+		maps.Copy(w.Header(), h)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")
 		w.WriteHeader(http.StatusOK)
@@ -220,7 +215,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *ChatRequest
 		return
 	case res = <-done:
 		if res.Status != http.StatusOK {
-			copyHeader(w.Header(), res.Header)
+			maps.Copy(w.Header(), res.Header)
 			writeJSON(w, res.Status, res.Error)
 			return
 		}

@@ -33,7 +33,7 @@
 // TestMain, and ChildCommand gives the command, arguments and environment that re-run
 // the test binary as a stdio fake (EnvStdio set, EnvLog naming the log file). This needs
 // no build step and no go toolchain at test time. The command cmd/luft-fake-mcp serves
-// the same fake on stdin/stdout for use outside Go tests.
+// the same fake on stdin/stdout for use outside Go tests; both go through Serve.
 //
 // Rules: the HTTP server binds loopback only; nothing sleeps; wait{} ends only when its
 // request's context ends (client cancellation, a closed stdin, or stop).

@@ -241,24 +241,26 @@ func ServeChildIfRequested() {
 	if os.Getenv(EnvStdio) != "1" {
 		return
 	}
-	if err := serveChild(os.Getenv(EnvLog)); err != nil {
+	if err := Serve(context.Background(), os.Stdin, os.Stdout, os.Getenv(EnvLog)); err != nil {
 		fmt.Fprintln(os.Stderr, "mcpfake child:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
 }
 
-func serveChild(logPath string) error {
+// Serve serves a new fake on in and out until in ends (nil) or ctx is cancelled,
+// appending every call to the file logPath when it is not empty (see ReadLog).
+func Serve(ctx context.Context, in io.Reader, out io.Writer, logPath string) error {
 	f := New()
 	if logPath != "" {
 		file, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
-			return err
+			return fmt.Errorf("open the call log: %w", err)
 		}
 		defer file.Close()
 		f.LogTo(file)
 	}
-	return f.ServeStdio(context.Background(), os.Stdin, os.Stdout)
+	return f.ServeStdio(ctx, in, out)
 }
 
 // ChildCommand returns the command, arguments and environment that re-run the current

@@ -430,9 +430,6 @@ func text(rng *rand.Rand, n int) string {
 	return b.String()
 }
 
-// Text is text for workload generators.
-func Text(rng *rand.Rand, n int) string { return text(rng, n) }
-
 // LogNormal draws a lognormal duration with the given median and σ.
 func LogNormal(rng *rand.Rand, median time.Duration, sigma float64) time.Duration {
 	return time.Duration(float64(median) * math.Exp(sigma*rng.NormFloat64()))

@@ -62,7 +62,7 @@ type Luft struct {
 	queued int // turns in the core not running (queued or waiting out a backoff)
 	Costs  []Cost
 
-	Waits, Retries, Suspends, Refused, LaneWaits int
+	Waits, Retries, Suspends, Refused int
 }
 
 // NewLuft configures the core for w: its lane gets the engine's replicas and
@@ -152,8 +152,6 @@ func (l *Luft) apply(a scheduler.Action) {
 		l.queued++
 	case scheduler.ActWait:
 		l.Waits++
-	case scheduler.ActRateLimit:
-		l.LaneWaits++
 	case scheduler.ActRefuse:
 		l.Refused++
 		t := l.turns[a.ID]

@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/internal/testkit"
 )
 
 // Check is one of the targets, evaluated.
@@ -149,7 +152,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	if len(r.Figures) > 0 {
 		fmt.Fprintln(w)
-		for _, k := range sortedKeys(r.Figures) {
+		for _, k := range slices.Sorted(maps.Keys(r.Figures)) {
 			fmt.Fprintf(w, "  %-62s %10.3f\n", k, r.Figures[k])
 		}
 	}
@@ -165,19 +168,6 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
 	fmt.Fprintln(w)
-}
-
-func sortedKeys(m map[string]float64) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	for i := 1; i < len(ks); i++ {
-		for j := i; j > 0 && ks[j] < ks[j-1]; j-- {
-			ks[j], ks[j-1] = ks[j-1], ks[j]
-		}
-	}
-	return ks
 }
 
 // ---------------------------------------------------------------------------------------
@@ -316,15 +306,17 @@ func RunW3(size Size) *Report {
 		rep.Results = append(rep.Results, r)
 	}
 	if size == Full {
-		// The same callers for 30 minutes: an overloaded caller's new turns age past
-		// BatchOffset and then outrank every caller whose turns have not.
+		// The same callers for 30 minutes, long enough for queued batch turns to age
+		// past BatchOffset: ageing reorders classes, not callers, so it must not upset
+		// the fair shares.
 		long := W3Long(size, 30*time.Minute)
 		r := Simulate(long, PolLuft)
 		r.Policy = "luft-30m"
 		r.MeasureFairness(W3Callers, T0.Add(W3Join), T0.Add(30*time.Minute), W3Window, W3Coverage)
 		r.MeasureLateJoin("D-late", T0.Add(W3Join))
 		rep.Results = append(rep.Results, r)
-		rep.Notes = append(rep.Notes, "luft-30m: the same callers for 30 min (not a target): from ~6 min on, the bursty caller's queued turns have waited longer than BatchOffset (5 min), turn urgent and outrank the other callers whatever their token counters")
+		rep.Notes = append(rep.Notes, fmt.Sprintf("luft-30m: the same callers for 30 min (not a target), for turns aged past BatchOffset: batch turn p99 %.0f s, least window Jain's index %.3f",
+			r.Latency[string(agent.ClassBatch)].P99, r.Fairness.JainMin))
 	}
 	l := rep.Result(PolLuft)
 	rep.Figures["late joiner delay / slot turnover (luft)"] = ratio(l.LateJoin.Delay, l.LateJoin.Turnover)
@@ -339,13 +331,11 @@ func RunW3(size Size) *Report {
 		{"Jain's index: counted windows summed", func(r *Result) string { return f3(r.Fairness.JainAll) }},
 	}
 	for _, c := range W3Callers {
-		c := c
 		rep.rows = append(rep.rows, row{"  tokens served " + c + " (k)", func(r *Result) string {
 			return fmt.Sprintf("%.0f", r.Fairness.Tokens[c]/1000)
 		}})
 	}
 	for _, c := range W3Callers {
-		c := c
 		rep.rows = append(rep.rows, row{"  slot share " + c, func(r *Result) string { return f2(r.Fairness.SlotShares[c]) }})
 	}
 	rep.rows = append(rep.rows,
@@ -378,8 +368,9 @@ func RunW4(size Size) *Report {
 		rep.Results = append(rep.Results, Simulate(w, p))
 	}
 	rep.Results = append(rep.Results, Simulate(w.Only("interactive"), PolIsolate))
-	// Not a target: the interactive runs paced like W1's (1 s pauses) need about twice
-	// the TPM between them, so their latency is the bucket's refill, whatever the policy.
+	// Not a target: the interactive runs paced like W1's (1 s pauses) demand more than
+	// the TPM between them (see the demand figures), so their latency is the bucket's
+	// refill, whatever the policy.
 	paced := W4Paced(size, time.Second)
 	lp := Simulate(paced, PolLuft)
 	lp.Policy = "luft-1s"
@@ -388,6 +379,13 @@ func RunW4(size Size) *Report {
 	rep.Results = append(rep.Results, lp, ip)
 	rep.Figures["interactive p99 vs isolation with 1 s pauses (luft-1s / isolated-1s)"] = ratio(lp.Latency["interactive"].P99, ip.Latency["interactive"].P99)
 	l, iso := rep.Result(PolLuft), rep.Result(PolIsolate)
+	start := w.Streams[1].Start
+	tpm5, rpm5 := demand(iso, start, lim)
+	tpm1, rpm1 := demand(ip, start, lim)
+	rep.Figures["interactive demand ÷ TPM, isolated"] = tpm5
+	rep.Figures["interactive demand ÷ RPM, isolated"] = rpm5
+	rep.Figures["interactive demand ÷ TPM, isolated-1s"] = tpm1
+	rep.Figures["interactive demand ÷ RPM, isolated-1s"] = rpm1
 	floor := float64(l.ChargedTokens) / float64(lim.TPM) * 60
 	burst := float64(l.ChargedTokens-int64(lim.TPM)) / float64(lim.TPM) * 60
 	rep.Figures["physical floor (s): total tokens ÷ TPM"] = floor
@@ -416,8 +414,17 @@ func RunW4(size Size) *Report {
 		}},
 		rowCost}
 	rep.Notes = append(rep.Notes, "fifo and nosched retry a 429 like the OpenAI SDKs (retry-after ≤ 60 s honoured, else 0.5 s × 2^n ≤ 8 s, jittered) at most 6 times, then the run fails: their makespan is when the last run ended, failed or not",
-		"interactive runs pause median 5 s (p95 20 s); luft-1s / isolated-1s pace them like W1 (1 s pauses): the two runs alone then need about twice the TPM refill, a full bucket hides it in isolation, and under load their waits are the refill itself")
+		fmt.Sprintf("interactive runs pause median 5 s (p95 20 s) and alone demand %.2f× the TPM; luft-1s / isolated-1s pace them like W1 (1 s pauses): the two runs alone then demand %.2f× the TPM refill, a full bucket hides it in isolation, and under load their waits are the refill itself",
+			tpm5, tpm1))
 	return rep
+}
+
+// demand is what the interactive runs of an isolation result, all started at start,
+// asked of the upstream: the tokens and requests charged per minute from start to the
+// end of the last run, as shares of the limits.
+func demand(iso *Result, start time.Duration, lim testkit.Limits) (tpm, rpm float64) {
+	mins := (iso.Makespan - start.Seconds()) / 60
+	return float64(iso.ChargedTokens) / mins / float64(lim.TPM), float64(iso.Requests) / mins / float64(lim.RPM)
 }
 
 // ---------------------------------------------------------------------------------------

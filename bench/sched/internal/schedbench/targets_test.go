@@ -18,11 +18,11 @@ var testkitResult429 = testkit.Result{Status: 429, Header: http.Header{}}
 // skip, loudly and with the measured figure, only while it is not met. Remove an entry
 // once the target holds.
 var knownGaps = map[string]string{
-	"W1/cache_hit_vs_rr": "unreachable on this trace for any scheduler: round-robin already hits ~66% of prompt tokens " +
-		"(the 2k-token shared system prompt is cached on every replica), so 1.6× round-robin would be a hit ratio above " +
-		"100%; even an unbounded shared cache with perfect routing (the oracle) hits ~88.5%, 1.34× round-robin on the full " +
-		"W1 of shared/notes/scheduling.md §4 (~1.20× on the fast variant). luft reaches ~0.97 of the oracle (the notes' " +
-		"other cache target, ≥ 0.8× oracle, holds), ~1.30× round-robin full and ~1.15× fast",
+	"W1/cache_hit_vs_rr": "unreachable on this trace for any scheduler: round-robin already hits a large share of the " +
+		"prompt tokens (the 2k-token shared system prompt is cached on every replica), and even an unbounded shared " +
+		"cache with perfect routing (the oracle) hits less than 1.6× round-robin. TestW1Saturation asserts that, and " +
+		"the notes' other cache target (≥ 0.8× the oracle) in its place; the table's figures 'cache hit: oracle / rr' " +
+		"and 'cache hit: luft / oracle' give the values",
 }
 
 // assertTargets runs one subtest per check of rep.
@@ -76,6 +76,14 @@ func TestW1Saturation(t *testing.T) {
 		t.Errorf("luft: %d runs failed, %d 429s", r.RunsFailed, r.R429)
 	}
 	noEngineQueue(t, rep.Result(PolLuft))
+	// The known gap W1/cache_hit_vs_rr stands only while no routing can reach the target;
+	// luft is held to the notes' other cache target instead.
+	if f := rep.Figures["cache hit: oracle / rr"]; f >= 1.6 {
+		t.Errorf("the oracle hits %.3f× round-robin: 1.6× is reachable, W1/cache_hit_vs_rr is no longer a known gap", f)
+	}
+	if f := rep.Figures["cache hit: luft / oracle"]; f < 0.8 {
+		t.Errorf("luft's prefix-cache hit ratio is %.3f× the oracle's, want ≥ 0.8×", f)
+	}
 	assertTargets(t, rep, nil)
 }
 

@@ -45,7 +45,7 @@ const sigmaP95x4 = 0.8427
 // agentRun generates a run: a task of taskTokens, then turns turns whose output and tool
 // results are drawn around the given means, tool pauses lognormal.
 func agentRun(rng *rand.Rand, task, turns, out, outSpread, tool, toolSpread int, pause time.Duration, sigma float64) RunSpec {
-	spec := RunSpec{Task: Text(rng, task)}
+	spec := RunSpec{Task: text(rng, task)}
 	for i := 0; i < turns; i++ {
 		spec.Turns = append(spec.Turns, TurnSpec{
 			Output:     max(1, Around(rng, out, outSpread)),
@@ -152,8 +152,8 @@ func W3Long(size Size, period time.Duration) *Workload {
 				Gen: func(rng *rand.Rand, c, j int) RunSpec {
 					return agentRun(rng, 1000, 1, 100, 30, 1, 0, 0, 0)
 				}},
-			{Name: "D", Caller: "D-late", Class: agent.ClassBatch, Start: 60 * time.Second, Parallel: 20,
-				For: period - 60*time.Second, SystemTokens: 1000,
+			{Name: "D", Caller: "D-late", Class: agent.ClassBatch, Start: W3Join, Parallel: 20,
+				For: period - W3Join, SystemTokens: 1000,
 				Gen: func(rng *rand.Rand, c, j int) RunSpec {
 					return agentRun(rng, 1000, 3, 100, 30, 100, 30, pause, 0.5)
 				}},
@@ -161,7 +161,7 @@ func W3Long(size Size, period time.Duration) *Workload {
 	}
 }
 
-// W3Callers are W3's callers; W3Join is when D joins; W3Period ends the measured period.
+// W3Callers are W3's callers.
 var W3Callers = []string{"A-heavy", "B-light", "C-bursty", "D-late"}
 
 // W3Join is when the late joiner starts.
@@ -172,10 +172,10 @@ const W3Join = 60 * time.Second
 // from t=0 and 2 interactive runs from t=60 s. luft's lane has the runtime's default 8
 // slots and no configured budget: it learns the limits from the headers.
 //
-// The interactive runs pace like a person at a hosted API (pauses median 5 s, p95 20 s),
-// using about half the TPM between them. With W1's 1 s pauses (W4Paced = time.Second)
-// the two runs alone would need about twice the TPM and most of the RPM: no policy can
-// then keep them near their isolation latency, which a full bucket serves at once.
+// The interactive runs pace like a person at a hosted API (pauses median 5 s, p95 20 s).
+// With W1's 1 s pauses (W4Paced = time.Second) the two runs alone demand more than the
+// TPM refill (RunW4 reports both pacings' demand in isolation): no policy can then keep
+// them near their isolation latency, which a full bucket serves at once.
 func W4(size Size) *Workload { return W4Paced(size, 5*time.Second) }
 
 // W4Paced is W4 with the interactive runs' median tool pause set to pause.
