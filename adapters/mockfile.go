@@ -60,6 +60,7 @@ type scriptedReply struct {
 // mock does. A scripted error or timed_out status is a Result, not a Go error: the agent
 // "ran" and reported it. MockFile is safe for concurrent use.
 type MockFile struct {
+	id      string // registry id; "" = "mockfile"
 	path    string
 	replies map[string]*scriptedReply
 	byLen   []string // keys, longest first, for prefix matching
@@ -180,7 +181,18 @@ func parseReply(raw json.RawMessage) (*scriptedReply, error) {
 }
 
 // ID implements Backend.
-func (f *MockFile) ID() string { return "mockfile" }
+func (f *MockFile) ID() string {
+	if f.id != "" {
+		return f.id
+	}
+	return "mockfile"
+}
+
+// Named returns f registered as id (a [backends.NAME] of type mockfile).
+func (f *MockFile) Named(id string) *MockFile {
+	f.id = id
+	return f
+}
 
 // Coverage reports how replies have been used so far.
 func (f *MockFile) Coverage() MockFileCoverage {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -117,6 +118,19 @@ func backends(e *env, cfg config.Config, mockFile string, protected []string) (*
 			}
 			info.BaseURL = o.BaseURL()
 			bs = append(bs, o)
+		case b.Type == "mockfile" && b.MockFile != "":
+			// Scripted replies of its own, registered under the entry's name; a relative
+			// path is taken from the config file's folder.
+			path := b.MockFile
+			if !filepath.IsAbs(path) && cfg.Path != "" {
+				path = filepath.Join(filepath.Dir(cfg.Path), path)
+			}
+			mf, err := adapters.OpenMockFile(path)
+			if err != nil {
+				return nil, usageErr("%s: backends.%s: %v", configName(cfg), id, err)
+			}
+			info.Source += " (" + path + ")"
+			bs = append(bs, mf.Named(id))
 		case b.Type == "mock" || b.Type == "mockfile":
 			// Built in: the config entry only sets the lane's limits.
 		default: // "acp" with a command, or "acp:AGENT" for a known agent
@@ -141,8 +155,8 @@ func backends(e *env, cfg config.Config, mockFile string, protected []string) (*
 	def := "mock"
 	if cfg.DefaultBackend != "" {
 		def = cfg.DefaultBackend
-		if t := cfg.Backends[def].Type; t == "mock" || t == "mockfile" {
-			def = t
+		if b := cfg.Backends[def]; b.Type == "mock" || b.Type == "mockfile" && b.MockFile == "" {
+			def = b.Type
 		}
 	} else {
 		set.auto = true
