@@ -90,7 +90,10 @@ type EventsOptions struct {
 	Since  int64    // only events with seq > Since
 	Types  []string // only these types; empty = all
 	Follow bool     // keep streaming until the run ends
-	Poll   time.Duration
+	// Attempt n > 1 starts the stream at that attempt's run_started (a viewer of a
+	// resumed run does not see the earlier attempt's end); 0 or 1 = from the start.
+	Attempt int
+	Poll    time.Duration
 }
 
 // Events streams a run's events in order. Without Follow it ends after the last stored
@@ -103,6 +106,21 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 	}
 	if o.Poll <= 0 {
 		o.Poll = 200 * time.Millisecond
+	}
+	if o.Attempt > 1 {
+		starts, err := s.opts.Store.EventsOfType(ctx, r.ID, 0, 0, []string{event.RunStarted})
+		if err != nil {
+			return nil, nil, err
+		}
+		found := false
+		for _, ev := range starts {
+			if AttemptOf(ev) == o.Attempt {
+				o.Since, found = max(o.Since, ev.Seq-1), true
+			}
+		}
+		if !found {
+			return nil, nil, fmt.Errorf("run %s has no attempt %d (its latest is %d)", r.ID, o.Attempt, r.Attempt)
+		}
 	}
 	out := make(chan event.Event, 256)
 	errc := make(chan error, 1)
@@ -201,4 +219,17 @@ func (s *Service) SchedulerStats() (stats scheduler.ExecutorStats, ok bool) {
 		return scheduler.ExecutorStats{}, false
 	}
 	return st.Stats(), true
+}
+
+// AttemptOf is the attempt number a run_started event carries (0 for other events).
+func AttemptOf(ev event.Event) int {
+	switch v := ev.Data["attempt"].(type) {
+	case int:
+		return v
+	case int64:
+		return int(v)
+	case float64:
+		return int(v)
+	}
+	return 0
 }

@@ -182,6 +182,32 @@ func (r *Run) Subscribe(ctx context.Context, since int64) <-chan event.Event {
 	return r.bus.subscribe(ctx, since)
 }
 
+// SubscribeAttempt is Subscribe from the start of this attempt: a resumed run's earlier
+// attempts (and their run_done) are left out.
+func (r *Run) SubscribeAttempt(ctx context.Context) <-chan event.Event {
+	in := r.Subscribe(ctx, 0)
+	if r.Attempt <= 1 {
+		return in
+	}
+	out := make(chan event.Event, 64)
+	go func() {
+		defer close(out)
+		current := false
+		for ev := range in {
+			current = current || ev.Type == event.RunStarted && AttemptOf(ev) == r.Attempt
+			if !current {
+				continue
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
 // Cancel stops the run: no new calls are admitted, in-flight calls are cancelled, and the
 // run ends as cancelled.
 func (r *Run) Cancel() { r.cancel(ErrCancelled) }

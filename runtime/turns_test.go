@@ -11,6 +11,7 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
@@ -254,5 +255,58 @@ func TestLaneOfUsesTheDefaultModel(t *testing.T) {
 		if got := laneOf(tc.req, tc.b); got != tc.want {
 			t.Errorf("laneOf(%+v) = %q, want %q", tc.req, got, tc.want)
 		}
+	}
+}
+
+// A resumed run's viewers can start at its latest attempt: Events with Attempt, and
+// Run.SubscribeAttempt for the process driving it. The earlier attempt's run_done is not
+// in either stream.
+func TestEventsFromAnAttempt(t *testing.T) {
+	dir := t.TempDir()
+	e := openResumeEnv(t, dir, &toolLoop{fail: "second"}, 0)
+	path := filepath.Join(dir, "wf.lua")
+	if err := os.WriteFile(path, []byte(`function main()
+  agent{prompt = "first"}
+  agent{prompt = "second"}
+end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.svc.Start(t.Context(), Spec{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := waitRun(t, r); res.Status != StatusFailed {
+		t.Fatalf("first attempt %s", res.Status)
+	}
+	e2 := openResumeEnv(t, dir, &toolLoop{}, 0)
+	r2 := resume(t, e2, ResumeSpec{Run: r.ID})
+	var live []event.Event
+	for ev := range r2.SubscribeAttempt(t.Context()) {
+		live = append(live, ev)
+	}
+	if res := r2.Wait(); res.Status != StatusCompleted {
+		t.Fatalf("resume %s: %v", res.Status, res.Err)
+	}
+	stored, errc, err := e2.svc.Events(t.Context(), r.ID, EventsOptions{Attempt: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromStore []event.Event
+	for ev := range stored {
+		fromStore = append(fromStore, ev)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	for name, evs := range map[string][]event.Event{"SubscribeAttempt": live, "Events{Attempt: 2}": fromStore} {
+		if len(evs) == 0 || evs[0].Type != event.RunStarted || AttemptOf(evs[0]) != 2 {
+			t.Fatalf("%s starts with %+v, want attempt 2's run_started", name, evs[:min(1, len(evs))])
+		}
+		if n := len(ofType(evs, event.RunDone)); n != 1 || evs[len(evs)-1].Data["status"] != "completed" {
+			t.Fatalf("%s has %d run_done, the last %v; want only attempt 2's", name, n, evs[len(evs)-1].Data)
+		}
+	}
+	if _, _, err := e2.svc.Events(t.Context(), r.ID, EventsOptions{Attempt: 5}); err == nil || !strings.Contains(err.Error(), "has no attempt 5 (its latest is 2)") {
+		t.Fatalf("a missing attempt: %v", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -460,7 +461,7 @@ func (ct *crashTest) verify(c *crashCycle, ref crashRef, total *crashTotals) {
 	var attempts []int
 	for _, ev := range evs {
 		if ev.Type == event.RunStarted {
-			attempts = append(attempts, attemptOf(ev))
+			attempts = append(attempts, runtime.AttemptOf(ev))
 		}
 	}
 	silent := 0
@@ -478,7 +479,7 @@ func (ct *crashTest) verify(c *crashCycle, ref crashRef, total *crashTotals) {
 			errorf("process %d: the first line is not run_started: %s", i+1, ls[0])
 			continue
 		}
-		printed[attemptOf(ev)] = true
+		printed[runtime.AttemptOf(ev)] = true
 	}
 	gaps := 0
 	for i, a := range attempts {

@@ -307,22 +307,27 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 				return err
 			}
 			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
-				evs, errc, err := svc.Events(ctx, a[0], runtime.EventsOptions{Types: types, Follow: follow})
-				if err != nil {
-					return runRefError(err)
-				}
-				if !asJSON && follow && liveTerminal(e, false) && len(types) == 0 {
-					// The same board as `luft run`, as a viewer: q closes it, the run goes on.
-					live := tui.NewLive(tui.LiveOptions{
-						Options: tui.Options{Now: e.now, Styles: styles(e, g), Location: time.Local, State: tui.StateOptions{LogLevel: level}},
-						Out:     e.stderr, In: e.stdinTTY,
-					})
+				board := !asJSON && follow && liveTerminal(e, false) && len(types) == 0
+				opts := runtime.EventsOptions{Types: types, Follow: follow}
+				if board {
 					// The board shows the latest attempt: an earlier one's run_done would end it.
 					info, err := svc.Status(ctx, a[0])
 					if err != nil {
 						return runRefError(err)
 					}
-					if _, err := live.Run(ctx, fromAttempt(ctx, evs, info.Run.Attempt)); err != nil {
+					opts.Attempt = info.Run.Attempt
+				}
+				evs, errc, err := svc.Events(ctx, a[0], opts)
+				if err != nil {
+					return runRefError(err)
+				}
+				if board {
+					// The same board as `luft run`, as a viewer: q closes it, the run goes on.
+					live := tui.NewLive(tui.LiveOptions{
+						Options: tui.Options{Now: e.now, Styles: styles(e, g), Location: time.Local, State: tui.StateOptions{LogLevel: level}},
+						Out:     e.stderr, In: e.stdinTTY,
+					})
+					if _, err := live.Run(ctx, evs); err != nil {
 						return err
 					}
 					return nil // q closed the viewer or the run ended; the stream stops with ctx

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
@@ -226,55 +225,13 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}()
 
-	if err := r.show(ctx, run, currentAttempt(ctx, run)); err != nil {
+	if err := r.show(ctx, run, run.SubscribeAttempt(ctx)); err != nil {
 		run.Cancel()
 		run.Wait()
 		return &exitError{code: exitFailed, err: err}
 	}
 	res := run.Wait()
 	return r.finish(res)
-}
-
-// currentAttempt streams the run's events from this attempt's run_started on: a resumed
-// run shows only its own attempt.
-func currentAttempt(ctx context.Context, run *runtime.Run) <-chan event.Event {
-	return fromAttempt(ctx, run.Subscribe(ctx, 0), run.Attempt)
-}
-
-// fromAttempt passes on the events of in from attempt's run_started on (all of them for
-// the first attempt).
-func fromAttempt(ctx context.Context, in <-chan event.Event, attempt int) <-chan event.Event {
-	out := make(chan event.Event, 64)
-	go func() {
-		defer close(out)
-		current := attempt <= 1
-		for ev := range in {
-			if !current {
-				if ev.Type != event.RunStarted || attemptOf(ev) != attempt {
-					continue
-				}
-				current = true
-			}
-			select {
-			case out <- ev:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
-}
-
-func attemptOf(ev event.Event) int {
-	switch v := ev.Data["attempt"].(type) {
-	case int:
-		return v
-	case int64:
-		return int(v)
-	case float64:
-		return int(v)
-	}
-	return 0
 }
 
 // checkLevel refuses a log level the views do not know.
