@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -13,175 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luft-run/luft/adapters"
-	"github.com/luft-run/luft/adapters/acp"
-	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/config"
 )
-
-// backendInfo says what a registered backend is and where it came from.
-type backendInfo struct {
-	ID      string `json:"id"`
-	Type    string `json:"type"`
-	Source  string `json:"source"` // "built-in", "environment", or the config file
-	BaseURL string `json:"base_url,omitempty"`
-	Model   string `json:"model,omitempty"`
-	Default bool   `json:"default"`
-}
-
-// backendSet is this process's backends: the registry runs use, and what each one is.
-type backendSet struct {
-	reg   *adapters.Registry
-	infos []backendInfo
-	// auto is set when nothing chose a default backend and the mock stands in.
-	auto bool
-	// tools are the tools agents may be given ([tools], [mcp_servers]).
-	tools *toolset
-}
-
-// close stops what the backends started (upstream MCP servers).
-func (s *backendSet) close() error { return s.tools.Close() }
-
-// configName names the config in messages.
-func configName(cfg config.Config) string {
-	if cfg.Path == "" {
-		return "config"
-	}
-	return cfg.Path
-}
-
-// backends builds the registry of this process from flags, environment and config: the
-// mock always; mockfile with --mock-file; an "openai" backend when OPENAI_BASE_URL or
-// OPENAI_API_KEY is set (model from LUFT_MODEL); and every [backends.NAME] of the config.
-// The default backend is the config's default_backend, else mock.
-//
-// protected are files and folders no agent may write (luft's config and state dir).
-func backends(e *env, cfg config.Config, mockFile string, protected []string) (*backendSet, error) {
-	mcfg, err := adapters.ParseMockEnv(e.getenv)
-	if err != nil {
-		return nil, usageErr("%v", err)
-	}
-	set := &backendSet{}
-	toolset, err := newToolset(cfg, protected)
-	if err != nil {
-		return nil, usageErr("%s: [tools]: %v", configName(cfg), err)
-	}
-	set.tools = toolset
-	bs := []adapters.Backend{adapters.NewMock(mcfg)}
-	set.infos = append(set.infos, backendInfo{ID: "mock", Type: "mock", Source: "built-in", Model: adapters.MockModel})
-	if mockFile != "" {
-		mf, err := adapters.OpenMockFile(mockFile)
-		if err != nil {
-			return nil, usageErr("%v", err)
-		}
-		bs = append(bs, mf)
-		set.infos = append(set.infos, backendInfo{ID: "mockfile", Type: "mockfile", Source: "--mock-file " + mockFile})
-	}
-	if base, key := e.getenv("OPENAI_BASE_URL"), e.getenv("OPENAI_API_KEY"); base != "" || key != "" {
-		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{BaseURL: base, APIKey: key, Model: e.getenv("LUFT_MODEL"), Tools: toolset})
-		if err != nil {
-			return nil, usageErr("OPENAI_BASE_URL/OPENAI_API_KEY: %v", err)
-		}
-		bs = append(bs, o)
-		set.infos = append(set.infos, backendInfo{ID: "openai", Type: "openai", Source: "environment", BaseURL: o.BaseURL(), Model: e.getenv("LUFT_MODEL")})
-	}
-	// The coding agents luft knows by name; a [backends.NAME] may configure them further.
-	for _, name := range acp.BuiltinNames() {
-		if _, configured := cfg.Backends[name]; configured {
-			continue
-		}
-		c, _ := acp.Builtin(name)
-		b, err := acp.New(acpPolicy(c, cfg, protected))
-		if err != nil {
-			return nil, usageErr("%s: [tools]: %v", configName(cfg), err)
-		}
-		bs = append(bs, b)
-		set.infos = append(set.infos, backendInfo{ID: name, Type: "acp", Source: "built-in", BaseURL: strings.Join(append([]string{c.Command}, c.Args...), " ")})
-	}
-	for _, id := range slices.Sorted(maps.Keys(cfg.Backends)) {
-		b := cfg.Backends[id]
-		info := backendInfo{ID: id, Type: b.Type, Source: cfg.Path, Model: b.Model}
-		switch {
-		case b.Type == "openai":
-			keyEnv := b.APIKeyEnv
-			if keyEnv == "" {
-				keyEnv = "OPENAI_API_KEY"
-			}
-			base := b.BaseURL
-			if base == "" {
-				base = e.getenv("OPENAI_BASE_URL")
-			}
-			o, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: id, BaseURL: base, APIKey: e.getenv(keyEnv), Model: b.Model,
-				PriceInPerMTok: b.PriceInputPerMTok, PriceOutPerMTok: b.PriceOutputPerMTok,
-				Tools: toolset, MaxTurns: b.MaxTurns, NoStream: b.Stream != nil && !*b.Stream, Replicas: b.Replicas, StructuredOutput: b.StructuredOutput})
-			if err != nil {
-				return nil, usageErr("%s: backends.%s: %v", cfg.Path, id, err)
-			}
-			info.BaseURL = o.BaseURL()
-			bs = append(bs, o)
-		case b.Type == "mockfile" && b.MockFile != "":
-			// Scripted replies of its own, registered under the entry's name; a relative
-			// path is taken from the config file's folder.
-			path := b.MockFile
-			if !filepath.IsAbs(path) && cfg.Path != "" {
-				path = filepath.Join(filepath.Dir(cfg.Path), path)
-			}
-			mf, err := adapters.OpenMockFile(path)
-			if err != nil {
-				return nil, usageErr("%s: backends.%s: %v", configName(cfg), id, err)
-			}
-			info.Source += " (" + path + ")"
-			bs = append(bs, mf.Named(id))
-		case b.Type == "mock" || b.Type == "mockfile":
-			// Built in: the config entry only sets the lane's limits.
-		default: // "acp" with a command, or "acp:AGENT" for a known agent
-			c, known := acp.Builtin(b.Type)
-			if b.Type == "acp" || !known {
-				c = acp.Config{}
-			}
-			c.ID = id
-			if b.Command != "" {
-				c.Command, c.Args = b.Command, b.Args
-			}
-			c.Model, c.IdleTimeout = b.Model, b.IdleTimeout
-			a, err := acp.New(acpPolicy(c, cfg, protected))
-			if err != nil {
-				return nil, usageErr("%s: backends.%s: %v", configName(cfg), id, err)
-			}
-			info.BaseURL = strings.Join(append([]string{c.Command}, c.Args...), " ")
-			bs = append(bs, a)
-		}
-		set.infos = append(set.infos, info)
-	}
-	def := "mock"
-	if cfg.DefaultBackend != "" {
-		def = cfg.DefaultBackend
-		if b := cfg.Backends[def]; b.Type == "mock" || b.Type == "mockfile" && b.MockFile == "" {
-			def = b.Type
-		}
-	} else {
-		set.auto = true
-	}
-	set.reg = adapters.NewRegistry(def, bs...)
-	if _, err := set.reg.Get(""); err != nil {
-		return nil, usageErr("%s: default_backend %q: %v", cfg.Path, cfg.DefaultBackend, err)
-	}
-	for i := range set.infos {
-		set.infos[i].Default = set.infos[i].ID == set.reg.Default()
-	}
-	return set, nil
-}
-
-// acpPolicy gives a coding agent the [tools] policy: the workspace, the allowed
-// commands and the approval policy; edits inside the workspace are allowed unless
-// [tools] destructive lists write_file or edit_file (then the approval policy decides).
-func acpPolicy(c acp.Config, cfg config.Config, protected []string) acp.Config {
-	c.Dir = cfg.Tools.Workspace
-	c.Protected = protected
-	c.Approval = tools.Approval(cfg.Tools.Approval)
-	c.AllowCommands = cfg.Tools.AllowCommands
-	c.AllowEdits = !slices.Contains(cfg.Tools.Destructive, "write_file") && !slices.Contains(cfg.Tools.Destructive, "edit_file")
-	return c
-}
 
 // protectedPaths are luft's own files, which agents may not write even when they lie in
 // the workspace: the config file in use and the state dir.
@@ -191,6 +24,16 @@ func protectedPaths(e *env, g *globalFlags, cfg config.Config) []string {
 		out = append(out, cfg.Path)
 	}
 	return out
+}
+
+// openBackends builds this process's backends (adapters/setup); what it refuses is a
+// mistake in the input, exit 2.
+func openBackends(e *env, g *globalFlags, cfg config.Config, mockFile string) (*setup.Backends, error) {
+	set, err := setup.Open(setup.Options{Config: cfg, Getenv: e.getenv, MockFile: mockFile, Protected: protectedPaths(e, g, cfg)})
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	return set, nil
 }
 
 // autoNotice is the one line a run on the stand-in default prints.
@@ -212,11 +55,11 @@ func newBackendCmd(e *env, g *globalFlags) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(e.stdout, set.infos)
+				return writeJSON(e.stdout, set.Infos)
 			}
 			tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tTYPE\tMODEL\tENDPOINT\tSOURCE")
-			for _, b := range set.infos {
+			for _, b := range set.Infos {
 				id := b.ID
 				if b.Default {
 					id += " (default)"
@@ -241,7 +84,7 @@ completion of a single token to read them. Exit 0 when the backend is usable, 1 
 			if err != nil {
 				return err
 			}
-			b, err := set.reg.Get(args[0])
+			b, err := set.Registry.Get(args[0])
 			if err != nil {
 				return usageErr("backend check: %v", err)
 			}
@@ -275,12 +118,12 @@ completion of a single token to read them. Exit 0 when the backend is usable, 1 
 	return cmd
 }
 
-func loadBackends(e *env, g *globalFlags) (*backendSet, error) {
+func loadBackends(e *env, g *globalFlags) (*setup.Backends, error) {
 	cfg, err := loadConfig(e, g)
 	if err != nil {
 		return nil, err
 	}
-	return backends(e, cfg, "", protectedPaths(e, g, cfg))
+	return openBackends(e, g, cfg, "")
 }
 
 func printCheck(e *env, id string, r adapters.CheckReport) {

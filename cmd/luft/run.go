@@ -144,13 +144,13 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err != nil {
 		return err
 	}
-	bset, err := backends(e, cfg, f.mockFile, protectedPaths(e, g, cfg))
+	bset, err := openBackends(e, g, cfg, f.mockFile)
 	if err != nil {
 		return err
 	}
-	defer bset.close()
-	reg := bset.reg
-	if bset.auto && f.backend == "" && !f.resume && !f.quiet && !f.json {
+	defer bset.Close()
+	reg := bset.Registry
+	if bset.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json {
 		fmt.Fprintln(e.stderr, autoNotice)
 	}
 	if _, err := reg.Get(f.backend); err != nil {

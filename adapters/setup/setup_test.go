@@ -1,0 +1,78 @@
+package setup
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/config"
+)
+
+func noEnv(string) string { return "" }
+
+// With nothing configured the mock stands in as the default, beside the built-in coding
+// agents; a config's backends are registered under their names with their source.
+func TestOpen(t *testing.T) {
+	set, err := Open(Options{Getenv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	if !set.Auto || set.Registry.Default() != "mock" {
+		t.Fatalf("auto %t, default %q", set.Auto, set.Registry.Default())
+	}
+	var ids []string
+	for _, in := range set.Infos {
+		ids = append(ids, in.ID)
+	}
+	if got := strings.Join(ids, ","); got != "mock,acp:claude,acp:codex,acp:gemini,acp:opencode" {
+		t.Fatalf("backends %s", got)
+	}
+
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "luft.toml")
+	if err := os.WriteFile(filepath.Join(dir, "replies.json"), []byte(`{"default": {"output": "canned"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(cfgPath, []byte(`default_backend = "local"
+[backends.local]
+type = "openai"
+base_url = "http://127.0.0.1:1/v1"
+model = "m"
+[backends.canned]
+type = "mockfile"
+mock_file = "replies.json"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err = Open(Options{Config: cfg, Getenv: noEnv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	if set.Auto || set.Registry.Default() != "local" {
+		t.Fatalf("auto %t, default %q", set.Auto, set.Registry.Default())
+	}
+	b, err := set.Registry.Get("canned")
+	if err != nil || b.ID() != "canned" {
+		t.Fatalf("canned: %v", err)
+	}
+	res, err := b.Run(context.Background(), agentReq("x"), noCall)
+	if err != nil || res.Text != "canned" {
+		t.Fatalf("canned reply %+v %v", res, err)
+	}
+
+	cfg.Backends["canned"] = config.Backend{Type: "mockfile", MockFile: "nowhere.json"}
+	if _, err := Open(Options{Config: cfg, Getenv: noEnv}); err == nil || !strings.Contains(err.Error(), "backends.canned: mock file: open "+filepath.Join(dir, "nowhere.json")) {
+		t.Fatalf("missing mock file: %v", err)
+	}
+}
+
+var noCall = adapters.Call{}
+
+func agentReq(prompt string) agent.Request { return agent.Request{Prompt: prompt} }
