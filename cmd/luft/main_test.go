@@ -54,6 +54,11 @@ func TestMain(m *testing.M) {
 // repository's examples/ and workflows/ folders and of the shell helpers in testdata/sh
 // (luft.sh, saveid.sh, waitrunning.sh) next to the archive's own files.
 func TestScripts(t *testing.T) {
+	testscript.Run(t, scriptParams(t))
+}
+
+// scriptParams is the setup shared by TestScripts and TestHostile.
+func scriptParams(t *testing.T) testscript.Params {
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +67,7 @@ func TestScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testscript.Run(t, testscript.Params{
+	return testscript.Params{
 		Dir:                 filepath.Join("testdata", "script"),
 		UpdateScripts:       *update,
 		RequireExplicitExec: true,
@@ -90,7 +95,7 @@ func TestScripts(t *testing.T) {
 			"exitcode":   cmdExitcode,
 			"checkjsonl": cmdCheckJSONL,
 		},
-	})
+	}
 }
 
 // cmdExitcode runs a program like exec and asserts its exact exit code; stdout and stderr
