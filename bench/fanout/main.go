@@ -3,7 +3,10 @@
 // events in SQLite). Each N runs in a fresh child process and state dir, so its peak RSS
 // is its own.
 //
-//	go run ./bench/fanout [-n 1000,10000,100000] [-concurrency 8] [-repeat 3] [-dir /dev/shm]
+// Each size runs -repeat times (at least 5 for a figure worth quoting); the table shows the
+// median wall time with the spread (min–max) and the peak RSS over all runs.
+//
+//	go run ./bench/fanout [-n 1000,10000,100000] [-concurrency 8] [-repeat 5] [-dir /dev/shm]
 package main
 
 import (
@@ -12,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,7 +40,7 @@ end`
 func main() {
 	ns := flag.String("n", "1000,10000,100000", "fan-out sizes")
 	conc := flag.Int("concurrency", 8, "scheduler slots")
-	repeat := flag.Int("repeat", 3, "runs per size (the best wall time is shown)")
+	repeat := flag.Int("repeat", 5, "runs per size (the median wall time and the spread are shown)")
 	child := flag.Int("child", 0, "internal: run one fan-out of this size and print its wall time")
 	dir := flag.String("dir", "", "parent folder of the state dirs (default: the system temp dir)")
 	flag.Parse()
@@ -49,27 +53,32 @@ func main() {
 		fmt.Println(d.Nanoseconds())
 		return
 	}
-	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots per lane, durable journal and events in SQLite, best of %d\n\n", *conc, *repeat)
-	fmt.Printf("%10s  %12s  %14s  %12s\n", "N", "wall", "calls/s", "peak RSS")
+	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots per lane, durable journal and events in SQLite, median of %d runs\n\n", *conc, *repeat)
+	fmt.Printf("%10s  %12s  %21s  %14s  %12s\n", "N", "median wall", "spread (min–max)", "calls/s", "peak RSS")
 	for _, s := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bad -n:", err)
 			os.Exit(2)
 		}
-		best, rss := time.Duration(0), int64(0)
-		for range *repeat {
+		var walls []time.Duration
+		rss := int64(0)
+		for range max(*repeat, 1) {
 			d, r, err := runChild(n, *conc, *dir)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
-			if best == 0 || d < best {
-				best = d
-			}
+			walls = append(walls, d)
 			rss = max(rss, r)
 		}
-		fmt.Printf("%10d  %12s  %14.0f  %9.1f MB\n", n, best.Round(time.Millisecond), float64(n)/best.Seconds(), float64(rss)/1024)
+		slices.Sort(walls)
+		med := walls[len(walls)/2]
+		if len(walls)%2 == 0 {
+			med = (walls[len(walls)/2-1] + walls[len(walls)/2]) / 2
+		}
+		spread := fmt.Sprintf("%s–%s", walls[0].Round(time.Millisecond), walls[len(walls)-1].Round(time.Millisecond))
+		fmt.Printf("%10d  %12s  %21s  %14.0f  %9.1f MB\n", n, med.Round(time.Millisecond), spread, float64(n)/med.Seconds(), float64(rss)/1024)
 	}
 }
 
