@@ -325,9 +325,8 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 		}
 		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ToolCalls: reply.ToolCalls})
 		for _, tc := range reply.ToolCalls {
-			out, terr := runTool(ctx, byName, tc, call)
-			var ae *tools.ApprovalError
-			if errors.As(terr, &ae) {
+			out, terr := runTool(ctx, byName, turn, tc, call)
+			if terr != nil {
 				res.Status, res.Error = agent.StatusError, terr.Error()
 				price(&res)
 				return res, terr
@@ -385,10 +384,11 @@ const DefaultMaxTurns = 20
 // maxToolOutput bounds one tool result sent back to the model.
 const maxToolOutput = 64 << 10
 
-// runTool runs one tool call of the model and returns the text the model gets back. A
-// tool's failure is a result the model reads ("error: ..."), not a failed agent call; only
-// an *tools.ApprovalError comes back as an error.
-func runTool(ctx context.Context, byName map[string]tools.Tool, tc openai.ToolCall, call Call) (string, error) {
+// runTool runs one tool call of the model through call.RunTool (which replays it when a
+// retried or resumed call asks for it again) and returns the text the model gets back. A
+// tool's failure is a result the model reads ("error: ..."), not a failed agent call; an
+// *tools.ApprovalError, or a failure to journal the call, comes back as an error.
+func runTool(ctx context.Context, byName map[string]tools.Tool, turn int, tc openai.ToolCall, call Call) (string, error) {
 	call.Report(Update{Kind: "tool_call", Text: tc.Function.Name + " " + snippet(tc.Function.Arguments, 120)})
 	t, ok := byName[tc.Function.Name]
 	if !ok {
@@ -401,18 +401,29 @@ func runTool(ctx context.Context, byName map[string]tools.Tool, tc openai.ToolCa
 	if strings.TrimSpace(tc.Function.Arguments) == "" {
 		args = json.RawMessage("{}")
 	}
-	out, err := t.Call(ctx, args)
+	out, replayed, err := call.RunTool(ctx, ToolCall{Turn: turn, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments},
+		func(ctx context.Context) (string, error) {
+			out, err := t.Call(ctx, args)
+			if err != nil {
+				var ae *tools.ApprovalError
+				if errors.As(err, &ae) {
+					return "", err
+				}
+				out = "error: " + err.Error()
+			}
+			if len(out) > maxToolOutput {
+				out = out[:maxToolOutput] + "\n[output cut at 64 KiB]"
+			}
+			return out, nil
+		})
 	if err != nil {
-		var ae *tools.ApprovalError
-		if errors.As(err, &ae) {
-			return "", err
-		}
-		out = "error: " + err.Error()
+		return "", err
 	}
-	if len(out) > maxToolOutput {
-		out = out[:maxToolOutput] + "\n[output cut at 64 KiB]"
+	note := ""
+	if replayed {
+		note = " (recorded result: the tool ran in an earlier attempt and is not run again)"
 	}
-	call.Report(Update{Kind: "tool_result", Text: snippet(out, 200)})
+	call.Report(Update{Kind: "tool_result", Text: snippet(out, 200) + note})
 	return out, nil
 }
 
