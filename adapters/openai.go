@@ -70,9 +70,9 @@ type OpenAI struct {
 	// maxTokensOnly holds the endpoints (base URL and model) that refused
 	// max_completion_tokens: they are sent the older max_tokens instead.
 	maxTokensOnly sync.Map         // base URL + "\x00" + model → struct{}
-	client         *openai.Client   // the main endpoint
-	peers          []*openai.Client // the client of each replica, [0] = client
-	bases          []string
+	client        *openai.Client   // the main endpoint
+	peers         []*openai.Client // the client of each replica, [0] = client
+	bases         []string
 }
 
 // NewOpenAI returns an OpenAI backend for cfg.
