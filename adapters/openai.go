@@ -144,6 +144,28 @@ type HTTPError struct {
 	err     error  // the transport error, when Status is 0
 }
 
+// QuotaError is an HTTP 429 whose provider says the key's quota or credit is used up
+// (OpenAI's insufficient_quota). It is not a rate limit: no wait makes it pass, so it has
+// no StatusCode method on purpose (the scheduler, which retries 429s, does not see one)
+// and it is Permanent (the runtime's own retries skip it too): the call fails at once.
+type QuotaError struct {
+	ID   string // the backend's registry id
+	HTTP *HTTPError
+}
+
+func (e *QuotaError) Error() string {
+	msg := e.HTTP.Message
+	if msg == "" {
+		msg = snippet(e.HTTP.Body, 300)
+	}
+	return fmt.Sprintf("openai backend %q: %s has no quota left for this key (HTTP 429 insufficient_quota: %s); "+
+		"this is not a rate limit and waiting will not help: add credit or raise the quota with the provider, or use another key, then resume the run",
+		e.ID, e.HTTP.BaseURL, msg)
+}
+
+// Permanent reports that retrying cannot help.
+func (e *QuotaError) Permanent() bool { return true }
+
 // Unwrap returns the transport error of a request that got no response.
 func (e *HTTPError) Unwrap() error { return e.err }
 
@@ -704,7 +726,11 @@ func (o *OpenAI) wrapErrAt(ctx context.Context, base string, cp *capture, err er
 		if h == nil {
 			h = http.Header{}
 		}
-		return &HTTPError{Status: status, Headers: h, Body: cp.body, BaseURL: base, Message: msg}
+		he := &HTTPError{Status: status, Headers: h, Body: cp.body, BaseURL: base, Message: msg}
+		if status == http.StatusTooManyRequests && strings.Contains(cp.body+msg, "insufficient_quota") {
+			return &QuotaError{ID: o.cfg.ID, HTTP: he}
+		}
+		return he
 	}
 	// No response at all (refused, reset, DNS): status 0, which the scheduler retries with
 	// backoff like a 5xx and counts toward the lane's circuit breaker.

@@ -3,12 +3,17 @@ package adapters
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/scheduler"
 )
 
 // The output cap goes as max_completion_tokens; an endpoint that refuses it gets
@@ -139,6 +144,42 @@ func TestOpenAIFinishLength(t *testing.T) {
 				if !found {
 					t.Errorf("no truncated update among %+v", updates)
 				}
+			}
+		})
+	}
+}
+
+// quotaBody is OpenAI's answer when the key's quota or credit is used up.
+const quotaBody = `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
+
+// A 429 with insufficient_quota is not a rate limit: the error says so and is not an HTTP
+// status the scheduler would retry, while an ordinary 429 still is.
+func TestOpenAIInsufficientQuota(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		body  string
+		quota bool
+	}{
+		{name: "quota", body: quotaBody, quota: true},
+		{name: "rate limit", body: `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("retry-after", "20")
+				w.WriteHeader(http.StatusTooManyRequests)
+				fmt.Fprint(w, tc.body)
+			}))
+			defer hs.Close()
+			b := newTestOpenAI(t, hs.URL+"/v1")
+			_, err := b.Run(context.Background(), agent.Request{Prompt: "hi"}, Call{})
+			var qe *QuotaError
+			_, _, retried := scheduler.HTTPStatus(err)
+			if errors.As(err, &qe) != tc.quota || retried == tc.quota {
+				t.Fatalf("err %T %v: quota %v, an HTTP status the scheduler retries %v", err, err, errors.As(err, &qe), retried)
+			}
+			if tc.quota && (!strings.Contains(err.Error(), "not a rate limit") || !strings.Contains(err.Error(), "You exceeded your current quota") || !qe.Permanent()) {
+				t.Fatalf("message %q", err)
 			}
 		})
 	}

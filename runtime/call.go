@@ -181,7 +181,8 @@ func (t *turnTally) runtimeRetries(err error) bool {
 		se *scheduler.SuspendError
 	)
 	var ae *tools.ApprovalError
-	if errors.As(err, &re) || errors.As(err, &se) || errors.As(err, &ae) {
+	var pe interface{ Permanent() bool } // a failure no retry can cure (a used-up quota)
+	if errors.As(err, &re) || errors.As(err, &se) || errors.As(err, &ae) || errors.As(err, &pe) && pe.Permanent() {
 		return false
 	}
 	if _, _, ok := scheduler.HTTPStatus(err); ok && t.schedRetries {

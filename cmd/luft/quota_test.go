@@ -1,0 +1,43 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// A 429 whose body says insufficient_quota fails the call at once — one request, no
+// scheduler retries, no agent retries — with a message saying it is not a rate limit.
+// An ordinary 429 would be waited for and retried (TestRateLimitAndServerErrorsEndToEnd).
+func TestInsufficientQuotaFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		requests.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("retry-after", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"luft.toml": localBackend(srv.URL+"/v1", "m", ""),
+		"wf.lua":    `function main() report(agent{prompt = "hello", retries = 3}.ok) end`,
+	})
+	_, errOut, code := luftIn(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")
+	if code != 1 || !strings.Contains(errOut, "insufficient_quota") || !strings.Contains(errOut, "not a rate limit") {
+		t.Fatalf("exit %d, want 1 with a message that the quota is used up:\n%s", code, errOut)
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("the endpoint got %d requests, want 1", n)
+	}
+}
