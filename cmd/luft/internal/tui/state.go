@@ -58,6 +58,9 @@ type Agent struct {
 	Last     string // the latest progress line
 
 	out []byte // output so far (the tail when it grew past the cap)
+	// retryUntil is when the back-off of its latest retry after a 429 ends: a rate_limit
+	// wait before then is that same wait (the lane paused by the 429), counted once.
+	retryUntil time.Time
 	cut bool   // the start of out was dropped
 	gen uint32 // bumped whenever the agent leaves a list, so stale entries are skipped
 }
@@ -382,6 +385,9 @@ func (s *State) Apply(ev event.Event) {
 		}
 		if a := s.agents[str(d, "call_key")]; a != nil {
 			a.Attempt, a.Reason, a.Until = intOf(d, "attempt"), oneLine(reason), ev.TS.Add(wait)
+			if reason == "rate_limited" {
+				a.retryUntil = a.Until
+			}
 			s.move(a, Retrying)
 		}
 		s.log(ev.TS, "warn", join(s.label(str(d, "call_key"))+" retry "+str(d, "attempt")+" in "+fmtDur(wait), oneLine(reason)))
@@ -501,7 +507,16 @@ func (s *State) rateLimit(ev event.Event) {
 		until = ev.TS.Add(wait)
 	}
 	a := s.agents[str(d, "call_key")]
+	// After a 429 the scheduler reports the retry (agent_retry) and then, when the turn
+	// reaches the head of its lane while the lane is still paused, the same wait again
+	// (rate_limit): that is one wait, extended at most.
+	sameWait := false
 	if a != nil {
+		sameWait = !a.retryUntil.IsZero() && !ev.TS.After(a.retryUntil)
+		if sameWait && until.After(a.retryUntil) {
+			s.Totals.RateWait += until.Sub(a.retryUntil)
+		}
+		a.retryUntil = time.Time{}
 		a.Lane, a.Reason, a.Until = str(d, "lane"), oneLine(str(d, "reason")), until
 	}
 	if str(d, "action") == "suspend" {
@@ -512,8 +527,10 @@ func (s *State) rateLimit(ev event.Event) {
 			fmtDur(wait)+" is too long, the run suspends")
 		return
 	}
-	s.Totals.RateWaits++
-	s.Totals.RateWait += wait
+	if !sameWait {
+		s.Totals.RateWaits++
+		s.Totals.RateWait += wait
+	}
 	if a != nil {
 		s.move(a, Waiting)
 	}
