@@ -61,8 +61,8 @@ type Agent struct {
 	// retryUntil is when the back-off of its latest retry after a 429 ends: a rate_limit
 	// wait before then is that same wait (the lane paused by the 429), counted once.
 	retryUntil time.Time
-	cut bool   // the start of out was dropped
-	gen uint32 // bumped whenever the agent leaves a list, so stale entries are skipped
+	cut        bool   // the start of out was dropped
+	gen        uint32 // bumped whenever the agent leaves a list, so stale entries are skipped
 }
 
 // Label is the agent's name, or its call key when it has none.
