@@ -184,3 +184,17 @@ func TestOpenAIInsufficientQuota(t *testing.T) {
 		})
 	}
 }
+
+// luft backend check's one-token probe falls back to max_tokens too, on an endpoint that
+// refuses max_completion_tokens.
+func TestOpenAICheckProbeOnAnOlderEndpoint(t *testing.T) {
+	url, eng := startFake(t, testkit.Config{KeepRequests: true, NoMaxCompletionTokens: true, Limits: testkit.Limits{RPM: 600, TPM: 60000}})
+	rep := newTestOpenAI(t, url).Check(context.Background())
+	if rep.Refused != "" || rep.RateLimits == nil {
+		t.Fatalf("report %+v", rep)
+	}
+	log := eng.Log()
+	if len(log) != 2 || log[0].Status != 400 || log[1].Status != 200 || log[1].MaxTokens != 1 || log[1].MaxCompletionTokens != 0 {
+		t.Fatalf("engine log %+v", log)
+	}
+}
