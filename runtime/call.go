@@ -266,7 +266,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	}
 	prog := &progress{h: h, key: c.Key}
 	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Key: h.run.ID + "/" + c.Key,
-		Transcript: h.session(req.SessionID), Tool: h.toolJournal(c, req.Hash())})
+		Transcript: h.session(req.SessionID), Tool: h.toolJournal(c, req)})
 	prog.flush()
 	h.keepSession(res)
 	var (

@@ -3,8 +3,10 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/storage"
 )
@@ -16,17 +18,20 @@ const interruptedTool = "error: this tool call was begun in an earlier attempt o
 	"interrupted before it finished, so it is not run again: its effect may be partly or wholly done; " +
 	"check the result before repeating it"
 
-// toolJournal is the adapters.ToolFunc of one conversation of agent call c: each tool
-// call is journaled under (call key, conversation, turn, tool call id) before it runs and
-// with its output after, and a call the journal already holds is answered from it (SPEC
-// §4: a retry or a resume must not run write_file or run_command twice). conversation is
-// the hash of the request that began it (the call's inputs, or a schema re-prompt's), so
-// turns are numbered the same in every attempt.
+// toolJournal is the adapters.ToolFunc of the conversation req begins in agent call c
+// (its first attempt's, a retry's, or a schema re-prompt's): each tool call is journaled
+// under (call key, conversation, turn, tool call id) before it runs and with its output
+// after, and a call the journal already holds is answered from it (SPEC §4: a retry or a
+// resume must not run write_file or run_command twice). The conversation is named by the
+// request's hash and the length of the session transcript it continues, so every attempt
+// numbers its turns alike while two schema re-prompts with the same words do not share
+// their tool calls.
 //
 // A model asked the same thing again may give its tool call a fresh id (real providers
 // draw ids at random), so a call is also matched by turn, tool name and arguments when
 // no recorded call has its id.
-func (h *host) toolJournal(c lua.Call, conversation string) adapters.ToolFunc {
+func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
+	conversation := req.Hash() + "/" + strconv.Itoa(len(h.session(req.SessionID)))
 	return func(ctx context.Context, tc adapters.ToolCall, run func(context.Context) (string, error)) (string, bool, error) {
 		rec := storage.ToolCall{RunID: h.run.ID, CallKey: c.Key, Conversation: conversation, Turn: tc.Turn,
 			ID: tc.ID, Name: tc.Name, ArgsHash: sha([]byte(tc.Arguments))}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/luft-run/luft/adapters"
@@ -189,5 +190,72 @@ end`)
 		if strings.TrimSpace(strings.TrimSuffix(g, "[exit 0]")) != "1" {
 			t.Errorf("tool result %d: %q", i+1, g)
 		}
+	}
+}
+
+// blockingTool blocks its first call until the call's context ends, and counts calls.
+type blockingTool struct {
+	calls   atomic.Int32
+	started chan struct{}
+}
+
+func (b *blockingTool) Spec() tools.Spec {
+	return tools.Spec{Name: "deploy", Description: "deploys", Parameters: map[string]any{"type": "object"}}
+}
+
+func (b *blockingTool) Call(ctx context.Context, _ json.RawMessage) (string, error) {
+	if b.calls.Add(1) == 1 {
+		close(b.started)
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return "deployed", nil
+}
+
+type oneTool struct{ t tools.Tool }
+
+func (o oneTool) Resolve(context.Context, []string) ([]tools.Tool, error) {
+	return []tools.Tool{o.t}, nil
+}
+
+// A tool call cut short (the run was stopped while it ran) is not run again on resume,
+// since its effect may be partly done: the model is told it was interrupted.
+func TestInterruptedToolCallIsNotRunAgain(t *testing.T) {
+	te := newToolEngine(t, []testkit.ToolRule{
+		{Match: "ship it", Calls: []testkit.ScriptedCall{{Name: "deploy", Arguments: `{}`}}, Reply: "shipped"},
+	})
+	tool := &blockingTool{started: make(chan struct{})}
+	backend := func() adapters.Backend {
+		b, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: "fake", BaseURL: te.url, APIKey: "k", Model: "m", Tools: oneTool{tool}, NoStream: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	dir := t.TempDir()
+	e := openResumeEnv(t, dir, backend(), 0)
+	path := writeScript(t, dir, "wf.lua", `function main() report(agent{prompt = "ship it", tools = {"deploy"}}.text) end`)
+	r, err := e.svc.Start(t.Context(), Spec{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tool.started:
+	case <-r.Done():
+		t.Fatalf("the run ended before the tool ran: %s %v", r.Wait().Status, r.Wait().Err)
+	}
+	r.Cancel()
+	if res := waitRun(t, r); res.Status != StatusCancelled {
+		t.Fatalf("first attempt %s %v", res.Status, res.Err)
+	}
+	e2 := openResumeEnv(t, dir, backend(), 0)
+	if res := waitRun(t, resume(t, e2, ResumeSpec{Run: r.ID})); res.Status != StatusCompleted || res.Report != "shipped" {
+		t.Fatalf("resume %s %v %v", res.Status, res.Err, res.Report)
+	}
+	if n := tool.calls.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want 1", n)
+	}
+	if got := te.toolResults(); len(got) != 1 || got[0] != interruptedTool {
+		t.Fatalf("the model was told %q, want that the call was interrupted", got)
 	}
 }
