@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/luft-run/luft/internal/testkit"
 )
 
 // A 429 whose body says insufficient_quota fails the call at once — one request, no
@@ -39,5 +41,33 @@ func TestInsufficientQuotaFailsAtOnce(t *testing.T) {
 	}
 	if n := requests.Load(); n != 1 {
 		t.Fatalf("the endpoint got %d requests, want 1", n)
+	}
+}
+
+// Through the scheduler, end to end: max_tokens goes out as max_completion_tokens; an
+// endpoint that refuses it gets max_tokens, remembered, so the next call goes with
+// max_tokens at once.
+func TestOutputCapFallbackEndToEnd(t *testing.T) {
+	t.Parallel()
+	engine, _, url := startEngine(t, testkit.Config{KeepRequests: true, NoMaxCompletionTokens: true})
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"luft.toml": localBackend(url, "m", ""),
+		"wf.lua": `function main()
+  local a = agent{prompt = "one", max_tokens = 5}
+  local b = agent{prompt = "two", max_tokens = 5}
+  report(a.ok and b.ok)
+end`,
+	})
+	if out := mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua"); strings.TrimSpace(out) != "true" {
+		t.Fatalf("report %q", out)
+	}
+	var got []string
+	for _, r := range engine.Log() {
+		got = append(got, fmt.Sprintf("%d max_tokens=%d max_completion_tokens=%d", r.Status, r.MaxTokens, r.MaxCompletionTokens))
+	}
+	want := "400 max_tokens=0 max_completion_tokens=5|200 max_tokens=5 max_completion_tokens=0|200 max_tokens=5 max_completion_tokens=0"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("the engine saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.ReplaceAll(want, "|", "\n"))
 	}
 }
