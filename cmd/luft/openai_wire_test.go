@@ -71,3 +71,24 @@ end`,
 		t.Fatalf("the engine saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.ReplaceAll(want, "|", "\n"))
 	}
 }
+
+// A reply cut at max_tokens (finish_reason "length") fails the call, end to end: the
+// agent_done event carries the error naming the cap and an agent_progress event of kind
+// truncated comes before it.
+func TestTruncatedReplyEndToEnd(t *testing.T) {
+	t.Parallel()
+	_, _, url := startEngine(t, testkit.Config{ToolRules: []testkit.ToolRule{
+		{Match: "tell a long story", Reply: "once upon a time there was a scheduler that never slept"},
+	}})
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"luft.toml": localBackend(url, "m", ""),
+		"wf.lua":    `function main() report(pcall(agent, {prompt = "tell a long story", max_tokens = 3})) end`,
+	})
+	events := mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
+	for _, want := range []string{`"kind":"truncated"`, `"status":"error"`, `cut off at max_tokens=3`, `finish_reason \"length\"`, `"report","value":false`} {
+		if !strings.Contains(events, want) {
+			t.Errorf("events lack %s:\n%s", want, events)
+		}
+	}
+}
