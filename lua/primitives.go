@@ -13,6 +13,7 @@ import (
 
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/internal/schema"
 	glua "github.com/yuin/gopher-lua"
 )
 
@@ -41,7 +42,7 @@ func (v *vm) agentFn(L *glua.LState) int {
 	where := v.where(L)
 	req, err := v.parseAgentOpts(L.Get(1))
 	if err != nil {
-		return fail(L, where, "agent: %s", err)
+		return v.raiseFatalKind(L, KindRuntime, "agent: %s", err)
 	}
 	v.agentCalls++
 	if v.agentCalls > v.lim.MaxAgentCalls {
@@ -54,7 +55,12 @@ func (v *vm) agentFn(L *glua.LState) int {
 		v.deliver(t, func() []glua.LValue { return v.agentOutcome(c, req, ph, r, err) })
 	})
 	v.hostError(L, err)
-	if done || err != nil {
+	if err != nil {
+		// Refused before it started for a reason the script cannot fix at run time (an
+		// unknown backend, an unreadable journal): the run ends.
+		return v.raiseFatalKind(L, KindRuntime, "agent: %s", err)
+	}
+	if done {
 		vals := v.agentOutcome(c, req, ph, res, err)
 		for _, val := range vals {
 			L.Push(val)
@@ -75,32 +81,33 @@ func (v *vm) hostError(L *glua.LState, err error) {
 	}
 }
 
-// agentOutcome turns a finished call into the (ok, value) pair the Lua wrapper expects.
+// agentOutcome turns a finished call into the (true, result) pair the Lua wrapper expects.
+// A call that failed after its retries is not an error of the script: its result comes
+// back with ok=false, status and error set, and tokens, usage and findings present, so
+// scripts written as `if r.ok then ... end` (Luft's style) go on. Invalid options,
+// limits, budgets, divergence and cancellation end the run elsewhere.
 func (v *vm) agentOutcome(c Call, req agent.Request, ph *phaseState, r agent.Result, err error) []glua.LValue {
-	if err == nil && !r.OK() {
-		msg := r.Error
-		if msg == "" {
-			msg = "the agent reported status " + string(r.Status)
+	if err != nil {
+		if r.Error == "" {
+			r.Error = err.Error()
 		}
-		err = errors.New(msg)
+		if r.Status == "" || r.Status == agent.StatusOK {
+			r.Status = agent.StatusError
+		}
+	}
+	if !r.OK() && r.Error == "" {
+		r.Error = "the agent reported status " + string(r.Status)
 	}
 	if ph != nil {
-		if err != nil {
-			ph.failed++
-		} else {
+		if r.OK() {
 			ph.ok++
+		} else {
+			ph.failed++
 		}
 	}
-	if err != nil {
-		label := req.Name
-		if label == "" {
-			label = c.Key
-		}
-		status := r.Status
-		if status == "" || status == agent.StatusOK {
-			status = agent.StatusError
-		}
-		return []glua.LValue{glua.LFalse, glua.LString(fmt.Sprintf("%s: agent %q failed (%s): %s", c.Where, label, status, err))}
+	if !r.OK() {
+		// A failed call has no output: a script that uses it unchecked stops there.
+		r.Output = nil
 	}
 	return []glua.LValue{glua.LTrue, v.resultTable(r)}
 }
@@ -167,6 +174,8 @@ func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
 			if bad == nil {
 				if _, isObj := req.Schema.(map[string]any); !isObj {
 					bad = errors.New("option schema must be a JSON Schema object, such as {type=\"object\", properties={...}}")
+				} else if _, err := schema.Compile(req.Schema); err != nil {
+					bad = fmt.Errorf("option schema is not a valid JSON Schema: %v", err)
 				}
 			}
 		case "model":
@@ -425,7 +434,12 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 										finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
 										return
 									}
-									finishSlot(i, rets[0], false)
+									// agent() returns a failed call's result (ok=false) rather than raising.
+									failed := false
+									if r, ok := rets[0].(*glua.LTable); ok {
+										failed = r.RawGetString("ok") == glua.LFalse
+									}
+									finishSlot(i, rets[0], failed)
 								})
 							v.runq = append(v.runq, agentTask)
 							return
@@ -723,7 +737,10 @@ func (v *vm) workflowFn(L *glua.LState) int {
 	done := func(err error) {
 		data := map[string]any{"span_id": key, "path": path, "ok": err == nil, "elapsed_ms": v.cfg.Now().Sub(start).Milliseconds()}
 		if err != nil {
-			msg := fmt.Sprintf("%s: workflow %q failed: %s", where, string(p), err)
+			msg := fmt.Sprintf("workflow %q failed: %s", string(p), err)
+			if where != "" { // empty when workflow() is a tail call
+				msg = where + ": " + msg
+			}
 			data["error"] = msg
 			v.emit(event.WorkflowDone, data)
 			v.resumeLater(t, glua.LFalse, glua.LString(msg))

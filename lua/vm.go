@@ -574,8 +574,14 @@ func (v *vm) yield(L *glua.LState) int {
 
 // raiseFatal ends the run with a limit error that pcall cannot catch.
 func (v *vm) raiseFatal(L *glua.LState, format string, args ...any) int {
+	return v.raiseFatalKind(L, KindLimit, format, args...)
+}
+
+// raiseFatalKind ends the run with an error of the given kind that pcall cannot catch
+// (a limit, or an invalid agent option: mistakes in the script, not failures of a call).
+func (v *vm) raiseFatalKind(L *glua.LState, kind ErrorKind, format string, args ...any) int {
 	where := v.where(L)
-	se := &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf(format, args...)}
+	se := &ScriptError{Kind: kind, Where: where, Msg: fmt.Sprintf(format, args...)}
 	v.fatal = se
 	L.RaiseError("%s", se.Msg)
 	return 0
