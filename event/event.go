@@ -29,6 +29,10 @@ const (
 	PipelineDone     = "pipeline_done"
 	WorkflowStarted  = "workflow_started"
 	WorkflowDone     = "workflow_done"
+	// ConvergeStarted and ConvergeDone bracket a converge() call: {items, max_rounds,
+	// adversarial, phase_id} and {rounds, converged, findings, phase_id}.
+	ConvergeStarted = "converge_started"
+	ConvergeDone    = "converge_done"
 	Log              = "log"
 	Report           = "report"
 	Budget           = "budget"

@@ -441,11 +441,13 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 									}
 									finishSlot(i, rets[0], failed)
 								})
+							agentTask.site = where
 							v.runq = append(v.runq, agentTask)
 							return
 						}
 						finishSlot(i, val, false)
 					})
+				child.site = where
 				v.runq = append(v.runq, child)
 			}
 		}
@@ -689,6 +691,7 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 							finish()
 						}
 					})
+				child.site = where
 				v.runq = append(v.runq, child)
 			}
 		}
@@ -868,7 +871,7 @@ func (v *vm) printFn(L *glua.LState) int {
 	return 0
 }
 
-func (v *vm) budgetFn(L *glua.LState) int {
+func (v *vm) budgetFn(L *glua.LState, wf *workflowState) int {
 	var b Budget
 	num := func(name string, val glua.LValue) float64 {
 		if val == glua.LNil {
@@ -897,23 +900,52 @@ func (v *vm) budgetFn(L *glua.LState) int {
 			}
 		})
 	case glua.LNumber, *glua.LNilType:
+		// Luft's positional form: the second number is its "rounds", a hint for loops
+		// and converge's default max_rounds, never a cap on agent calls.
 		b.TimeMS = int64(num("time_ms", L.Get(1)))
-		b.Agents = int(num("max_agents", L.Get(2)))
+		if r := num("rounds", L.Get(2)); r > 0 {
+			if r != math.Trunc(r) || r > 1000 {
+				L.RaiseError("budget: rounds must be a whole number from 1 to 1000, got %s", L.Get(2).String())
+			}
+			b.Rounds = int(r)
+		}
 	default:
-		L.RaiseError("budget: expected budget{time_ms=, agents=, tokens=, usd=} or budget(time_ms, max_agents)")
+		L.RaiseError("budget: expected budget{time_ms=, agents=, tokens=, usd=} or budget(time_ms [, rounds])")
 	}
 	if err := v.host.SetBudget(b); err != nil {
 		L.RaiseError("budget: %s", err)
+	}
+	v.rounds = b.Rounds
+	// ctx.budget shows the script what it asked for.
+	if c, ok := wf.env.RawGetString("ctx").(*glua.LTable); ok {
+		bt := L.CreateTable(0, 5)
+		for _, kv := range []struct {
+			k string
+			n float64
+		}{{"agents", float64(b.Agents)}, {"rounds", float64(b.Rounds)}, {"time_ms", float64(b.TimeMS)}, {"tokens", float64(b.Tokens)}, {"usd", b.USD}} {
+			if kv.n > 0 {
+				bt.RawSetString(kv.k, glua.LNumber(kv.n))
+			}
+		}
+		c.RawSetString("budget", bt)
 	}
 	return 0
 }
 
 func (v *vm) reportFn(L *glua.LState, wf *workflowState) int {
+	where := v.where(L)
+	if wf.hasReport {
+		// The first value stays (Luft's scripts and skill rely on it); a second call is a
+		// mistake worth a warning that names both lines.
+		v.emit(event.Log, map[string]any{"level": "warn", "msg": fmt.Sprintf(
+			"report() called again at %s and ignored: the run's result is the value reported at %s (call report once)", where, wf.reportWhere)})
+		return 0
+	}
 	val, err := v.codec.FromLua(L.Get(1))
 	if err != nil {
 		L.RaiseError("report: the value cannot be stored as JSON: %s", err)
 	}
-	wf.report, wf.hasReport = val, true
+	wf.report, wf.hasReport, wf.reportWhere = val, true, where
 	if wf == v.root {
 		v.emit(event.Report, map[string]any{"value": val})
 	}

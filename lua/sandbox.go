@@ -177,6 +177,11 @@ func (v *vm) openSandbox() error {
 	v.wrap = L.Get(-1).(*glua.LTable)
 	L.Pop(1)
 	v.trampo = v.wrap.RawGetString("trampoline").(*glua.LFunction)
+	conv, err := v.loadConverge(v.codec.Module())
+	if err != nil {
+		return err
+	}
+	v.wrap.RawSetString("converge", conv)
 	return nil
 }
 
@@ -197,11 +202,12 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	for name, lib := range v.libs {
 		env.RawSetString(name, copyTable(L, lib))
 	}
-	for _, name := range []string{"pcall", "xpcall", "agent", "parallel", "pmap", "pipeline", "workflow"} {
+	for _, name := range []string{"pcall", "xpcall", "agent", "parallel", "pmap", "pipeline", "workflow", "converge"} {
 		env.RawSetString(name, v.wrap.RawGetString(name))
 	}
 	for name, fn := range map[string]glua.LGFunction{
-		"phase": v.phaseFn, "log": v.logFn, "print": v.printFn, "budget": v.budgetFn,
+		"phase": v.phaseFn, "log": v.logFn, "print": v.printFn,
+		"budget": func(L *glua.LState) int { return v.budgetFn(L, wf) },
 		"report": func(L *glua.LState) int { return v.reportFn(L, wf) },
 	} {
 		env.RawSetString(name, L.NewFunction(fn))

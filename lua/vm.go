@@ -166,6 +166,7 @@ type vm struct {
 	fatal   error
 
 	agentCalls int
+	rounds     int // the rounds hint of budget(time_ms, rounds): converge's default max_rounds
 	phase      *phaseState
 	phaseSeq   int
 	root       *workflowState
@@ -191,8 +192,9 @@ type task struct {
 	cancel   context.CancelFunc
 	br       *branch
 	wf       *workflowState
-	topLevel bool // the chunk's top level: effects are refused
-	pdepth   int  // nested pcall depth
+	topLevel bool   // the chunk's top level: effects are refused
+	pdepth   int    // nested pcall depth
+	site     string // the script position that started this branch: positions fall back to it
 	onDone   func(rets []glua.LValue, err error)
 }
 
@@ -209,12 +211,13 @@ func (b *branch) next() string {
 }
 
 type workflowState struct {
-	prog      *Program
-	env       *glua.LTable
-	report    any
-	hasReport bool
-	meta      any
-	metaPh    []metaPhase
+	prog        *Program
+	env         *glua.LTable
+	report      any
+	hasReport   bool
+	reportWhere string // the position of the report() call that set report
+	meta        any
+	metaPh      []metaPhase
 }
 
 type metaPhase struct {
@@ -599,13 +602,20 @@ func (v *vm) where(L *glua.LState) string {
 			if _, err := th.GetInfo("Sl", dbg, glua.LNil); err != nil {
 				continue
 			}
-			if dbg.CurrentLine > 0 && dbg.Source != "" && dbg.Source != "<prelude>" {
+			// Chunks of luft's own ("<prelude>", "<converge>") are skipped: a position names
+			// the script line that called into them.
+			if dbg.CurrentLine > 0 && dbg.Source != "" && !strings.HasPrefix(dbg.Source, "<") {
 				return fmt.Sprintf("%s:%d", dbg.Source, dbg.CurrentLine)
 			}
 		}
 		if v.current != nil && th == v.current.th {
 			break
 		}
+	}
+	// No script frame on this branch's stack (its function is luft's own, or a tail call
+	// replaced the frame): the line that started the branch.
+	if v.current != nil {
+		return v.current.site
 	}
 	return ""
 }

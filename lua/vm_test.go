@@ -302,12 +302,29 @@ end`, check: func(t *testing.T, h *fakeHost) {
 			}},
 		{name: "budget positional form", src: `function main() budget(2000, 7) end`,
 			check: func(t *testing.T, h *fakeHost) {
-				if h.budget != (Budget{TimeMS: 2000, Agents: 7}) {
+				if h.budget != (Budget{TimeMS: 2000, Rounds: 7}) {
 					t.Fatalf("budget = %+v", h.budget)
 				}
 			}},
 		{name: "budget unknown limit", src: `function main() budget{minutes=3} end`, kind: KindRuntime, errSub: `unknown limit "minutes"`},
-		{name: "report last wins", src: `function main() report("first") report({n=2}) end`, want: `{"n":2}`},
+		{name: "budget rounds is a hint, not a cap", src: `function main()
+  budget(60000, 5)
+  local r = parallel({1,2,3,4,5,6,7,8}, function(i) return agent{prompt="p"..i}.ok end)
+  report({#r, r[8], ctx.budget.rounds})
+end`, want: `[8,true,5]`},
+		{name: "report first stays", src: `function main()
+  report("first")
+  report({n=2})
+end`, want: `"first"`, check: func(t *testing.T, h *fakeHost) {
+			l := h.eventsOf(event.Log)
+			if len(l) != 1 || l[0].Data["level"] != "warn" ||
+				l[0].Data["msg"] != "report() called again at test.lua:3 and ignored: the run's result is the value reported at test.lua:2 (call report once)" {
+				t.Fatalf("log events: %+v", l)
+			}
+			if n := len(h.eventsOf(event.Report)); n != 1 {
+				t.Fatalf("%d report events, want 1", n)
+			}
+		}},
 		{name: "report snapshot", src: `function main() local t = {n=1} report(t) t.n = 2 end`, want: `{"n":1}`},
 		{name: "report of a function", src: `function main() report({f=function() end}) end`, kind: KindRuntime, errSub: "$.f"},
 		{name: "args and ctx", src: `function main() report({args.topic, _args.n, ctx.run_id, ctx.resumed, ctx.attempt}) end`,

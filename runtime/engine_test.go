@@ -255,8 +255,6 @@ func TestBudgets(t *testing.T) {
 	}{
 		{name: "agents", status: StatusFailed, errSub: "budget exceeded: agents=2",
 			src: `function main() budget{agents=2} for i=1,3 do pcall(agent, {prompt="p"..i}) end end`},
-		{name: "positional agents", status: StatusFailed, errSub: "budget exceeded: agents=1",
-			src: `function main() budget(0, 1) agent{prompt="a"} agent{prompt="b"} end`},
 		{name: "tokens", status: StatusFailed, errSub: "budget exceeded: tokens=20",
 			src: `function main() budget{tokens=20} agent{prompt="a"} agent{prompt="b"} agent{prompt="c"} end`},
 		{name: "usd", status: StatusFailed, errSub: "budget exceeded: usd=1e-05",
