@@ -468,7 +468,7 @@ type join struct {
 func (v *vm) errMessage(err error) string {
 	var ae *glua.ApiError
 	if errors.As(err, &ae) {
-		return v.errorText(ae.Object)
+		return v.explain(v.errorText(ae.Object))
 	}
 	return err.Error()
 }

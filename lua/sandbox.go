@@ -54,8 +54,9 @@ local function protected(handler, f, ...)
     if not r[1] then
       go.pcall_leave()
       if go.is_fatal() then error(r[2], 0) end
-      if handler then return false, handler(r[2]) end
-      return false, r[2]
+      local msg = go.explain(r[2])
+      if handler then return false, handler(msg) end
+      return false, msg
     end
     if co_status(co) == "dead" then
       go.pcall_leave()
@@ -156,7 +157,7 @@ func (v *vm) openSandbox() error {
 
 	goFns := L.CreateTable(0, 8)
 	for name, fn := range map[string]glua.LGFunction{
-		"pcall_enter": v.pcallEnter, "pcall_leave": v.pcallLeave, "is_fatal": v.isFatal,
+		"pcall_enter": v.pcallEnter, "pcall_leave": v.pcallLeave, "is_fatal": v.isFatal, "explain": v.explainFn,
 		"agent": v.agentFn, "parallel": v.parallelFn(false), "pmap": v.parallelFn(true),
 		"pipeline": v.pipelineFn, "workflow": v.workflowFn,
 	} {

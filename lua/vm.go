@@ -76,6 +76,7 @@ type Program struct {
 	Name  string // file name as shown in messages
 	Path  string // path used to resolve workflow() calls; "" means the working directory
 	proto *glua.FunctionProto
+	src   string // the source, for messages that quote a line (explain)
 }
 
 // Compile parses and compiles a workflow script. name is used in messages; path is the
@@ -89,7 +90,7 @@ func Compile(name, path string, src []byte) (*Program, error) {
 	if err != nil {
 		return nil, syntaxError(name, err)
 	}
-	return &Program{Name: name, Path: path, proto: proto}, nil
+	return &Program{Name: name, Path: path, proto: proto, src: string(src)}, nil
 }
 
 var parseErrRe = regexp.MustCompile(`line:(\d+)\(column:(\d+)\) near '(.*)':\s*(.*)`)
@@ -158,6 +159,7 @@ type vm struct {
 	base    map[string]glua.LValue
 	libs    map[string]*glua.LTable
 	protos  map[string]*Program // compiled sub-workflows by path
+	srcs    map[string]string   // sources of the workflows loaded, by name (explain)
 	current *task
 	runq    []*task
 	pending int // async effects started and not yet delivered
@@ -250,7 +252,7 @@ func newVM(ctx context.Context, cfg Config) (*vm, error) {
 	L.SetContext(cctx)
 	v := &vm{
 		ctx: cctx, cancel: cancel, cfg: cfg, lim: lim, L: L, host: cfg.Host,
-		protos: map[string]*Program{}, loopFuncs: map[uintptr]bool{},
+		protos: map[string]*Program{}, loopFuncs: map[uintptr]bool{}, srcs: map[string]string{},
 		done:  make(chan struct{}),
 		compl: make(chan completion, 256),
 	}
@@ -421,6 +423,7 @@ func (v *vm) readMeta(mv glua.LValue) (any, []metaPhase, error) {
 func (v *vm) newWorkflow(prog *Program, args any) *workflowState {
 	wf := &workflowState{prog: prog}
 	wf.env = v.newEnv(wf, args)
+	v.srcs[prog.Name] = prog.src
 	return wf
 }
 
@@ -723,6 +726,9 @@ func (v *vm) scriptError(err error, kind ErrorKind) error {
 		}
 		if strings.Contains(rest, "registry overflow") {
 			return &ScriptError{Kind: KindLimit, Where: where, Msg: "Lua stack limit exceeded (too many values on the stack)", Trace: ae.StackTrace}
+		}
+		if where != "" {
+			_, rest = splitWhere(v.explain(where + ": " + rest))
 		}
 		return &ScriptError{Kind: kind, Where: where, Msg: rest, Trace: ae.StackTrace}
 	}
