@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -334,7 +333,7 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				enc := json.NewEncoder(e.stdout)
 				enc.SetEscapeHTML(false)
-				plain := tui.NewPlain(io.Discard, tui.PlainOptions{Level: level, Location: time.Local, ShowRunDone: true, Styles: tui.NoColor()})
+				lines := newPrettyLines(level)
 				for ev := range evs {
 					if asJSON {
 						if err := enc.Encode(ev); err != nil {
@@ -342,14 +341,9 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 						}
 						continue
 					}
-					line := plain.Line(ev)
-					if line == "" {
-						if ev.Type == event.Log {
-							continue // below --level
-						}
-						line = "  " + ev.Type
+					if line, ok := lines.line(ev); ok { // not ok: a log line below --level
+						fmt.Fprint(e.stdout, line)
 					}
-					fmt.Fprintf(e.stdout, "%5d %s %s\n", ev.Seq, ev.TS.Local().Format("15:04:05.000"), strings.TrimRight(line, "\n"))
 				}
 				return <-errc
 			})

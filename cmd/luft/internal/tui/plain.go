@@ -177,6 +177,17 @@ func (p *Plain) text(ev event.Event) (string, lipgloss.Style) {
 			s += " · " + fmtDur(ph.EndedAt.Sub(ph.StartedAt))
 		}
 		return s, p.sty.Section
+	case event.AgentStarted:
+		// A line per start, so a long phase is not silent until its first agent ends.
+		a := st.Agent(str(d, "call_key"))
+		if a == nil {
+			return "", none
+		}
+		where := str(d, "backend")
+		if m := str(d, "model"); m != "" {
+			where += "/" + m
+		}
+		return "  ▸ " + join(a.Label(), oneLine(where)), p.sty.Dim
 	case event.AgentDone:
 		return p.agentDone(d)
 	case event.AgentRetry:
@@ -221,8 +232,12 @@ func (p *Plain) text(ev event.Event) (string, lipgloss.Style) {
 		}
 		return fmt.Sprintf("  [%s] %s", level, oneLine(str(d, "msg"))), style
 	case event.Budget:
-		return fmt.Sprintf("  budget set: time_ms=%s agents=%s tokens=%s usd=%s", str(d, "time_ms"), str(d, "agents"),
-			str(d, "tokens"), str(d, "usd")), none
+		s := fmt.Sprintf("  budget set: time_ms=%s agents=%s tokens=%s usd=%s", str(d, "time_ms"), str(d, "agents"),
+			str(d, "tokens"), str(d, "usd"))
+		if r := intOf(d, "rounds"); r > 0 {
+			s += fmt.Sprintf(" rounds=%d (a hint)", r)
+		}
+		return s, none
 	case event.RunSuspended:
 		s := "luft: run suspended: " + oneLine(str(d, "reason"))
 		if !st.ResumeAfter.IsZero() {
