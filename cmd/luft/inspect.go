@@ -23,6 +23,11 @@ func withService(cmd *cobra.Command, e *env, g *globalFlags, fn func(ctx context
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// A broken config stops every command that reads it, these too: a mistake found
+	// only by the next run is found late.
+	if _, err := loadConfig(e, g); err != nil {
+		return err
+	}
 	st, err := openStore(ctx, e, g, true)
 	if err != nil {
 		return err

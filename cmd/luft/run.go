@@ -173,7 +173,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	defer bset.Close()
 	reg := bset.Registry
 	if bset.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json {
-		fmt.Fprintln(e.stderr, autoNotice)
+		fmt.Fprintln(e.stderr, defaultNotice(bset.Unchosen))
 	}
 	if _, err := reg.Get(f.backend); err != nil {
 		return usageErr("--backend: %v", err)
