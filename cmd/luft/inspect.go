@@ -79,7 +79,9 @@ type phaseJSON struct {
 	Failed      int    `json:"failed"`
 }
 
-func toJSON(r storage.Run, stale bool, phases []storage.Phase) runJSON {
+// toJSON is the JSON form of a run; its resume hint carries --state-dir when one was
+// given, so following it finds the run.
+func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) runJSON {
 	j := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Stale: stale, Error: r.Error, Attempt: r.Attempt,
 		Agents: r.Agents, Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost,
 		CreatedAt: r.CreatedAt, Args: r.Args, ScriptHash: r.ScriptHash, ProcessID: r.PID}
@@ -91,7 +93,7 @@ func toJSON(r storage.Run, stale bool, phases []storage.Phase) runJSON {
 		j.FinishedAt = &t
 	}
 	if r.Resumable() && (r.Status != storage.StatusRunning || stale) {
-		j.ResumeWith = "luft run --resume " + r.ID
+		j.ResumeWith = tui.ResumeCommand(r.ID, stateDir)
 	}
 	for _, p := range phases {
 		j.Phases = append(j.Phases, phaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
@@ -122,7 +124,7 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 				if asJSON {
 					out := make([]runJSON, 0, len(runs))
 					for _, r := range runs {
-						out = append(out, toJSON(r, false, nil))
+						out = append(out, toJSON(r, false, nil, g.stateDir))
 					}
 					return writeJSON(e.stdout, out)
 				}
@@ -158,7 +160,7 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				if err != nil {
 					return runRefError(err)
 				}
-				j := toJSON(info.Run, info.Stale, info.Phases)
+				j := toJSON(info.Run, info.Stale, info.Phases, g.stateDir)
 				if asJSON {
 					return writeJSON(e.stdout, j)
 				}
@@ -258,7 +260,7 @@ func newPhasesCmd(e *env, g *globalFlags) *cobra.Command {
 				if err := <-errc; err != nil {
 					return err
 				}
-				actual := toJSON(info.Run, info.Stale, info.Phases).Phases
+				actual := toJSON(info.Run, info.Stale, info.Phases, g.stateDir).Phases
 				if asJSON {
 					if planned == nil {
 						planned = []any{}
@@ -378,9 +380,9 @@ func newCancelCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				if asJSON {
 					return writeJSON(e.stdout, map[string]any{"run_id": r.ID, "result": "cancel_requested",
-						"resume_with": "luft run --resume " + r.ID})
+						"resume_with": tui.ResumeCommand(r.ID, g.stateDir)})
 				}
-				fmt.Fprintf(e.stdout, "cancel requested for run %s (resume later with: luft run --resume %s)\n", r.ID, r.ID)
+				fmt.Fprintf(e.stdout, "cancel requested for run %s (resume later with: %s)\n", r.ID, tui.ResumeCommand(r.ID, g.stateDir))
 				return nil
 			})
 		},
