@@ -414,6 +414,9 @@ func (v *vm) readMeta(mv glua.LValue) (any, []metaPhase, error) {
 				}
 			}
 			desc, _ := ph["description"].(string)
+			if desc == "" {
+				desc, _ = ph["detail"].(string) // Luft's planner writes detail
+			}
 			phases = append(phases, metaPhase{Label: label, Description: desc})
 		}
 	}

@@ -278,6 +278,9 @@ func newPhasesCmd(e *env, g *globalFlags) *cobra.Command {
 					m, _ := p.(map[string]any)
 					label, _ := m["label"].(string)
 					desc, _ := m["description"].(string)
+					if desc == "" {
+						desc, _ = m["detail"].(string) // Luft's meta.phases[].detail
+					}
 					seen := "not started"
 					for _, a := range actual {
 						if a.Label == label {
