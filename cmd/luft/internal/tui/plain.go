@@ -40,7 +40,12 @@ type Plain struct {
 }
 
 // SetLanes gives the next Status the scheduler's lanes as sampled now.
-func (p *Plain) SetLanes(ls []Lane) { p.lanes = ls }
+func (p *Plain) SetLanes(ls []Lane) {
+	p.lanes = ls
+	if !p.st.Done() {
+		p.st.SyncLanes(ls)
+	}
+}
 
 // NewPlain returns a plain renderer writing to w.
 func NewPlain(w io.Writer, o PlainOptions) *Plain {
