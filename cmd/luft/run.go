@@ -48,7 +48,7 @@ type runFlags struct {
 func newRunCmd(e *env, g *globalFlags) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
-		Use:   "run --workflow FILE [flags]",
+		Use:   "run --workflow FILE [ARGS_JSON] [flags]",
 		Short: "Run a workflow file",
 		Long: `Run a workflow file. Progress goes to stderr, the report to stdout (a string or an
 object's markdown field raw, anything else as JSON) and to -o FILE. With --json, stdout
