@@ -33,11 +33,11 @@ const (
 	// adversarial, phase_id} and {rounds, converged, findings, phase_id}.
 	ConvergeStarted = "converge_started"
 	ConvergeDone    = "converge_done"
-	Log              = "log"
-	Report           = "report"
-	Budget           = "budget"
-	RunSuspended     = "run_suspended"
-	RunDone          = "run_done"
+	Log             = "log"
+	Report          = "report"
+	Budget          = "budget"
+	RunSuspended    = "run_suspended"
+	RunDone         = "run_done"
 )
 
 // Event is one entry of a run's stream.
