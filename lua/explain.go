@@ -57,6 +57,9 @@ func explainUnavailable(name string) string {
 // explain rewrites a "file.lua:N: attempt to ..." message about nil to name what is
 // missing; any other message comes back unchanged.
 func (v *vm) explain(msg string) string {
+	if !strings.Contains(msg, "attempt to ") {
+		return msg
+	}
 	where, rest := splitWhere(msg)
 	if where == "" {
 		return msg

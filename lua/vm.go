@@ -153,19 +153,20 @@ type vm struct {
 	codec  *luaval.Codec
 	host   Host
 
-	marker  *glua.LUserData // the only value primitives yield to the driver
-	wrap    *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
-	trampo  *glua.LFunction // calls f(...) in non-tail position and returns its results
-	base    map[string]glua.LValue
-	libs    map[string]*glua.LTable
-	protos  map[string]*Program // compiled sub-workflows by path
-	srcs    map[string]string   // sources of the workflows loaded, by name (explain)
-	current *task
-	runq    []*task
-	pending int // async effects started and not yet delivered
-	done    chan struct{}
-	compl   chan completion
-	fatal   error
+	marker    *glua.LUserData // the only value primitives yield to the driver
+	wrap      *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
+	trampo    *glua.LFunction // calls f(...) in non-tail position and returns its results
+	base      map[string]glua.LValue
+	libs      map[string]*glua.LTable
+	protos    map[string]*Program // compiled sub-workflows by path
+	srcs      map[string]string   // sources of the workflows loaded, by name (explain)
+	explained map[string]string   // messages explain has rewritten, by original
+	current   *task
+	runq      []*task
+	pending   int // async effects started and not yet delivered
+	done      chan struct{}
+	compl     chan completion
+	fatal     error
 
 	agentCalls int
 	rounds     int // the rounds hint of budget(time_ms, rounds): converge's default max_rounds
