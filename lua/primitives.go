@@ -292,11 +292,16 @@ func (v *vm) resultTable(r agent.Result) *glua.LTable {
 	return t
 }
 
-func errorSlot(L *glua.LState, status, msg string) *glua.LTable {
-	t := L.CreateTable(0, 3)
+// errorSlot is the slot of a parallel branch that raised or was cancelled. It has the
+// fields of a failed agent result that scripts read unconditionally (tokens, findings),
+// so Luft-style loops over the results (#r.findings, r.tokens) work on every slot.
+func (v *vm) errorSlot(status, msg string) *glua.LTable {
+	t := v.L.CreateTable(0, 5)
 	t.RawSetString("error", glua.LString(msg))
+	t.RawSetString("findings", v.codec.NewArray(0))
 	t.RawSetString("ok", glua.LFalse)
 	t.RawSetString("status", glua.LString(status))
+	t.RawSetString("tokens", glua.LNumber(0))
 	return t
 }
 
@@ -391,7 +396,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 					if k < j.next { // started, still running
 						j.running--
 					}
-					j.slots[k] = errorSlot(L, "cancelled", "cancelled: another branch failed (fail_fast)")
+					j.slots[k] = v.errorSlot("cancelled", "cancelled: another branch failed (fail_fast)")
 					j.done++
 					j.failed++
 				}
@@ -419,7 +424,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 				child := v.newTask(jctx, fn, []glua.LValue{items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
 					func(rets []glua.LValue, err error) {
 						if err != nil {
-							finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
+							finishSlot(i, v.errorSlot("error", v.errMessage(err)), true)
 							return
 						}
 						val := glua.LValue(glua.LNil)
@@ -431,7 +436,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 							agentTask := v.newTask(jctx, v.wrap.RawGetString("agent").(*glua.LFunction), []glua.LValue{opts}, br, t.wf,
 								func(rets []glua.LValue, err error) {
 									if err != nil {
-										finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
+										finishSlot(i, v.errorSlot("error", v.errMessage(err)), true)
 										return
 									}
 									// agent() returns a failed call's result (ok=false) rather than raising.

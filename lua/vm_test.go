@@ -432,3 +432,11 @@ func (c *cancelOnLog) Emit(ev event.Event) {
 		c.cancel()
 	}
 }
+
+// A branch that raises leaves a slot Luft-style loops can read like a failed result.
+func TestErrorSlotFields(t *testing.T) {
+	runCases(t, []scriptCase{{name: "error slot", src: `function main()
+  local r = parallel({1}, function() error("boom") end)
+  report({r[1].ok, r[1].status, r[1].tokens, #r[1].findings, json.encode(r[1].findings)})
+end`, want: `[false,"error",0,0,"[]"]`}})
+}
