@@ -35,6 +35,19 @@ func positionalArgs(f *runFlags, args []string) (bool, error) {
 	return true, nil
 }
 
+// bareWorkflowFile catches `luft run hello.lua`: a bare argument is a task in words, but
+// one that names a .lua file was meant as the workflow.
+func bareWorkflowFile(args []string) error {
+	if len(args) == 0 || !strings.HasSuffix(args[0], ".lua") {
+		return nil
+	}
+	rest := ""
+	if len(args) > 1 {
+		rest = " '" + strings.Join(args[1:], " ") + "'"
+	}
+	return usageErr("%s is a workflow file: run it with luft run -w %s%s (a bare argument is a task in words to plan)", args[0], args[0], rest)
+}
+
 // confirm shows the script and asks before running it (-c/--confirm). --yes answers for
 // the user; without a terminal to ask on, the run is refused rather than started unasked.
 func confirm(e *env, f *runFlags) error {

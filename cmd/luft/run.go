@@ -96,6 +96,9 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 				if f.workflow != "" {
 					return usageErr("give either --workflow FILE or a task in words, not both")
 				}
+				if err := bareWorkflowFile(args); err != nil {
+					return err
+				}
 				return usageErr("planning a workflow from a task in words is not available in this build; write a workflow and pass --workflow FILE")
 			}
 			if f.workflow == "" {
