@@ -97,12 +97,24 @@ func checkLogFlags(f *runFlags) error {
 	return nil
 }
 
-// mirrorLog writes every event of this attempt to --log FILE (JSON lines, or the lines of
-// `luft logs`) until the run ends. The returned wait reports a write error.
-func mirrorLog(ctx context.Context, f *runFlags, run *runtime.Run) (wait func() error, err error) {
+// openLog creates --log FILE before the run starts, so a file that cannot be written is
+// refused before any agent runs. nil without --log.
+func openLog(f *runFlags) (*os.File, error) {
+	if f.logFile == "" {
+		return nil, nil
+	}
 	file, err := os.OpenFile(f.logFile, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, usageErr("--log: %v", err)
+	}
+	return file, nil
+}
+
+// mirrorLog writes every event of this attempt to file (JSON lines, or the lines of `luft
+// logs`) until the run ends, then closes it. The returned wait reports a write error.
+func mirrorLog(ctx context.Context, f *runFlags, file *os.File, run *runtime.Run) (wait func() error) {
+	if file == nil {
+		return func() error { return nil }
 	}
 	events := run.SubscribeAttempt(ctx)
 	done := make(chan error, 1)
@@ -136,7 +148,7 @@ func mirrorLog(ctx context.Context, f *runFlags, run *runtime.Run) (wait func() 
 		}
 		done <- werr
 	}()
-	return func() error { return <-done }, nil
+	return func() error { return <-done }
 }
 
 // prettyLines renders events as `luft logs` prints them: seq, time, the plain line.

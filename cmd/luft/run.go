@@ -189,6 +189,13 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			return err
 		}
 	}
+	logFile, err := openLog(f)
+	if err != nil {
+		return err
+	}
+	if logFile != nil {
+		defer logFile.Close() // closed by the mirror once the run ends; this covers an early return
+	}
 	if f.output != "" {
 		// Refuse a report path that cannot be written before any agent runs.
 		if st, err := os.Stat(filepath.Dir(f.output)); err != nil || !st.IsDir() {
@@ -255,14 +262,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}()
 
-	logDone := func() error { return nil }
-	if f.logFile != "" {
-		if logDone, err = mirrorLog(ctx, f, run); err != nil {
-			run.Cancel()
-			run.Wait()
-			return err
-		}
-	}
+	logDone := mirrorLog(ctx, f, logFile, run)
 	if err := r.show(ctx, run, run.SubscribeAttempt(ctx)); err != nil {
 		run.Cancel()
 		run.Wait()
