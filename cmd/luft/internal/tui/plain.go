@@ -216,6 +216,14 @@ func (p *Plain) text(ev event.Event) (string, lipgloss.Style) {
 			intOf(d, "total_stages")), none
 	case event.PipelineDone:
 		return fmt.Sprintf("  ⇶ pipeline %s done · %d ok, %d failed", str(d, "span_id"), intOf(d, "ok"), intOf(d, "failed")), none
+	case event.ConvergeStarted:
+		return fmt.Sprintf("  ⟲ converge · %d items, up to %d rounds", intOf(d, "items"), intOf(d, "max_rounds")), none
+	case event.ConvergeDone:
+		state := "did not converge"
+		if d["converged"] == true {
+			state = "converged"
+		}
+		return fmt.Sprintf("  ⟲ converge %s after %d rounds · %d findings", state, intOf(d, "rounds"), intOf(d, "findings")), none
 	case event.WorkflowStarted:
 		return "  ↳ workflow " + oneLine(str(d, "path")), none
 	case event.WorkflowDone:
