@@ -22,6 +22,10 @@ end`, kind: KindRuntime, errSub: "test.lua:2: `converge2` is not defined (attemp
   report(r[1].error)
 end`, want: "\"test.lua:2: `nope` is not defined (attempt to call a nil value; a typo, or a function defined only later?)\""},
 		{name: "reading an undefined global is nil", src: `function main() report({undefined_name == nil, type(io), os}) end`, want: `[true,"nil"]`},
+		{name: "at the top level", src: "local json2 = require(\"json\")\nfunction main() end", kind: KindInvalid,
+			errSub: "test.lua:1: `require` is not available in workflow scripts"},
+		{name: "a parameter keeps the plain message", src: `function main() local function f(cb) cb() end f(nil) end`,
+			kind: KindRuntime, errSub: "attempt to call a non-function object"},
 		{name: "a nil local keeps the plain message", src: `function main() local f f() end`, kind: KindRuntime, errSub: "attempt to call a non-function object"},
 	})
 }
