@@ -107,9 +107,9 @@ func TestToolCallsRunOnceAcrossRetries(t *testing.T) {
 	dir, ws := t.TempDir(), t.TempDir()
 	e := openResumeEnv(t, dir, toolBackend(t, te.url, ws), 0)
 	path := writeScript(t, dir, "wf.lua", `function main()
-  local ok = pcall(agent, {prompt = "keep a note", tools = {"write_file"}, retries = 1,
-    schema = {type = "object", properties = {n = {type = "integer"}}, required = {"n"}}})
-  report(ok)
+  local r = agent{prompt = "keep a note", tools = {"write_file"}, retries = 1,
+    schema = {type = "object", properties = {n = {type = "integer"}}, required = {"n"}}}
+  report(r.ok)
 end`)
 	r, err := e.svc.Start(t.Context(), Spec{Path: path})
 	if err != nil {

@@ -27,8 +27,8 @@ func TestBrokenMCPServerFailsOnlyItsOwnAgents(t *testing.T) {
 			filepath.Join(dir, "no-such-mcp-server"), webURL)),
 		"wf.lua": `function main()
   local a = agent{prompt = "add two and three", tools = {"web__add"}}
-  local ok, err = pcall(agent, {prompt = "use the broken one", tools = {"broken__lookup"}})
-  report({a = a.text, broken = ok, err = tostring(err)})
+  local b = agent{prompt = "use the broken one", tools = {"broken__lookup"}}
+  report({a = a.text, broken = b.ok, err = b.error})
 end`,
 	})
 	out := mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")

@@ -33,7 +33,10 @@ func TestInsufficientQuotaFailsAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"luft.toml": localBackend(srv.URL+"/v1", "m", ""),
-		"wf.lua":    `function main() report(agent{prompt = "hello", retries = 3}.ok) end`,
+		"wf.lua": `function main()
+  local r = agent{prompt = "hello", retries = 3}
+  if not r.ok then error(r.error) end
+end`,
 	})
 	_, errOut, code := luftIn(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", "wf.lua")
 	if code != 1 || !strings.Contains(errOut, "insufficient_quota") || !strings.Contains(errOut, "not a rate limit") {
@@ -83,7 +86,7 @@ func TestTruncatedReplyEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{
 		"luft.toml": localBackend(url, "m", ""),
-		"wf.lua":    `function main() report(pcall(agent, {prompt = "tell a long story", max_tokens = 3})) end`,
+		"wf.lua":    `function main() report(agent{prompt = "tell a long story", max_tokens = 3}.ok) end`,
 	})
 	events := mustLuft(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "--json", "-w", "wf.lua")
 	for _, want := range []string{`"kind":"truncated"`, `"status":"error"`, `cut off at max_tokens=3`, `finish_reason \"length\"`, `"report","value":false`} {

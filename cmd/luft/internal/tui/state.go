@@ -444,8 +444,11 @@ func (s *State) plan(d map[string]any) {
 		if label == "" {
 			label = oneLine(str(m, "name"))
 		}
-		s.Phases = append(s.Phases, &Phase{Label: label, Description: oneLine(str(m, "description")),
-			Planned: intOf(m, "planned")})
+		desc := str(m, "description")
+		if desc == "" {
+			desc = str(m, "detail") // Luft's meta.phases[].detail
+		}
+		s.Phases = append(s.Phases, &Phase{Label: label, Description: oneLine(desc), Planned: intOf(m, "planned")})
 	}
 }
 
@@ -663,6 +666,14 @@ func (s *State) runDone(ev event.Event) {
 		s.Totals.Cost = num(d["cost"])
 	}
 	s.current = nil
+	// The run is over: nothing of it runs or waits any more, whatever events did not come
+	// (a call cut off when the run stopped, a viewer that joined late), and the final frame
+	// says so.
+	for key, a := range s.agents {
+		s.leave(a)
+		a.Status, a.Result, a.Ended = Failed, "cancelled", ev.TS
+		delete(s.agents, key)
+	}
 }
 
 func (s *State) log(ts time.Time, level, msg string) {

@@ -281,3 +281,21 @@ func TestStateCountsA429WaitOnce(t *testing.T) {
 		})
 	}
 }
+
+// The final frame shows no running or queued agents, even when the run ended without
+// their agent_done (a stop, a crash, a viewer that joined late).
+func TestRunDoneLeavesNothingRunning(t *testing.T) {
+	s := scenarioFanout()
+	s.wait(1).runDone("cancelled", "", 6, 0, 0, 17500, 2900, 0.07)
+	st := Fold(StateOptions{}, s.evs...)
+	if r, q := st.Count(Running), st.Count(Queued); r != 0 || q != 0 {
+		t.Fatalf("%d running, %d queued after run_done; want none", r, q)
+	}
+	if a := st.Agent("main/2/par[9]/1"); a != nil {
+		t.Fatalf("an agent is still listed as active: %+v", a)
+	}
+	m := live(s, 100, 40)
+	if frame := m.View(); strings.Contains(frame, "running") && !strings.Contains(frame, "0 running") {
+		t.Fatalf("the final frame shows running agents:\n%s", frame)
+	}
+}
