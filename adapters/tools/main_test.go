@@ -47,6 +47,16 @@ func helperMain(args []string) int {
 			n -= len(line)
 		}
 		fmt.Print("END\n")
+	case "write": // write PATH: create or overwrite PATH with "x"
+		if err := os.WriteFile(args[1], []byte("x"), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("wrote", args[1])
+	case "env": // the environment, one variable a line
+		for _, kv := range os.Environ() {
+			fmt.Println(kv)
+		}
 	case "hang":
 		// The process under test for timeouts: it must be killed to end.
 		time.Sleep(time.Hour)

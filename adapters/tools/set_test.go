@@ -51,6 +51,9 @@ func TestNewValidation(t *testing.T) {
 		{"bad extra name", Config{Workspace: dir}, []Tool{&fakeTool{name: "has space"}}, []string{`"has space"`}},
 		{"nil extra", Config{Workspace: dir}, []Tool{nil}, []string{"nil"}},
 		{"destructive names no tool", Config{Workspace: dir, Destructive: []string{"rm_rf"}}, nil, []string{`"rm_rf"`, "read_file"}},
+		{"env entry not a name", Config{Workspace: dir, Env: []string{"A=B"}}, nil, []string{`"A=B"`, "not an environment variable name"}},
+		{"writable folder missing", Config{Workspace: dir, Writable: []string{"cache"}}, nil, []string{`"cache"`, "not an existing folder"}},
+		{"writable is a file", Config{Workspace: dir, Writable: []string{file}}, nil, []string{"file.txt", "not an existing folder"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
