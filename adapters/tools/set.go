@@ -111,13 +111,7 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range cfg.Protected {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return nil, fmt.Errorf("tools: protected path %s: %v", p, err)
-		}
-		ws.protected = append(ws.protected, ResolveExisting(abs))
-	}
+	ws.guard = NewGuard(ws.dir, cfg.Protected)
 	approval := cfg.Approval
 	switch approval {
 	case "":
