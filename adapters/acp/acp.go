@@ -126,11 +126,11 @@ func Builtin(name string) (Config, bool) {
 // Backend is an acp:* backend. It is safe for concurrent use: every call runs its own
 // agent process.
 type Backend struct {
-	cfg       Config
-	ws        string     // the workspace, absolute and clean
-	realWS    string     // the workspace with symlinks resolved
-	guard     tools.Guard // what the agent may write: Config.Protected and tools.ProtectedNames
-	allow     [][]string // Config.AllowCommands, split into words (tools.ParseAllowList)
+	cfg    Config
+	ws     string      // the workspace, absolute and clean
+	realWS string      // the workspace with symlinks resolved
+	guard  tools.Guard // what the agent may write: Config.Protected and tools.ProtectedNames
+	allow  [][]string  // Config.AllowCommands, split into words (tools.ParseAllowList)
 }
 
 // New checks cfg and returns its backend. The workspace must exist.
