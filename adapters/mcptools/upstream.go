@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/url"
+	"os"
 	"os/exec"
 	"regexp"
 	"runtime/debug"
@@ -29,7 +30,8 @@ type Server struct {
 	Name    string
 	Command string
 	Args    []string
-	// Env is added to the environment the subprocess inherits.
+	// Env is added to the subprocess's environment, which is otherwise only
+	// tools.BaseEnv taken from luft's (no API keys or tokens).
 	Env map[string]string
 	URL string
 }
@@ -221,7 +223,10 @@ func connect(ctx context.Context, s Server) (*conn, []tools.Tool, error) {
 			// outlive Open's context, and its stderr is kept for error messages.
 			transport.WithCommandFunc(func(_ context.Context, command string, env, args []string) (*exec.Cmd, error) {
 				cmd := exec.Command(command, args...)
-				cmd.Env = append(cmd.Environ(), env...)
+				// Not luft's environment, which holds API keys: the base variables and
+				// the server's own env table (env is that table, as KEY=VALUE).
+				cmd.Env = tools.ChildEnv(os.Environ(), nil, nil)
+				cmd.Env = append(cmd.Env, env...)
 				cmd.Stderr = c.stderr
 				// A grandchild holding stderr open must not stall Wait forever.
 				cmd.WaitDelay = 2 * time.Second

@@ -102,8 +102,8 @@ func TestOpenListsTools(t *testing.T) {
 					t.Errorf("%s has no description", s.Name)
 				}
 			}
-			// Six tools, two to a page: all of them means the cursors were followed.
-			want := []string{"fake__add", "fake__delete_record", "fake__fail", "fake__lookup", "fake__snapshot", "fake__wait"}
+			// Seven tools, two to a page: all of them means the cursors were followed.
+			want := []string{"fake__add", "fake__delete_record", "fake__env", "fake__fail", "fake__lookup", "fake__snapshot", "fake__wait"}
 			if !slices.Equal(names, want) {
 				t.Fatalf("tools = %v, want %v", names, want)
 			}
@@ -417,8 +417,8 @@ func TestOpenTwoServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	if n := len(up.Tools()); n != 12 {
-		t.Fatalf("%d tools, want 12", n)
+	if n := len(up.Tools()); n != 14 {
+		t.Fatalf("%d tools, want 14", n)
 	}
 	if _, err := toolNamed(t, up, "two__lookup").Call(testCtx(t), json.RawMessage(`{"key":"k"}`)); err != nil {
 		t.Fatal(err)
@@ -472,5 +472,33 @@ func TestCallWhenSubprocessDied(t *testing.T) {
 	}
 	if err := fx.up.Close(); err != nil {
 		t.Errorf("Close after the subprocess died: %v", err)
+	}
+}
+
+// TestServerEnvironment: a stdio server gets the base variables and its env table, and
+// none of luft's secrets, so a tool that prints its environment hands the model no key.
+func TestServerEnvironment(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-luft-secret")
+	t.Setenv("GITHUB_TOKEN", "ghp-luft-secret")
+	cmd, args, env := mcpfake.ChildCommand("")
+	env["SERVER_TOKEN"] = "configured-for-this-server"
+	up, err := Open(testCtx(t), []Server{{Name: "fake", Command: cmd, Args: args, Env: env}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	out, err := toolNamed(t, up, "fake__env").Call(testCtx(t), json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"sk-luft-secret", "ghp-luft-secret", "OPENAI_API_KEY", "GITHUB_TOKEN"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the server's environment holds %s:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{"SERVER_TOKEN=configured-for-this-server", "PATH="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the server's environment lacks %s:\n%s", want, out)
+		}
 	}
 }
