@@ -56,6 +56,7 @@ type Backend struct {
 	Stream             *bool         // openai: stream replies (default true)
 	IdleTimeout        time.Duration // acp: no update from the agent for this long ends the call; 0 = default
 	StructuredOutput   string        // openai: "auto" (default), "json_schema" or "instructions"
+	Env                []string      // acp: names of luft's environment variables the agent also gets
 }
 
 // Tools is the [tools] table.
@@ -65,6 +66,8 @@ type Tools struct {
 	Approval       string        // destructive tools: "allow", "deny" or "ask" ("" = ask)
 	Destructive    []string      // tool names treated as destructive besides those that say so
 	CommandTimeout time.Duration // run_command; 0 = the tool's default
+	Env            []string      // names of luft's environment variables commands also get
+	Writable       []string      // folders commands may write besides the workspace
 }
 
 // StructuredOutputs are the valid values of a backend's structured_output.
@@ -197,6 +200,7 @@ type rawBackend struct {
 	Stream             *bool    `toml:"stream"`
 	IdleTimeout        string   `toml:"idle_timeout"`
 	StructuredOutput   string   `toml:"structured_output"`
+	Env                []string `toml:"env"`
 }
 
 type rawTools struct {
@@ -205,6 +209,8 @@ type rawTools struct {
 	Approval       string   `toml:"approval"`
 	Destructive    []string `toml:"destructive"`
 	CommandTimeout string   `toml:"command_timeout"`
+	Env            []string `toml:"env"`
+	Writable       []string `toml:"writable"`
 }
 
 type rawMCP struct {
@@ -254,6 +260,7 @@ func Parse(path string, data []byte) (Config, error) {
 	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, Tools: Tools{
 		Workspace: raw.Tools.Workspace, AllowCommands: raw.Tools.AllowCommands,
 		Approval: raw.Tools.Approval, Destructive: raw.Tools.Destructive,
+		Env: raw.Tools.Env, Writable: raw.Tools.Writable,
 	}}
 	if a := raw.Tools.Approval; a != "" && !slices.Contains(Approvals, a) {
 		v.errf(toml.Key{"tools", "approval"}, "unknown policy %q (one of %s)", a, strings.Join(Approvals, ", "))
@@ -300,7 +307,7 @@ func Parse(path string, data []byte) (Config, error) {
 			MaxConcurrency: b.MaxConcurrency, TPM: b.TPM, RPM: b.RPM, Replicas: b.Replicas, Fallback: b.Fallback,
 			PriceInputPerMTok: b.PriceInputPerMTok, PriceOutputPerMTok: b.PriceOutputPerMTok, MockFile: b.MockFile,
 			MaxTurns: b.MaxTurns, Stream: b.Stream, IdleTimeout: v.duration(k("idle_timeout"), b.IdleTimeout),
-			StructuredOutput: b.StructuredOutput,
+			StructuredOutput: b.StructuredOutput, Env: b.Env,
 		}
 		if so := b.StructuredOutput; so != "" && !slices.Contains(StructuredOutputs, so) {
 			v.errf(k("structured_output"), "unknown mode %q (one of %s)", so, strings.Join(StructuredOutputs, ", "))

@@ -76,3 +76,39 @@ mock_file = "replies.json"
 var noCall = adapters.Call{}
 
 func agentReq(prompt string) agent.Request { return agent.Request{Prompt: prompt} }
+
+// The environment and writable folders of [tools] and [backends] reach the tools and
+// agents; a mistake in them is an error naming the file and the table.
+func TestOpenChildPolicy(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		toml, want string
+	}{
+		{"[tools]\nworkspace = " + quote(dir) + "\nenv = [\"GOPATH\", \"GO*\"]\nwritable = [\"cache\"]\nallow_commands = [\"go test\"]\n", ""},
+		{"[tools]\nworkspace = " + quote(dir) + "\nwritable = [\"nowhere\"]\n", "[tools]: tools: writable \"nowhere\""},
+		{"[tools]\nworkspace = " + quote(dir) + "\nenv = [\"A=B\"]\n", "[tools]: tools: env: \"A=B\" is not an environment variable name"},
+		{"[backends.c]\ntype = \"acp:claude\"\nenv = [\"BAD NAME\"]\n", "backends.c: acp backend \"c\": env: \"BAD NAME\""},
+	} {
+		cfg, err := config.Parse(filepath.Join(dir, "luft.toml"), []byte(tc.toml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := Open(Options{Config: cfg, Getenv: noEnv})
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.toml, err)
+				continue
+			}
+			set.Close()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `\`, `\\`) + `"` }

@@ -31,7 +31,7 @@ type toolset struct {
 func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
 		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout,
-		Protected: protected}
+		Protected: protected, Env: cfg.Tools.Env, Writable: cfg.Tools.Writable}
 	ts := &toolset{cfg: tc}
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		s := cfg.MCPServers[name]
