@@ -2,11 +2,14 @@ package tools
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -90,12 +93,18 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 
 	runCtx, cancel := context.WithTimeout(ctx, t.e.timeout)
 	defer cancel()
-	cmd, err := sandbox.Command(runCtx, sandbox.Policy{Write: append([]string{t.e.ws.real, tmp}, t.e.writable...)}, path, argv)
+	write := append([]string{t.e.ws.real, tmp}, t.e.writable...)
+	set := map[string]string{"TMPDIR": tmp}
+	if cache := t.e.commandCache(); cache != "" {
+		write = append(write, cache)
+		set["XDG_CACHE_HOME"] = cache
+	}
+	cmd, err := sandbox.Command(runCtx, sandbox.Policy{Write: write}, path, argv)
 	if err != nil {
 		return "", fmt.Errorf("%s: %v", name, err)
 	}
 	cmd.Dir = t.e.ws.dir
-	cmd.Env = ChildEnv(os.Environ(), t.e.envPass, map[string]string{"TMPDIR": tmp})
+	cmd.Env = ChildEnv(os.Environ(), t.e.envPass, set)
 	out := &capWriter{headMax: t.e.lim.outputBytes / 2, tailMax: t.e.lim.outputBytes - t.e.lim.outputBytes/2}
 	cmd.Stdout, cmd.Stderr = out, out // the same comparable writer: exec serialises the writes
 	// Grandchildren (a test binary under go test) may hold the output pipe open after the
@@ -129,6 +138,27 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 		text += "\n"
 	}
 	return text + status, nil
+}
+
+// commandCache is the cache folder the workspace's commands share ($XDG_CACHE_HOME for
+// them, which go's build cache and most tools' caches follow): under the user's cache
+// folder, one per workspace, so that a build cache survives between calls without
+// commands writing the user's own caches — an entry planted there would run in the
+// user's later builds, outside any sandbox. "" when the user has no cache folder.
+func (e *env) commandCache() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
+		return "" // no cache folder to add to (HOME=/nonexistent, say): none is made up
+	}
+	sum := sha256.Sum256([]byte(e.ws.real))
+	dir := filepath.Join(base, "luft", "commands", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return ""
+	}
+	return dir
 }
 
 // lookPath finds the program as a shell would: a name with a slash is a path (relative

@@ -284,12 +284,25 @@ func TestRunCommandConfined(t *testing.T) {
 	if tmp == "" || tmp == os.TempDir() {
 		t.Fatalf("TMPDIR = %q, want a private folder", tmp)
 	}
+	// $XDG_CACHE_HOME is the workspace's own cache folder, the same from call to call.
+	cacheHome := ""
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "XDG_CACHE_HOME="); ok {
+			cacheHome = v
+		}
+	}
+	if !strings.HasPrefix(cacheHome, filepath.Join(os.Getenv("XDG_CACHE_HOME"), "luft", "commands")+"/") {
+		t.Fatalf("XDG_CACHE_HOME = %q, want the workspace's folder under the user's cache", cacheHome)
+	}
+	if again := mustCall(t, s, "run_command", map[string]any{"command": h + " env"}); !strings.Contains(again, "XDG_CACHE_HOME="+cacheHome+"\n") {
+		t.Errorf("the cache folder changed between calls:\n%s", again)
+	}
 	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
 		t.Errorf("the private temporary folder %s outlived the command (%v)", tmp, err)
 	}
 
 	// Inside the workspace and the writable folders, writes work.
-	for _, p := range []string{filepath.Join(ws, "made"), filepath.Join(cache, "entry")} {
+	for _, p := range []string{filepath.Join(ws, "made"), filepath.Join(cache, "entry"), filepath.Join(cacheHome, "entry")} {
 		if got := mustCall(t, s, "run_command", map[string]any{"command": h + " write", "args": []string{p}}); !strings.HasSuffix(got, "[exit 0]") {
 			t.Errorf("write %s: %s", p, got)
 		}

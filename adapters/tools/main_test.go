@@ -24,7 +24,17 @@ func TestMain(m *testing.M) {
 	// (atexit_sleep_ms); the helper processes need not. GORACE is read at start, so this
 	// changes only them.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	os.Exit(m.Run())
+	// run_command keeps a cache folder per workspace under the user's cache folder; the
+	// tests' workspaces get theirs in a folder of their own, removed at the end.
+	cache, err := os.MkdirTemp("", "luft-tools-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CACHE_HOME", cache)
+	code := m.Run()
+	os.RemoveAll(cache)
+	os.Exit(code)
 }
 
 func helperMain(args []string) int {

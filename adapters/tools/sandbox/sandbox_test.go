@@ -142,3 +142,14 @@ func TestChildErrors(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestConfinedStandardStreams: writing to the inherited output through its /dev and
+// /proc names (as shells and test runners do) still works: a pipe is no file to refuse.
+func TestConfinedStandardStreams(t *testing.T) {
+	needLandlock(t)
+	ws := t.TempDir()
+	out, err := run(t, []string{ws}, ws, "echo a > /dev/stdout && echo b > /dev/stderr && echo c > /proc/self/fd/1")
+	if err != nil || out != "a\nb\nc\n" {
+		t.Fatalf("standard streams: %v %q", err, out)
+	}
+}
