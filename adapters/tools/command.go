@@ -22,7 +22,7 @@ type runCommand struct{ e *env }
 // confinement tells the model what a command may change, so a refused write is no
 // surprise.
 func confinement() string {
-	if _, err := sandbox.Status(); err != nil {
+	if _, err := sandboxStatus(); err != nil {
 		return "The command gets a minimal environment (no credentials) and $TMPDIR, a private temporary folder."
 	}
 	return "The command may change files only inside the workspace and $TMPDIR (a private temporary folder, " +

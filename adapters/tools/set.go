@@ -204,13 +204,16 @@ func writableDirs(ws workspace, dirs []string) ([]string, error) {
 	return out, nil
 }
 
+// sandboxStatus is sandbox.Status; tests replace it to see a kernel without Landlock.
+var sandboxStatus = sandbox.Status
+
 // Warnings are what a user should know about this Set before agents use it: that
 // commands cannot be confined here (see package sandbox), when commands are allowed.
 func (s *Set) Warnings() []string {
 	if len(s.env.allow) == 0 {
 		return nil
 	}
-	if _, err := sandbox.Status(); err != nil {
+	if _, err := sandboxStatus(); err != nil {
 		return []string{fmt.Sprintf("run_command: commands cannot be confined to the workspace (%v); "+
 			"allowed commands can write wherever your user can (they still get a minimal environment without credentials)", err)}
 	}

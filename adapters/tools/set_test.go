@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"os"
 	"path/filepath"
 	"slices"
@@ -222,5 +223,29 @@ func TestDecodeArgs(t *testing.T) {
 			_, err := call(t, s, tt.tool, tt.args)
 			wantErr(t, err, tt.want...)
 		})
+	}
+}
+
+// TestWarnings: a kernel that cannot confine commands is reported once, and only when
+// commands are allowed; the model is not promised a confinement that is not there.
+func TestWarnings(t *testing.T) {
+	ws := t.TempDir()
+	real := sandboxStatus
+	t.Cleanup(func() { sandboxStatus = real })
+	sandboxStatus = func() (int, error) { return 0, errors.New("this kernel offers no Landlock") }
+	w := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}}).Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "cannot be confined") || !strings.Contains(w[0], "no Landlock") {
+		t.Errorf("warnings without Landlock: %q", w)
+	}
+	s := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}})
+	if d := s.tools["run_command"].Spec().Description; strings.Contains(d, "refused by the kernel") {
+		t.Errorf("the description promises confinement: %s", d)
+	}
+	if w := newSet(t, Config{Workspace: ws}).Warnings(); len(w) != 0 {
+		t.Errorf("warnings with no commands allowed: %q", w)
+	}
+	sandboxStatus = func() (int, error) { return 7, nil }
+	if w := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}}).Warnings(); len(w) != 0 {
+		t.Errorf("warnings with Landlock: %q", w)
 	}
 }
