@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
