@@ -82,6 +82,7 @@ type MCPServer struct {
 	Args    []string
 	URL     string
 	Env     map[string]string
+	PassEnv []string // names of luft's environment variables the server also gets
 }
 
 // Scheduler is the [scheduler] table.
@@ -218,6 +219,7 @@ type rawMCP struct {
 	Args    []string          `toml:"args"`
 	URL     string            `toml:"url"`
 	Env     map[string]string `toml:"env"`
+	PassEnv []string          `toml:"pass_env"`
 }
 
 type rawScheduler struct {
@@ -320,8 +322,8 @@ func Parse(path string, data []byte) (Config, error) {
 			v.errf(toml.Key{"mcp_servers", id}, "needs command or url")
 		case s.Command != "" && s.URL != "":
 			v.errf(toml.Key{"mcp_servers", id, "url"}, "set command (a stdio server) or url (streamable HTTP), not both")
-		case s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0):
-			v.errf(toml.Key{"mcp_servers", id, "url"}, "args and env start a command; a url server takes neither")
+		case s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0 || len(s.PassEnv) > 0):
+			v.errf(toml.Key{"mcp_servers", id, "url"}, "args, env and pass_env start a command; a url server takes none of them")
 		}
 		if c.MCPServers == nil {
 			c.MCPServers = map[string]MCPServer{}

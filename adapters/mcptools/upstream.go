@@ -33,7 +33,10 @@ type Server struct {
 	// Env is added to the subprocess's environment, which is otherwise only
 	// tools.BaseEnv taken from luft's (no API keys or tokens).
 	Env map[string]string
-	URL string
+	// PassEnv names variables of luft's environment the subprocess also gets (a token
+	// the server needs, kept out of the config file); "NAME*" is a prefix.
+	PassEnv []string
+	URL     string
 }
 
 // ConnectTimeout bounds how long Open waits for one server to start, answer the MCP
@@ -153,10 +156,13 @@ func validate(servers []Server) error {
 				errs = append(errs, fmt.Errorf("%s: url %q is not an http:// or https:// URL (fix url in [mcp_servers.%s])",
 					where, s.URL, s.Name))
 			}
-			if len(s.Args) > 0 || len(s.Env) > 0 {
-				errs = append(errs, fmt.Errorf("%s: args and env apply to a command, not a url (remove them from [mcp_servers.%s])",
+			if len(s.Args) > 0 || len(s.Env) > 0 || len(s.PassEnv) > 0 {
+				errs = append(errs, fmt.Errorf("%s: args, env and pass_env apply to a command, not a url (remove them from [mcp_servers.%s])",
 					where, s.Name))
 			}
+		}
+		if err := tools.CheckEnvNames(fmt.Sprintf("%s: pass_env (fix it in [mcp_servers.%s])", where, s.Name), s.PassEnv); err != nil {
+			errs = append(errs, err)
 		}
 		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -225,7 +231,7 @@ func connect(ctx context.Context, s Server) (*conn, []tools.Tool, error) {
 				cmd := exec.Command(command, args...)
 				// Not luft's environment, which holds API keys: the base variables and
 				// the server's own env table (env is that table, as KEY=VALUE).
-				cmd.Env = tools.ChildEnv(os.Environ(), nil, nil)
+				cmd.Env = tools.ChildEnv(os.Environ(), s.PassEnv, nil)
 				cmd.Env = append(cmd.Env, env...)
 				cmd.Stderr = c.stderr
 				// A grandchild holding stderr open must not stall Wait forever.

@@ -364,8 +364,10 @@ func TestOpenErrors(t *testing.T) {
 		{"neither command nor url", []Server{{Name: "s"}}, nil, []string{"neither command nor url"}},
 		{"both command and url", []Server{{Name: "s", Command: "x", URL: "http://127.0.0.1:1/"}}, nil, []string{"both command and url"}},
 		{"url not http", []Server{{Name: "s", URL: "ftp://example.com/"}}, nil, []string{`url "ftp://example.com/" is not an http://`}},
-		{"args with url", []Server{{Name: "s", URL: "http://127.0.0.1:1/", Args: []string{"x"}}}, nil, []string{"args and env apply to a command"}},
+		{"args with url", []Server{{Name: "s", URL: "http://127.0.0.1:1/", Args: []string{"x"}}}, nil, []string{"args, env and pass_env apply to a command"}},
 		{"bad env name", []Server{{Name: "s", Command: "x", Env: map[string]string{"A=B": "c"}}}, nil, []string{`env name "A=B"`}},
+		{"bad pass_env name", []Server{{Name: "s", Command: "x", PassEnv: []string{"A B"}}}, nil, []string{`pass_env`, `"A B" is not an environment variable name`}},
+		{"pass_env with url", []Server{{Name: "s", URL: "http://127.0.0.1:1/", PassEnv: []string{"TOKEN"}}}, nil, []string{"pass_env apply to a command"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -480,9 +482,10 @@ func TestCallWhenSubprocessDied(t *testing.T) {
 func TestServerEnvironment(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-luft-secret")
 	t.Setenv("GITHUB_TOKEN", "ghp-luft-secret")
+	t.Setenv("FAKE_SERVER_TOKEN", "passed-by-name")
 	cmd, args, env := mcpfake.ChildCommand("")
 	env["SERVER_TOKEN"] = "configured-for-this-server"
-	up, err := Open(testCtx(t), []Server{{Name: "fake", Command: cmd, Args: args, Env: env}})
+	up, err := Open(testCtx(t), []Server{{Name: "fake", Command: cmd, Args: args, Env: env, PassEnv: []string{"FAKE_SERVER_*"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +499,7 @@ func TestServerEnvironment(t *testing.T) {
 			t.Errorf("the server's environment holds %s:\n%s", secret, out)
 		}
 	}
-	for _, want := range []string{"SERVER_TOKEN=configured-for-this-server", "PATH="} {
+	for _, want := range []string{"SERVER_TOKEN=configured-for-this-server", "FAKE_SERVER_TOKEN=passed-by-name", "PATH="} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the server's environment lacks %s:\n%s", want, out)
 		}

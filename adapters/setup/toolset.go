@@ -35,7 +35,7 @@ func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	ts := &toolset{cfg: tc}
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		s := cfg.MCPServers[name]
-		ts.servers = append(ts.servers, mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL})
+		ts.servers = append(ts.servers, mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, PassEnv: s.PassEnv, URL: s.URL})
 	}
 	// Names in [tools] destructive may be upstream tools, which are not known before the
 	// servers are started: check only the built-in ones now.
