@@ -330,6 +330,13 @@ func Parse(path string, data []byte) (Config, error) {
 		}
 		c.MCPServers[id] = MCPServer(s)
 	}
+	v.envNames(toml.Key{"tools", "env"}, raw.Tools.Env)
+	for _, id := range slices.Sorted(maps.Keys(raw.Backends)) {
+		v.envNames(toml.Key{"backends", id, "env"}, raw.Backends[id].Env)
+	}
+	for _, id := range slices.Sorted(maps.Keys(raw.MCPServers)) {
+		v.envNames(toml.Key{"mcp_servers", id, "pass_env"}, raw.MCPServers[id].PassEnv)
+	}
 	c.Scheduler.SuspendAfter = v.duration(toml.Key{"scheduler", "suspend_after"}, raw.Scheduler.SuspendAfter)
 	if raw.Scheduler.Slots < 0 {
 		v.errf(toml.Key{"scheduler", "slots"}, "must not be negative (got %d)", raw.Scheduler.Slots)
@@ -404,6 +411,18 @@ func (v *validator) duration(k toml.Key, s string) time.Duration {
 		v.errf(k, "must not be negative (got %s)", s)
 	}
 	return d
+}
+
+// envNameRE is an environment variable name, optionally ending in "*" (a prefix).
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$`)
+
+// envNames checks a list of variable names given to child processes.
+func (v *validator) envNames(k toml.Key, names []string) {
+	for _, n := range names {
+		if !envNameRE.MatchString(n) {
+			v.errf(k, "%q is not an environment variable name (give names such as \"GOPATH\", or a prefix such as \"GO*\")", n)
+		}
+	}
 }
 
 func (v *validator) errf(k toml.Key, format string, args ...any) {

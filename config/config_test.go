@@ -86,6 +86,7 @@ func TestFull(t *testing.T) {
 func TestErrors(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
 		{"mcp_url_env.toml", "testdata/mcp_url_env.toml:2: mcp_servers.s.url: args, env and pass_env start a command; a url server takes none of them"},
+		{"env_names.toml", `testdata/env_names.toml:5: mcp_servers.gh.pass_env: "GITHUB TOKEN" is not an environment variable name (give names such as "GOPATH", or a prefix such as "GO*")`},
 		{"bad_approval.toml", `testdata/bad_approval.toml:3: tools.approval: unknown policy "sometimes" (one of allow, deny, ask)`},
 		{"bad_idle.toml", `testdata/bad_idle.toml:3: backends.claude.idle_timeout: not a duration: "forever" (e.g. "2m", "90s")`},
 		{"bad_type.toml", `testdata/bad_type.toml:2: backends.local.type: unknown backend type "anthropic" (one of openai, mock, mockfile, acp)`},
