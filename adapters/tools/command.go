@@ -25,8 +25,9 @@ func confinement() string {
 	if _, err := sandboxStatus(); err != nil {
 		return "The command gets a minimal environment (no credentials) and $TMPDIR, a private temporary folder."
 	}
-	return "The command may change files only inside the workspace and $TMPDIR (a private temporary folder, " +
-		"removed afterwards); writes elsewhere are refused by the kernel. It gets a minimal environment (no credentials)."
+	return "The command may change files only inside the workspace, $TMPDIR (a private temporary folder, " +
+		"removed afterwards) and $XDG_CACHE_HOME (the workspace's cache folder); writes elsewhere are refused by the kernel. " +
+		"It gets a minimal environment (no credentials)."
 }
 
 func (t *runCommand) Spec() Spec {
@@ -167,6 +168,13 @@ func (e *env) commandCache() string {
 func (t *runCommand) lookPath(prog string) (string, error) {
 	const name = "run_command"
 	if strings.Contains(prog, "/") {
+		p := prog
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(t.e.ws.dir, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: program %q does not exist (a path with a slash is taken from the workspace)", name, prog)
+		}
 		return prog, nil
 	}
 	path, err := exec.LookPath(prog)

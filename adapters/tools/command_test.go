@@ -185,6 +185,18 @@ func TestRunCommandRefusals(t *testing.T) {
 	s = newSet(t, Config{Workspace: ws, AllowCommands: []string{"luft-no-such-program-7f3a"}})
 	_, err = call(t, s, "run_command", map[string]any{"command": "luft-no-such-program-7f3a --help"})
 	wantErr(t, err, `program "luft-no-such-program-7f3a" was not found on PATH`)
+
+	s = newSet(t, Config{Workspace: ws, AllowCommands: []string{"./build.sh"}})
+	_, err = call(t, s, "run_command", map[string]any{"command": "./build.sh"})
+	wantErr(t, err, `program "./build.sh" does not exist`, "taken from the workspace")
+	// A script the model wrote is found in the workspace, wherever luft was started.
+	writeFileT(t, filepath.Join(ws, "build.sh"), "echo built\n")
+	if err := os.Chmod(filepath.Join(ws, "build.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustCall(t, s, "run_command", map[string]any{"command": "./build.sh"}); out != "built\n[exit 0]" {
+		t.Errorf("./build.sh: %q", out)
+	}
 }
 
 func TestRunCommandTimeout(t *testing.T) {
