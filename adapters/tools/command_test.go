@@ -190,7 +190,7 @@ func TestRunCommandRefusals(t *testing.T) {
 	_, err = call(t, s, "run_command", map[string]any{"command": "./build.sh"})
 	wantErr(t, err, `program "./build.sh" does not exist`, "taken from the workspace")
 	// A script the model wrote is found in the workspace, wherever luft was started.
-	writeFileT(t, filepath.Join(ws, "build.sh"), "echo built\n")
+	writeFileT(t, filepath.Join(ws, "build.sh"), "#!/bin/sh\necho built\n")
 	if err := os.Chmod(filepath.Join(ws, "build.sh"), 0o755); err != nil {
 		t.Fatal(err)
 	}
