@@ -182,6 +182,10 @@ func (g Guard) Open(root *os.Root, rel string, create bool, perm os.FileMode) (f
 // WriteFile replaces the content of rel in root with data, creating it (mode 0644) when
 // missing, under the Guard's checks. existed says whether the file was there before.
 func (g Guard) WriteFile(root *os.Root, rel string, data []byte) (existed bool, err error) {
+	// Checked before the parent folders are made, so no folder appears in .git either.
+	if err := g.Check(rel); err != nil {
+		return false, err
+	}
 	if dir := filepath.Dir(rel); dir != "." {
 		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return false, err

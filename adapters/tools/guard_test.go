@@ -155,3 +155,24 @@ func TestGuardOpenedPath(t *testing.T) {
 		t.Fatalf("the opened file %s was not refused: %v", real, err)
 	}
 }
+
+// TestGuardWriteFileMakesNoFolders: a refused write leaves no folder behind it.
+func TestGuardWriteFileMakesNoFolders(t *testing.T) {
+	ws := t.TempDir()
+	writeFileT(t, filepath.Join(ws, ".git", "config"), "[core]\n")
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	g := NewGuard(ws, nil)
+	if _, err := g.WriteFile(root, ".git/hooks/new/pre-commit", []byte("x")); !errors.Is(err, ErrProtected) {
+		t.Fatalf("err = %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git", "hooks")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf(".git/hooks was made (%v)", err)
+	}
+	if existed, err := g.WriteFile(root, "a/b/c.txt", []byte("x")); err != nil || existed {
+		t.Fatalf("an ordinary new file: existed %t, %v", existed, err)
+	}
+}
