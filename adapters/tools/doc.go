@@ -45,10 +45,14 @@
 //     write elsewhere (`git log --output=/elsewhere`, a test that edits ~/.bashrc)
 //     fails with "permission denied", and so does signalling luft. Reading is not
 //     confined: `ls /etc` or `cat ~/.ssh/config` work if allowed. Inside the workspace
-//     everything is writable to a command, .git included: the Guard protects against
-//     file tools, not against an allowed command; a hook or fsmonitor planted that way
-//     runs confined, with the same minimal environment, the next time a command runs git.
-//     Without Landlock, Set.Warnings says so and commands run unconfined;
+//     everything is writable to a command — .git, a luft.toml, and the state dir when
+//     it lies in the workspace — since Landlock grants folders whole and cannot carve
+//     names out of one: the Guard protects against file tools, not against an allowed
+//     command. A hook or fsmonitor planted that way runs confined, with the same
+//     minimal environment, when a later command runs git; a luft.toml planted at the
+//     workspace's top is read by a later `luft` started there. Allow only commands you
+//     would let write the workspace. Without Landlock, Set.Warnings says so and
+//     commands run unconfined;
 //   - its environment is ChildEnv's: BaseEnv (PATH, HOME, USER, LOGNAME, LANG, LC_*,
 //     TERM, TZ, TMPDIR) and the names [tools] env gives; no API key or token of luft's
 //     reaches it.
