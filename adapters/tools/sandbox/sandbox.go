@@ -3,8 +3,10 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,12 +45,23 @@ func childMain(arg string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "luft sandbox: malformed request (this argument is luft's own, not for users): %v\n", err)
 		return 126
 	}
-	if err := confineAndExec(r); err != nil {
-		fmt.Fprintf(stderr, "luft sandbox: %v\n", err)
-		return 126
+	err := confineAndExec(r)
+	fmt.Fprintf(stderr, "luft sandbox: %v\n", err)
+	var ee *execError
+	if errors.As(err, &ee) && errors.Is(err, fs.ErrNotExist) {
+		return 127
 	}
-	return 0 // not reached: exec replaced the process
+	return 126
 }
+
+// execError is a failed exec of the program itself, after the rules were applied.
+type execError struct {
+	path string
+	err  error
+}
+
+func (e *execError) Error() string { return fmt.Sprintf("cannot run %s: %v", e.path, e.err) }
+func (e *execError) Unwrap() error { return e.err }
 
 // Command returns a command that runs the program at path (exec.LookPath's answer) with
 // argv (argv[0] included) confined by p. Where the kernel cannot confine (see Status)

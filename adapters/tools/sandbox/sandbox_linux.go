@@ -18,7 +18,10 @@ const self = "/proc/self/exe"
 
 func probe() (int, error) {
 	v, err := ll.LandlockGetABIVersion()
-	if err != nil || v < 1 {
+	if err == nil && v < 1 {
+		err = fmt.Errorf("ABI version %d", v)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("this kernel offers no Landlock (it needs Linux 5.13 or later with landlock in the lsm= boot list): %v", err)
 	}
 	return v, nil
@@ -61,6 +64,5 @@ func confineAndExec(r request) error {
 		}
 		unix.Close(fd)
 	}
-	err = syscall.Exec(r.Path, r.Argv, syscall.Environ())
-	return fmt.Errorf("cannot run %s: %w", r.Path, err)
+	return &execError{path: r.Path, err: syscall.Exec(r.Path, r.Argv, syscall.Environ())}
 }

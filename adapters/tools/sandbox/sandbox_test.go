@@ -120,14 +120,25 @@ func TestChildErrors(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 126 {
 		t.Fatalf("missing writable folder: %v, want exit 126", err)
 	}
-	// A program that cannot be executed: exit 126 with the reason.
+	// A program that is not there: exit 127, as a shell says, with the reason.
 	cmd, err := Command(context.Background(), Policy{Write: []string{ws}}, filepath.Join(ws, "nope"), []string{"nope"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, err := cmd.CombinedOutput()
-	if !errors.As(err, &ee) || ee.ExitCode() != 126 || !strings.Contains(string(out), "cannot run") {
+	if !errors.As(err, &ee) || ee.ExitCode() != 127 || !strings.Contains(string(out), "cannot run") {
 		t.Fatalf("missing program: %v %q", err, out)
+	}
+	// One that is not executable: exit 126.
+	if err := os.WriteFile(filepath.Join(ws, "plain"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd, err = Command(context.Background(), Policy{Write: []string{ws}}, filepath.Join(ws, "plain"), []string{"plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); !errors.As(err, &ee) || ee.ExitCode() != 126 || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("not executable: %v %q", err, out)
 	}
 	if _, err := Command(context.Background(), Policy{Write: []string{"relative"}}, "/bin/true", []string{"true"}); err == nil {
 		t.Fatal("a relative writable folder was accepted")
