@@ -173,6 +173,9 @@ function main() f() end`, kind: KindLimit, errSub: "test.lua:1: pcall nesting li
 		{name: "unpack of a huge range", src: `function main() local t = {unpack({}, 1, 1e8)} end`, kind: KindRuntime, errSub: "test.lua:1: too many results to unpack (100000000; at most 8000)"},
 		{name: "byte of a huge range", src: `function main() local t = {string.byte(string.rep("x", 100000), 1, -1)} end`, kind: KindRuntime, errSub: "test.lua:1: string slice too long"},
 		{name: "byte and unpack within range", src: `function main() report({select("#", string.byte("abc", 1, -1)), string.byte("abc", -1), select("#", unpack({1, 2, 3}, 2))}) end`, want: `[3,99,2]`},
+		{name: "a script's own stack overflow message stays catchable", src: `function main()
+  report({pcall(error, "stack overflow", 0)})
+end`, want: `[false,"stack overflow"]`},
 		{name: "call depth inside pcall cannot be caught", src: `local function f(n) return 1 + f(n + 1) end
 function main() local ok = pcall(f, 1) report("caught") end`, kind: KindLimit, errSub: "test.lua:1: call depth limit (200 frames)"},
 		{name: "a branch that starts itself", src: `local function f() parallel({1}, f) end

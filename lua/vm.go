@@ -597,11 +597,12 @@ func (v *vm) overflowError(th *glua.LState, err error) *ScriptError {
 	if !errors.As(err, &ae) {
 		return nil
 	}
-	msg, ok := ae.Object.(glua.LString)
-	if !ok || !strings.HasSuffix(string(msg), "stack overflow") {
+	// The exact text of gopher-lua's panic: a script's own error("... stack overflow")
+	// stays an ordinary error that pcall may catch.
+	if msg, ok := ae.Object.(glua.LString); !ok || msg != "lua callstack overflow" {
 		return nil
 	}
-	where, _ := splitWhere(string(msg))
+	where := ""
 	for level := 0; where == "" && level < 8; level++ {
 		dbg, ok := th.GetStack(level)
 		if !ok {
