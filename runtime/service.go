@@ -36,7 +36,9 @@ type Options struct {
 	Scheduler scheduler.Scheduler // admits every model turn; default: an Executor, 8 slots per lane
 	Now       func() time.Time    // default: time.Now
 	Caller    string              // who starts runs ("cli", an MCP session id, ...)
-	// ReadFile reads workflow files; default os.ReadFile.
+	// ReadFile reads the main workflow file and, on resume, the files a run pinned;
+	// default os.ReadFile. Files loaded by workflow() are always read from inside the
+	// calling script's folder (readWorkflowFile), never through this.
 	ReadFile func(path string) ([]byte, error)
 	// Backoff is the wait before retry attempt n (n >= 2) of a failed call; default
 	// exponential from 200 ms with jitter, capped at 10 s.
