@@ -364,6 +364,9 @@ func (v *vm) strRep(L *glua.LState) int {
 
 // repSize is the size string.rep would build, as text (it may not fit an int64).
 func repSize(s, sep int, n float64) string {
+	if math.IsInf(n, 1) {
+		return "infinitely many"
+	}
 	size := float64(s)*math.Floor(n) + float64(sep)*(math.Floor(n)-1)
 	if size < 1e18 {
 		return strconv.FormatInt(int64(size), 10)
