@@ -436,3 +436,14 @@ func readWorkflowFile(dir, name string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// readPinnedWorkflow reads a sub-workflow a run pinned, at path, with readWorkflowFile's
+// confinement to dir, the main script's folder (every file workflow() loads lies inside
+// it, since each lies inside its caller's folder).
+func readPinnedWorkflow(dir, path string) ([]byte, error) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil, fmt.Errorf("cannot read %s: it is outside the script's folder %s", path, dir)
+	}
+	return readWorkflowFile(dir, rel)
+}

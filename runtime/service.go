@@ -348,7 +348,16 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	// Every file the run loaded must be unchanged, unless the caller accepts changes.
 	var src []byte
 	for _, f := range files {
-		cur, rerr := s.opts.ReadFile(f.Path)
+		var cur []byte
+		var rerr error
+		if f.Path == spec.Path {
+			cur, rerr = s.opts.ReadFile(f.Path)
+		} else {
+			// A sub-workflow is read as workflow() reads it: from inside the main
+			// script's folder, so a file swapped for a symlink out of it since the
+			// run started is never read, let alone pinned.
+			cur, rerr = readPinnedWorkflow(filepath.Dir(spec.Path), f.Path)
+		}
 		switch {
 		case rerr != nil:
 			cur = f.Content // gone from disk: the pinned copy is the script
