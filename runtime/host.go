@@ -5,10 +5,17 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/luft-run/luft/adapters"
@@ -183,15 +190,16 @@ func (h *host) journalDone(c lua.Call, result []byte) error {
 	return nil
 }
 
-// LoadWorkflow implements lua.Host: it reads a sub-workflow, pins its content to the run
-// and journals the call with the file's hash. A file that is gone from disk is read from
-// the run's pinned copy.
-func (h *host) LoadWorkflow(c lua.Call, path string) ([]byte, error) {
-	b, err := h.e.opts.ReadFile(path)
+// LoadWorkflow implements lua.Host: it reads a sub-workflow inside the calling script's
+// folder (readWorkflowFile), pins its content to the run and journals the call with the
+// file's hash. A file that is gone from disk is read from the run's pinned copy.
+func (h *host) LoadWorkflow(c lua.Call, dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
+	b, err := readWorkflowFile(dir, name)
 	if err != nil {
 		f, ok := h.pinned[path]
-		if !ok {
-			return nil, fmt.Errorf("cannot read %s: %w", path, err)
+		if !ok || !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
 		}
 		b = f.Content
 	}
@@ -383,4 +391,59 @@ func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, 
 		data["error"] = msg
 	}
 	h.emit(event.AgentDone, data)
+}
+
+// maxWorkflowFile is the largest file workflow() loads.
+const maxWorkflowFile = 16 << 20
+
+// readWorkflowFile reads the workflow file name inside dir. The file is opened through an
+// os.Root on dir, which follows symlinks only while they stay inside dir (the kernel's
+// openat2 RESOLVE_BENEATH where there is one), so no link can lead a script to
+// /etc/passwd or /proc/self/environ; it must be a regular file (not a FIFO that would
+// block, nor a device) of at most 16 MiB. Errors name the file, never its contents.
+func readWorkflowFile(dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	defer root.Close()
+	// O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if strings.Contains(err.Error(), "path escapes from parent") {
+			return nil, fmt.Errorf("cannot read %s: it leads outside the calling script's folder %s (through a symlink?); workflow() loads only files inside that folder", path, dir)
+		}
+		return nil, fmt.Errorf("cannot read %s: %w", path, errors.Unwrap(err))
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("cannot read %s: not a regular file (%s); workflow() loads only .lua files", path, info.Mode().Type())
+	}
+	if info.Size() > maxWorkflowFile {
+		return nil, fmt.Errorf("cannot read %s: %d bytes, more than the limit of %d bytes for a workflow file", path, info.Size(), maxWorkflowFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxWorkflowFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	if len(b) > maxWorkflowFile {
+		return nil, fmt.Errorf("cannot read %s: more than the limit of %d bytes for a workflow file", path, maxWorkflowFile)
+	}
+	return b, nil
+}
+
+// readPinnedWorkflow reads a sub-workflow a run pinned, at path, with readWorkflowFile's
+// confinement to dir, the main script's folder (every file workflow() loads lies inside
+// it, since each lies inside its caller's folder).
+func readPinnedWorkflow(dir, path string) ([]byte, error) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil, fmt.Errorf("cannot read %s: it is outside the script's folder %s", path, dir)
+	}
+	return readWorkflowFile(dir, rel)
 }

@@ -843,6 +843,41 @@ end`)
 	}
 }
 
+// A sub-workflow swapped for a symlink out of the script's folder after the run started is
+// neither read nor pinned on resume, even with --allow-changed-script.
+func TestResumeRefusesASubWorkflowSymlinkedOut(t *testing.T) {
+	dir := t.TempDir()
+	path := writeScript(t, dir, "proj/main.lua", `function main()
+  local s = workflow("parts/sub.lua")
+  local z = agent{prompt="block"}
+  report(s .. "|" .. z.output)
+end`)
+	sub := writeScript(t, dir, "proj/parts/sub.lua", `function main() report(agent{prompt="inner"}.output) end`)
+	outside := writeScript(t, dir, "outside.lua", `function main() report("SECRET-OUTSIDE") end`)
+	b, k := blockingBackend("block", "")
+	e := openResumeEnv(t, filepath.Join(dir, "state"), b, 0)
+	r, _, _ := startAndCancel(t, e, path, k)
+	if err := os.Remove(sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, sub); err != nil {
+		t.Fatal(err)
+	}
+	res := resume(t, e, ResumeSpec{Run: r.ID, AllowChangedScript: true}).Wait()
+	if res.Status == StatusCompleted || res.Err == nil || !strings.Contains(res.Err.Error(), "leads outside the calling script's folder") {
+		t.Fatalf("resume: %s %v %v, want the run to fail on the symlink", res.Status, res.Report, res.Err)
+	}
+	files, err := e.st.Files(t.Context(), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.Contains(string(f.Content), "SECRET-OUTSIDE") {
+			t.Fatalf("the file outside was pinned as %s", f.Path)
+		}
+	}
+}
+
 func TestCancelFromAnotherProcess(t *testing.T) {
 	dir := t.TempDir()
 	path := writeScript(t, dir, "flow.lua", oneThenBlock)

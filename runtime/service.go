@@ -36,7 +36,9 @@ type Options struct {
 	Scheduler scheduler.Scheduler // admits every model turn; default: an Executor, 8 slots per lane
 	Now       func() time.Time    // default: time.Now
 	Caller    string              // who starts runs ("cli", an MCP session id, ...)
-	// ReadFile reads workflow files; default os.ReadFile.
+	// ReadFile reads the main workflow file and, on resume, the files a run pinned;
+	// default os.ReadFile. Files loaded by workflow() are always read from inside the
+	// calling script's folder (readWorkflowFile), never through this.
 	ReadFile func(path string) ([]byte, error)
 	// Backoff is the wait before retry attempt n (n >= 2) of a failed call; default
 	// exponential from 200 ms with jitter, capped at 10 s.
@@ -346,7 +348,16 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	// Every file the run loaded must be unchanged, unless the caller accepts changes.
 	var src []byte
 	for _, f := range files {
-		cur, rerr := s.opts.ReadFile(f.Path)
+		var cur []byte
+		var rerr error
+		if f.Path == spec.Path {
+			cur, rerr = s.opts.ReadFile(f.Path)
+		} else {
+			// A sub-workflow is read as workflow() reads it: from inside the main
+			// script's folder, so a file swapped for a symlink out of it since the
+			// run started is never read, let alone pinned.
+			cur, rerr = readPinnedWorkflow(filepath.Dir(spec.Path), f.Path)
+		}
 		switch {
 		case rerr != nil:
 			cur = f.Content // gone from disk: the pinned copy is the script
