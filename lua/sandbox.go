@@ -227,6 +227,7 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	for _, name := range []string{"pcall", "xpcall", "agent", "parallel", "pmap", "pipeline", "workflow", "converge"} {
 		env.RawSetString(name, v.wrap.RawGetString(name))
 	}
+	env.RawSetString(concatGlobal, L.NewFunction(v.concatFn))
 	for name, fn := range map[string]glua.LGFunction{
 		"phase": v.phaseFn, "log": v.logFn, "print": v.printFn,
 		"budget": func(L *glua.LState) int { return v.budgetFn(L, wf) },

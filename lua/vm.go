@@ -100,6 +100,7 @@ func compile(name, path string, src []byte, quote bool) (*Program, error) {
 	if err != nil {
 		return nil, syntaxError(name, err, quote)
 	}
+	rewriteConcat(chunk)
 	proto, err := glua.Compile(chunk, name)
 	if err != nil {
 		return nil, syntaxError(name, err, quote)
