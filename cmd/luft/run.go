@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
@@ -239,6 +240,18 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 
 	r := newRenderer(e, g, f)
 	r.lanes = laneSampler(svc)
+	if run.AlreadyCompleted() && !f.json {
+		// Idempotent resume: nothing runs; the stored report is printed as the run printed
+		// it (with --json the stored events of its last attempt are, below).
+		if !f.quiet {
+			fmt.Fprintf(e.stderr, "luft: run %s had already completed; printing its stored report\n", run.ID)
+			r.state = tui.NewState(tui.StateOptions{LogLevel: g.logLevel})
+			for ev := range run.SubscribeAttempt(ctx) {
+				r.state.Apply(ev) // the summary of its last attempt
+			}
+		}
+		return r.finish(run.Wait())
+	}
 	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
 	// Signals are handled until this function returns, including while the report and
 	// events are still being written.
