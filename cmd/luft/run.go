@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
@@ -144,9 +147,43 @@ func parseArgs(s string) (any, error) {
 	}
 	switch v.(type) {
 	case map[string]any, []any:
+		// Scripts get args as Lua tables, converted under the JSON depth limit: refuse
+		// here what the conversion would refuse.
+		if deeper(v, luaval.DefaultMaxDepth) {
+			return nil, usageErr("invalid --args: nested deeper than the limit of %d levels of objects and arrays", luaval.DefaultMaxDepth)
+		}
 		return v, nil
 	}
 	return nil, usageErr("invalid --args: must be a JSON object or array, got %s", s)
+}
+
+// deeper reports whether decoded JSON nests objects and arrays more than limit levels
+// (the outermost is level 1).
+func deeper(v any, limit int) bool {
+	if limit < 0 {
+		return true
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		if limit == 0 {
+			return true
+		}
+		for _, e := range x {
+			if deeper(e, limit-1) {
+				return true
+			}
+		}
+	case []any:
+		if limit == 0 {
+			return true
+		}
+		for _, e := range x {
+			if deeper(e, limit-1) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
@@ -160,8 +197,17 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if f.class != string(agent.ClassInteractive) && f.class != string(agent.ClassBatch) {
 		return usageErr("invalid --class %q: use interactive or batch", f.class)
 	}
-	if f.maxConcurrency < 1 {
-		return usageErr("invalid --max-concurrency %d: must be at least 1", f.maxConcurrency)
+	for _, c := range []struct {
+		flag string
+		err  error
+	}{
+		{"--max-concurrency", config.CheckRange(f.maxConcurrency, 1, config.MaxSlots)},
+		{"--max-agent-calls", config.CheckRange(f.maxAgentCalls, 1, config.MaxAgentCalls)},
+		{"--timeout", config.CheckRange(f.timeout, 0, time.Duration(math.MaxInt64))},
+	} {
+		if c.err != nil {
+			return usageErr("invalid %s: %v", c.flag, c.err)
+		}
 	}
 	if f.mockFile != "" && f.backend == "" {
 		f.backend = "mockfile"
