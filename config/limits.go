@@ -10,12 +10,12 @@ import (
 // (--max-concurrency, ...) check against these, through CheckRange, so a value is refused
 // the same way wherever it comes from, before it can overflow or starve a lane.
 const (
-	MaxSlots       = 100_000           // max_concurrency, [scheduler] slots, --max-concurrency
-	MaxTPM         = 1_000_000_000_000 // tpm: tokens per minute
-	MaxRPM         = 1_000_000_000     // rpm: requests per minute
-	MaxTurns       = 10_000            // max_turns of one agent's tool loop
+	MaxSlots        = 100_000           // max_concurrency, [scheduler] slots, --max-concurrency
+	MaxTPM          = 1_000_000_000_000 // tpm: tokens per minute
+	MaxRPM          = 1_000_000_000     // rpm: requests per minute
+	MaxTurns        = 10_000            // max_turns of one agent's tool loop
 	MaxPricePerMTok = 1_000_000         // price_*_per_mtok, in dollars
-	MaxAgentCalls  = 100_000_000       // --max-agent-calls
+	MaxAgentCalls   = 100_000_000       // --max-agent-calls
 )
 
 // CheckRange returns nil when n lies in [lo, hi], and otherwise an error saying what is
