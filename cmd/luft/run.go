@@ -277,8 +277,8 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls},
 		})
 		if err != nil {
-			if lua.ErrorKindOf(err) != "" {
-				return err
+			if lua.ErrorKindOf(err) != "" || storage.Broken(err) {
+				return err // a script error, or the state dir failing: not a usage error
 			}
 			return usageErr("%v", err)
 		}
