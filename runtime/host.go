@@ -364,6 +364,8 @@ func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b a
 	// The entry is written even when the run is being cancelled: a finished call must not
 	// run again.
 	if _, err := h.store().JournalFinish(context.WithoutCancel(ctx), entry); err != nil {
+		// Not journaled, so not done: a resume runs the call again.
+		res.Status, res.Error = agent.StatusError, err.Error()
 		return res, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	return res, callErr

@@ -59,7 +59,9 @@ object's markdown field raw, anything else as JSON) and to -o FILE. With --json,
 carries one JSON event per line instead, ending with run_done.
 
 Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent runs),
-3 cancelled or suspended, 130 a second Ctrl-C.`,
+3 cancelled or suspended (also when the state dir's disk is full: free space, then
+resume), 130 a second Ctrl-C. Resuming a run that already completed prints its report
+and exits 0.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.slotsFromFlag = cmd.Flags().Changed("max-concurrency")
 			f.logFormatSet = cmd.Flags().Changed("log-format")
