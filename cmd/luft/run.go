@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -162,27 +163,21 @@ func parseArgs(s string) (any, error) {
 // deeper reports whether decoded JSON nests objects and arrays more than limit levels
 // (the outermost is level 1).
 func deeper(v any, limit int) bool {
-	if limit < 0 {
-		return true
-	}
+	var kids []any
 	switch x := v.(type) {
 	case map[string]any:
-		if limit == 0 {
-			return true
-		}
-		for _, e := range x {
-			if deeper(e, limit-1) {
-				return true
-			}
-		}
+		kids = slices.Collect(maps.Values(x))
 	case []any:
-		if limit == 0 {
+		kids = x
+	default:
+		return false
+	}
+	if limit <= 0 {
+		return true
+	}
+	for _, k := range kids {
+		if deeper(k, limit-1) {
 			return true
-		}
-		for _, e := range x {
-			if deeper(e, limit-1) {
-				return true
-			}
 		}
 	}
 	return false
