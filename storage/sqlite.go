@@ -182,10 +182,10 @@ func (s *SQLite) classify(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if t := s.typed(err); t != err {
-		return t
+	if isCorrupt(err) {
+		return s.typed(err)
 	}
-	return fmt.Errorf("storage: %s %s: %w", what, s.path, err)
+	return s.typed(fmt.Errorf("storage: %s %s: %w", what, s.path, err))
 }
 
 // typed is classify for errors already named by their operation: a corrupt database or a
@@ -198,7 +198,7 @@ func (s *SQLite) typed(err error) error {
 	case isCorrupt(err):
 		return &CorruptError{Dir: s.dir, File: s.path, Err: err}
 	}
-	return Unwritable(s.dir, s.path, err)
+	return Unwritable(s.dir, "", err) // err names its operation and the file
 }
 
 // typedErr is typed for a method's named error result, in a defer.

@@ -126,7 +126,7 @@ func (e *UnwritableError) Unwrap() []error { return []error{ErrUnwritable, e.Err
 
 // Unwritable returns err as an *UnwritableError of dir when it is a failure of the disk
 // under dir (no space, file size limit, quota, I/O error, read-only) from SQLite or from the
-// file system, and err unchanged otherwise. what names the operation.
+// file system, and err unchanged otherwise. what names the operation ("" when err does).
 func Unwritable(dir, what string, err error) error {
 	if err == nil || errors.Is(err, ErrUnwritable) || errors.Is(err, ErrCorruptState) {
 		return err
@@ -138,7 +138,10 @@ func Unwritable(dir, what string, err error) error {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs // the message names the disk to free: no relative path
 	}
-	return &UnwritableError{Dir: dir, Reason: reason, Err: fmt.Errorf("%s: %w", what, err)}
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	return &UnwritableError{Dir: dir, Reason: reason, Err: err}
 }
 
 // Usage counts tokens. Its fields match agent.Usage, so the two convert directly.
