@@ -282,14 +282,18 @@ func Parse(path string, data []byte) (Config, error) {
 		case !slices.Contains(Types, b.Type) && !(strings.HasPrefix(b.Type, "acp:") && len(b.Type) > 4):
 			v.errf(k("type"), "unknown backend type %q (one of %s)", b.Type, strings.Join(Types, ", "))
 		}
-		for name, n := range map[string]int{"max_concurrency": b.MaxConcurrency, "tpm": b.TPM, "rpm": b.RPM, "max_turns": b.MaxTurns} {
-			if n < 0 {
-				v.errf(k(name), "must not be negative (got %d)", n)
-			}
+		v.check(k("max_concurrency"), CheckRange(b.MaxConcurrency, 0, MaxSlots))
+		v.check(k("tpm"), CheckRange(b.TPM, 0, MaxTPM))
+		v.check(k("rpm"), CheckRange(b.RPM, 0, MaxRPM))
+		v.check(k("max_turns"), CheckRange(b.MaxTurns, 0, MaxTurns))
+		v.check(k("price_input_per_mtok"), CheckRange(b.PriceInputPerMTok, 0, MaxPricePerMTok))
+		v.check(k("price_output_per_mtok"), CheckRange(b.PriceOutputPerMTok, 0, MaxPricePerMTok))
+		if b.BaseURL != "" {
+			v.check(k("base_url"), CheckURL(b.BaseURL))
 		}
-		for name, f := range map[string]float64{"price_input_per_mtok": b.PriceInputPerMTok, "price_output_per_mtok": b.PriceOutputPerMTok} {
-			if f < 0 {
-				v.errf(k(name), "must not be negative (got %g)", f)
+		for i, r := range b.Replicas {
+			if err := CheckURL(r); err != nil {
+				v.check(k("replicas"), fmt.Errorf("replica %d: %w", i+1, err))
 			}
 		}
 		if b.Fallback != "" {
@@ -324,6 +328,8 @@ func Parse(path string, data []byte) (Config, error) {
 			v.errf(toml.Key{"mcp_servers", id, "url"}, "set command (a stdio server) or url (streamable HTTP), not both")
 		case s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0 || len(s.PassEnv) > 0):
 			v.errf(toml.Key{"mcp_servers", id, "url"}, "args, env and pass_env start a command; a url server takes none of them")
+		case s.URL != "":
+			v.check(toml.Key{"mcp_servers", id, "url"}, CheckURL(s.URL))
 		}
 		if c.MCPServers == nil {
 			c.MCPServers = map[string]MCPServer{}
@@ -338,9 +344,7 @@ func Parse(path string, data []byte) (Config, error) {
 		v.envNames(toml.Key{"mcp_servers", id, "pass_env"}, raw.MCPServers[id].PassEnv)
 	}
 	c.Scheduler.SuspendAfter = v.duration(toml.Key{"scheduler", "suspend_after"}, raw.Scheduler.SuspendAfter)
-	if raw.Scheduler.Slots < 0 {
-		v.errf(toml.Key{"scheduler", "slots"}, "must not be negative (got %d)", raw.Scheduler.Slots)
-	}
+	v.check(toml.Key{"scheduler", "slots"}, CheckRange(raw.Scheduler.Slots, 0, MaxSlots))
 	c.Scheduler.Slots = raw.Scheduler.Slots
 	if e := v.first(); e != nil {
 		return Config{}, e
@@ -422,6 +426,13 @@ func (v *validator) envNames(k toml.Key, names []string) {
 		if !envNameRE.MatchString(n) {
 			v.errf(k, "%q is not an environment variable name (give names such as \"GOPATH\", or a prefix such as \"GO*\")", n)
 		}
+	}
+}
+
+// check records err, when not nil, as the error of k.
+func (v *validator) check(k toml.Key, err error) {
+	if err != nil {
+		v.errf(k, "%v", err)
 	}
 }
 

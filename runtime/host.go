@@ -135,7 +135,7 @@ func (h *host) recorded(c lua.Call, hash string) (storage.Entry, bool, error) {
 		if !h.diverged {
 			h.diverged = true
 			if _, err := h.store().InvalidateFrom(h.ctx, h.run.ID, e.CompletedSeq); err != nil {
-				return e, false, fmt.Errorf("rerun from divergence at %s: %w", c.Key, err)
+				return e, false, h.stopIfBroken(fmt.Errorf("rerun from divergence at %s: %w", c.Key, err))
 			}
 			for k, x := range h.journal {
 				if x.Status != storage.EntryCompleted || x.CompletedSeq >= e.CompletedSeq {
@@ -185,9 +185,21 @@ func (h *host) Value(c lua.Call, fresh func() any) (any, error) {
 func (h *host) journalDone(c lua.Call, result []byte) error {
 	if _, err := h.store().JournalFinish(h.ctx, storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind,
 		InputHash: c.Hash, Status: storage.EntryCompleted, Result: result, WherePos: c.Where, Attempts: 1}); err != nil {
-		return fmt.Errorf("journal %s: %w", c.Key, err)
+		return h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	return nil
+}
+
+// stopIfBroken passes err on; when it is a failure of the state dir (a full or failing
+// disk, a corrupt database) it first stops the run with it as the cause. The script never
+// sees such a failure as an ordinary one: the run's context is done, so pcall does not
+// catch it and a pipeline does not mark items failed, and the run ends as the disk's
+// failure, not a script line's (see classify).
+func (h *host) stopIfBroken(err error) error {
+	if storage.Broken(err) {
+		h.run.cancel(err)
+	}
+	return err
 }
 
 // LoadWorkflow implements lua.Host: it reads a sub-workflow inside the calling script's
@@ -205,7 +217,7 @@ func (h *host) LoadWorkflow(c lua.Call, dir, name string) ([]byte, error) {
 	}
 	if f, ok := h.pinned[path]; !ok || f.SHA256 != sha(b) {
 		if err := h.e.pin(h.ctx, h.run.ID, path, b); err != nil {
-			return nil, err
+			return nil, h.stopIfBroken(err)
 		}
 		h.pinned[path] = storage.File{RunID: h.run.ID, Path: path, SHA256: sha(b), Content: b}
 	}
@@ -332,7 +344,7 @@ func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b a
 	entry := storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind, InputHash: c.Hash,
 		Status: storage.EntryScheduled, WherePos: c.Where}
 	if err := h.store().JournalScheduled(ctx, entry); err != nil {
-		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, fmt.Errorf("journal %s: %w", c.Key, err)
+		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	res, callErr := h.call(ctx, c, req, b)
 	entry.Status, entry.Attempts, entry.Usage = storage.EntryCompleted, res.Attempts, storage.Usage(res.Usage)
@@ -352,7 +364,9 @@ func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b a
 	// The entry is written even when the run is being cancelled: a finished call must not
 	// run again.
 	if _, err := h.store().JournalFinish(context.WithoutCancel(ctx), entry); err != nil {
-		return res, fmt.Errorf("journal %s: %w", c.Key, err)
+		// Not journaled, so not done: a resume runs the call again.
+		res.Status, res.Error = agent.StatusError, err.Error()
+		return res, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	return res, callErr
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
 )
 
@@ -99,6 +100,9 @@ func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	if errors.Is(err, storage.ErrCorruptState) || errors.Is(err, storage.ErrSchemaTooNew) {
+		return exitUsage // as when the open finds it: the state dir is the bad input
 	}
 	switch lua.ErrorKindOf(err) {
 	case lua.KindSyntax, lua.KindInvalid:
