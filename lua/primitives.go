@@ -755,7 +755,10 @@ func (v *vm) workflowFn(L *glua.LState) int {
 		}
 		v.protos[path] = prog
 	}
-	child := v.newWorkflow(prog, args)
+	child, err := v.newWorkflow(prog, args)
+	if err != nil {
+		return fail(L, where, "workflow %q: %s", string(p), err)
+	}
 	start := v.cfg.Now()
 	v.emit(event.WorkflowStarted, map[string]any{"span_id": key, "path": path, "args": args})
 	done := func(err error) {

@@ -211,7 +211,7 @@ func copyTable(L *glua.LState, src *glua.LTable) *glua.LTable {
 
 // newEnv builds the global table of one workflow: the allowed libraries (fresh copies, so
 // a child workflow cannot patch its parent's) and the primitives.
-func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
+func (v *vm) newEnv(wf *workflowState, args any) (*glua.LTable, error) {
 	L := v.L
 	env := L.CreateTable(0, 48)
 	for _, name := range allowedBase {
@@ -243,7 +243,11 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	env.RawSetString("luft", lt)
 
 	a, err := v.codec.ToLua(args)
-	if err != nil || a == glua.LNil {
+	if err != nil {
+		// Never a silent {}: args the script cannot see whole are refused.
+		return nil, fmt.Errorf("args: %w", err)
+	}
+	if a == glua.LNil {
 		a = L.CreateTable(0, 0)
 	}
 	env.RawSetString("args", a)
@@ -253,7 +257,7 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	c.RawSetString("resumed", glua.LBool(v.cfg.Resumed))
 	c.RawSetString("attempt", glua.LNumber(max(v.cfg.Attempt, 1)))
 	env.RawSetString("ctx", c)
-	return env
+	return env, nil
 }
 
 func (v *vm) pcallEnter(L *glua.LState) int {

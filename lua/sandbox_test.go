@@ -230,3 +230,28 @@ end`, nil)
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// Args nested deeper than the conversion limit are refused as invalid input for every
+// caller (not only the CLI), never handed to the script as an empty table.
+func TestArgsTooDeepAreRefused(t *testing.T) {
+	var deep any = "leaf"
+	for range 200 {
+		deep = map[string]any{"a": deep}
+	}
+	for _, validate := range []bool{false, true} {
+		h := newFakeHost()
+		prog, err := Compile("test.lua", "test.lua", []byte(`function main() report(args) end`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Host: h, RunID: "run-1", Now: fixedClock(), Args: map[string]any{"x": deep}}
+		if validate {
+			_, err = Validate(t.Context(), cfg, prog)
+		} else {
+			_, err = Run(t.Context(), cfg, prog)
+		}
+		if ErrorKindOf(err) != KindInvalid || !strings.Contains(err.Error(), "args:") || !strings.Contains(err.Error(), "deep") {
+			t.Fatalf("validate=%t: err = %v, want invalid args naming the depth", validate, err)
+		}
+	}
+}

@@ -157,7 +157,10 @@ func Validate(ctx context.Context, cfg Config, prog *Program) (Outcome, error) {
 		return Outcome{}, err
 	}
 	defer vm.close()
-	wf := vm.newWorkflow(prog, vm.cfg.Args)
+	wf, err := vm.newRoot(prog)
+	if err != nil {
+		return Outcome{}, err
+	}
 	if err := vm.loadTop(wf); err != nil {
 		return Outcome{}, err
 	}
@@ -316,7 +319,10 @@ func (v *vm) close() {
 // run loads the workflow's top level, then drives main() and every branch it starts until
 // main returns.
 func (v *vm) run(prog *Program) (Outcome, error) {
-	wf := v.newWorkflow(prog, v.cfg.Args)
+	wf, err := v.newRoot(prog)
+	if err != nil {
+		return Outcome{}, err
+	}
 	v.root = wf
 	if err := v.loadTop(wf); err != nil {
 		return Outcome{}, err
@@ -461,11 +467,24 @@ func (v *vm) readMeta(mv glua.LValue) (any, []metaPhase, error) {
 	return obj, phases, nil
 }
 
-func (v *vm) newWorkflow(prog *Program, args any) *workflowState {
+func (v *vm) newWorkflow(prog *Program, args any) (*workflowState, error) {
 	wf := &workflowState{prog: prog}
-	wf.env = v.newEnv(wf, args)
+	env, err := v.newEnv(wf, args)
+	if err != nil {
+		return nil, err
+	}
+	wf.env = env
 	v.srcs[prog.Name] = prog.src
-	return wf
+	return wf, nil
+}
+
+// newRoot is the run's own workflow; args it cannot convert are invalid input.
+func (v *vm) newRoot(prog *Program) (*workflowState, error) {
+	wf, err := v.newWorkflow(prog, v.cfg.Args)
+	if err != nil {
+		return nil, &ScriptError{Kind: KindInvalid, Where: prog.Name, Msg: err.Error()}
+	}
+	return wf, nil
 }
 
 // newTask makes a coroutine that will run fn(args...) through the trampoline, so that a
