@@ -25,6 +25,13 @@ type Limits struct {
 	MaxCallDepth   int   // Lua call frames per coroutine; default 200
 	MaxPcallDepth  int   // nested pcall/xpcall per branch; default 64
 	MaxMemoryBytes int64 // Go heap at which the run is stopped; default 4 GiB, < 0 = off
+	// MaxLogBytes caps one log()/print() message; a longer one is cut with a marker.
+	// Default 1 MiB.
+	MaxLogBytes int
+	// MaxReportBytes caps the report as JSON: its longest strings are cut with a marker;
+	// a value too big even then (its structure alone) ends the run with a limit error.
+	// Default 1 MiB.
+	MaxReportBytes int
 	JSON           luaval.Limits
 }
 
@@ -43,6 +50,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxMemoryBytes == 0 {
 		l.MaxMemoryBytes = 4 << 30
+	}
+	if l.MaxLogBytes <= 0 {
+		l.MaxLogBytes = event.DefaultMaxBytes
+	}
+	if l.MaxReportBytes <= 0 {
+		l.MaxReportBytes = event.DefaultMaxBytes
 	}
 	return l
 }
@@ -300,6 +313,9 @@ func (v *vm) run(prog *Program) (Outcome, error) {
 	v.closePhase()
 	if runErr != nil {
 		return Outcome{}, runErr
+	}
+	if wf.hasReport {
+		v.emit(event.Report, map[string]any{"value": wf.report})
 	}
 	return Outcome{Report: wf.report, HasReport: wf.hasReport, Meta: wf.meta}, nil
 }

@@ -46,6 +46,8 @@ type Options struct {
 	CancelPoll time.Duration
 	// PID is the process id recorded as a run's owner; default os.Getpid().
 	PID int
+	// Events bounds what each run records; zero fields take DefaultEventLimits.
+	Events EventLimits
 }
 
 // Service starts, resumes and inspects runs: the one surface the CLI, the MCP server, the
@@ -483,8 +485,9 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 		rctx, stop = context.WithTimeoutCause(rctx, spec.Timeout, ErrTimeout)
 		_ = stop // released with rctx when the run's cancel runs
 	}
-	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{}),
-		bus: newBus(s.opts.Store, id, s.opts.Now)}
+	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{})}
+	// A run that reaches an event limit ends with the limit as its error.
+	r.bus = newBus(s.opts.Store, id, s.opts.Now, s.opts.Events, func(err error) { r.cancel(err) })
 	s.mu.Lock()
 	s.live[id] = r
 	s.mu.Unlock()

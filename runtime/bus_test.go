@@ -1,0 +1,119 @@
+package runtime
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
+)
+
+// newLimitedEngine is newEngine with event limits.
+func newLimitedEngine(t *testing.T, lim EventLimits) *Service {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := storage.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	s, err := New(Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("fake", &scripted{reply: echo}),
+		Scheduler: scheduler.NewGate(4), Backoff: func(int) time.Duration { return 0 }, Events: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A run that reaches an event limit fails with a limit error naming the limit and the
+// script line, its run_done is stored, and nothing past the limit is.
+func TestEventLimitsEndTheRun(t *testing.T) {
+	cases := []struct {
+		name, src string
+		lim       EventLimits
+		want      string
+		maxEvents int
+	}{
+		{"count", `function main()
+  for i = 1, 1000000 do phase("p" .. i) end
+end`, EventLimits{MaxEvents: 200}, "limits.max_events", 200 + 1},
+		{"bytes", `function main()
+  local s = string.rep("x", 10000)
+  for i = 1, 1000000 do log(s) end
+end`, EventLimits{MaxTotalBytes: 100000}, "limits.max_events_bytes", 11 + 1},
+		{"agents still finish", `function main()
+  parallel({1,2,3,4,5,6,7,8}, function(i)
+    for j = 1, 100 do log("x") end
+    return agent{prompt = "p" .. i}
+  end)
+  for i = 1, 1000000 do log("y") end
+end`, EventLimits{MaxEvents: 300}, "limits.max_events", 300 + 8 + 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newLimitedEngine(t, c.lim)
+			r := start(t, e, c.src)
+			evs := collect(t, r)
+			res := r.Wait()
+			if res.Status != StatusFailed || lua.ErrorKindOf(res.Err) != lua.KindLimit {
+				t.Fatalf("status %s, error %v; want failed with a limit error", res.Status, res.Err)
+			}
+			msg := res.Err.Error()
+			t.Logf("%d events; error: %s", len(evs), msg)
+			if !strings.Contains(msg, c.want) || !strings.Contains(msg, "t.lua:") {
+				t.Errorf("error %q does not name %s and the script line", msg, c.want)
+			}
+			if len(evs) == 0 || evs[len(evs)-1].Type != event.RunDone {
+				t.Fatalf("the last event is not run_done")
+			}
+			if len(evs) > c.maxEvents {
+				t.Errorf("%d events stored, want at most %d", len(evs), c.maxEvents)
+			}
+		})
+	}
+}
+
+// Each event's payload is capped: a long string is cut with a marker, a huge structure
+// replaced by one, and the event is still stored.
+func TestEventPayloadCapped(t *testing.T) {
+	e := newLimitedEngine(t, EventLimits{MaxEventBytes: 4096})
+	r := start(t, e, `function main()
+  log(string.rep("a", 100000))
+  local t = {}
+  for i = 1, 5000 do t[i] = i end
+  phase{label = "p", description = string.rep("d", 50000)}
+  report(t)
+end`, func(s *Spec) { s.Limits.MaxReportBytes = 1 << 20 })
+	evs := collect(t, r)
+	if res := r.Wait(); res.Status != StatusCompleted {
+		t.Fatalf("run %s: %v", res.Status, res.Err)
+	}
+	for _, ev := range evs {
+		if n := event.Size(ev.Data); n > 4096+64 {
+			t.Errorf("%s event stored with %d bytes of payload", ev.Type, n)
+		}
+	}
+	logs := ofType(evs, event.Log)
+	if len(logs) != 1 || !strings.Contains(logs[0].Data["msg"].(string), "cut by luft") {
+		t.Fatalf("log not stored cut with a marker: %v", logs)
+	}
+	reports := ofType(evs, event.Report)
+	if len(reports) != 1 || !strings.Contains(reports[0].Data["value"].(string), "limits.max_event_bytes") {
+		t.Fatalf("huge report event not replaced by a marker: %v", reports)
+	}
+}
+
+// The default limits leave an ordinary run alone.
+func TestEventLimitsDefaults(t *testing.T) {
+	l := EventLimits{}.withDefaults()
+	if l != DefaultEventLimits {
+		t.Fatalf("defaults %+v, want %+v", l, DefaultEventLimits)
+	}
+	if err := l.check(1000, 1<<20); err != nil {
+		t.Fatalf("a small run is over the limits: %v", err)
+	}
+}
