@@ -170,7 +170,8 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return err
 	}
 	defer st.Close()
-	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag))
+	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag),
+		eventLimits(cfg.Limits))
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		run, err = svc.Start(ctx, runtime.Spec{
 			Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
 			Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
-			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls},
+			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls, MaxLogBytes: cfg.Limits.MaxLogBytes, MaxReportBytes: cfg.Limits.MaxReportBytes},
 		})
 		if err != nil {
 			if lua.ErrorKindOf(err) != "" {
