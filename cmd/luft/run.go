@@ -226,12 +226,17 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}()
 
-	if err := r.show(ctx, run, run.SubscribeAttempt(ctx)); err != nil {
+	r.runDone = storedRunDone(svc, run.ID)
+	stuck, err := r.view(ctx, run)
+	if err != nil {
 		run.Cancel()
 		run.Wait()
 		return &exitError{code: exitFailed, err: err}
 	}
 	res := run.Wait()
+	if stuck {
+		return r.finishWithin(res)
+	}
 	return r.finish(res)
 }
 
