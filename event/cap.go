@@ -26,8 +26,7 @@ const cutMarker = 96
 // marker naming the bytes cut and the limit (e.g. "limits.max_log_bytes"). s is returned
 // as is when it fits. The cut falls on a UTF-8 boundary.
 func Cut(s string, max int, limit string) string {
-	n := StringSize(s)
-	if n <= max {
+	if stringSizeUpTo(s, max) <= max {
 		return s
 	}
 	marker := func(kept int) string {
@@ -46,7 +45,7 @@ func Cut(s string, max int, limit string) string {
 func prefixFitting(s string, room int) int {
 	size := 0
 	for i := 0; i < len(s); i++ {
-		size += byteSize(s[i])
+		size += int(byteSizes[s[i]])
 		if size > room {
 			for i > 0 && !utf8.RuneStart(s[i]) {
 				i--
@@ -133,38 +132,62 @@ func intSize(n int64) int {
 
 // StringSize is the length of s as a JSON string, quotes included.
 func StringSize(s string) int {
-	n := 2
+	return stringSizeUpTo(s, math.MaxInt)
+}
+
+// stringSizeUpTo is StringSize, except that once the size passes limit it stops
+// counting and returns a size above limit: a 15 MB string need not be read to the end to
+// know that it is over a 1 MiB cap.
+func stringSizeUpTo(s string, limit int) int {
+	n := 2 + len(s)
+	if n > limit {
+		return n // every byte takes at least one
+	}
 	for i := 0; i < len(s); i++ {
-		n += byteSize(s[i])
+		n += int(byteSizes[s[i]]) - 1
+		if n > limit {
+			return n
+		}
 	}
 	return n
 }
 
-// byteSize is how many bytes encoding/json writes for one byte of a string: control
+// byteSizes is how many bytes encoding/json writes for each byte of a string: control
 // characters and <, >, & become \u00XX, quote and backslash (and \n, \r, \t) two bytes.
 // A byte of an invalid UTF-8 sequence becomes \ufffd; it is counted as one byte, which
 // is close enough for a cap.
-func byteSize(c byte) int {
-	switch {
-	case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-		return 2
-	case c < 0x20 || c == '<' || c == '>' || c == '&':
-		return 6
+var byteSizes = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			t[c] = 2
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			t[c] = 6
+		default:
+			t[c] = 1
+		}
 	}
-	return 1
-}
+	return t
+}()
 
 // Fit returns v with its longest strings cut (see Cut) so that its JSON encoding takes
 // at most max bytes. v itself is not changed; maps and slices on the way to a cut string
 // are copied. ok is false when v does not fit even with every string cut to its marker:
 // its structure alone is too big.
 func Fit(v any, max int, limit string) (out any, ok bool) {
-	size := Size(v)
+	// Strings are measured only up to max+1: one longer is cut anyway, so its saving
+	// is underestimated, never over, and the result still fits.
+	var lens []int
+	strs := 0
+	walkStrings(v, func(s string) {
+		n := stringSizeUpTo(s, max+1)
+		lens = append(lens, n)
+		strs += n
+	})
+	size := strs + structureSize(v)
 	if size <= max {
 		return v, true
 	}
-	var lens []int
-	walkStrings(v, func(s string) { lens = append(lens, StringSize(s)) })
 	// Cut every string longer than a threshold t down to t (plus its marker); the
 	// largest t that saves enough is found by a binary search over the saving, which
 	// falls as t grows.
@@ -191,6 +214,35 @@ func Fit(v any, max int, limit string) (out any, ok bool) {
 		}
 	}
 	return cutStrings(v, lo+cutMarker, limit), true
+}
+
+// structureSize is Size(v) without its strings' own sizes.
+func structureSize(v any) int {
+	switch x := v.(type) {
+	case string:
+		return 0
+	case map[string]any:
+		n := 1 + len(x)
+		for k, e := range x {
+			n += StringSize(k) + 1 + structureSize(e)
+		}
+		return max(n, 2)
+	case []any:
+		n := 1 + len(x)
+		for _, e := range x {
+			n += structureSize(e)
+		}
+		return max(n, 2)
+	case []string:
+		return max(1+len(x), 2)
+	case []map[string]any:
+		n := 1 + len(x)
+		for _, e := range x {
+			n += structureSize(e)
+		}
+		return max(n, 2)
+	}
+	return Size(v)
 }
 
 func walkStrings(v any, fn func(string)) {

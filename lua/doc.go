@@ -42,5 +42,10 @@
 //     process memory. A limit violation ends the run with a message naming the limit and
 //     the script position; pcall cannot catch it. Cancellation and timeouts interrupt
 //     even a pure-Lua loop.
+//   - What a script writes is capped: a log()/print() message longer than
+//     Limits.MaxLogBytes (1 MiB) is cut with a marker naming the limit; the report's
+//     longest strings are cut to fit Limits.MaxReportBytes (1 MiB), and a report too big
+//     by its structure alone ends the run with a limit error. The report event is emitted
+//     once, when main returns, so calling report() repeatedly stores one report.
 //   - JSON: see package luaval for how tables map to JSON (json.array, json.null).
 package lua

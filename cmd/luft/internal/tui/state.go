@@ -165,8 +165,6 @@ type State struct {
 	level   int
 	current *Phase
 	byID    map[int]*Phase
-	// unstarted counts the planned phases in Phases that have not started.
-	unstarted int
 	agents  map[string]*Agent     // active agents by call key
 	running agentList             // Running agents, in the order they started running
 	waiting agentList             // Queued, Waiting, Retrying and Suspended agents, in the order they stopped
@@ -174,6 +172,9 @@ type State struct {
 	counts  [numStatuses]int      // active agents by status
 	recent  []*Agent              // the latest finished agents, oldest first
 	logs    []LogLine             // the latest log lines, oldest first
+
+	// unstarted counts the planned phases in Phases that have not started.
+	unstarted int
 }
 
 // NewState returns an empty state.
