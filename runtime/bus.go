@@ -39,6 +39,12 @@ type bus struct {
 	bytes int64 // their payloads' size
 	over  bool  // a limit was reached
 
+	// pending counts the events queued and not yet committed; emit waits on room while
+	// there are maxPending. The bound is what a stopped run still has to write before
+	// it can end, so it keeps the stop prompt on a slow disk.
+	pending int
+	room    *sync.Cond
+
 	mu      sync.Mutex
 	queue   []func() error // pending commits, in emit order
 	wake    chan struct{}  // closed when more events are stored
@@ -51,8 +57,13 @@ type bus struct {
 func newBus(log storage.EventLog, runID string, now func() time.Time, lim EventLimits, overLimit func(error)) *bus {
 	b := &bus{log: log, runID: runID, now: now, lim: lim.withDefaults(), overLimit: overLimit, wake: make(chan struct{})}
 	b.idle = sync.NewCond(&b.mu)
+	b.room = sync.NewCond(&b.mu)
 	return b
 }
+
+// maxPending bounds the events of a run queued for the disk (see bus.pending); a few
+// of the store's batches, so emitters still share commits.
+const maxPending = 1024
 
 // closing reports whether an event of type typ is still stored after a limit was
 // reached: the ones that close the run. There are at most as many as calls in flight.
@@ -84,6 +95,10 @@ func (b *bus) emit(ev event.Event) {
 	}
 	b.count++
 	b.bytes += int64(size)
+	for b.pending >= maxPending {
+		b.room.Wait()
+	}
+	b.pending++
 	ev.TS = b.now()
 	var commit func() error
 	if a, ok := b.log.(asyncAppender); ok {
@@ -114,6 +129,8 @@ func (b *bus) writer() {
 			}
 		}
 		b.mu.Lock()
+		b.pending -= len(batch)
+		b.room.Broadcast()
 		if first != nil && b.err == nil {
 			b.err = first
 		}
@@ -245,4 +262,29 @@ func capPayload(data map[string]any, limitBytes int) (map[string]any, int) {
 		m[k] = v
 	}
 	return m, event.Size(m)
+}
+
+// maxErrorBytes caps the message of the error a run ends with: a script's error(msg) may
+// carry a 16 MB string, and the message goes into the run's row, run_done and the
+// terminal.
+const maxErrorBytes = 64 << 10
+
+// cutError is an error whose message was cut; the error itself stays in the chain, so its
+// kind is still found.
+type cutError struct {
+	error
+	msg string
+}
+
+func (c *cutError) Error() string { return c.msg }
+func (c *cutError) Unwrap() error { return c.error }
+
+func capError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := err.Error(); len(msg) > maxErrorBytes {
+		return &cutError{error: err, msg: event.Cut(msg, maxErrorBytes, "the error message cap")}
+	}
+	return err
 }

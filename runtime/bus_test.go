@@ -117,3 +117,32 @@ func TestEventLimitsDefaults(t *testing.T) {
 		t.Fatalf("a small run is over the limits: %v", err)
 	}
 }
+
+// A run's error message is capped; its kind survives the cut.
+func TestRunErrorCapped(t *testing.T) {
+	e := newLimitedEngine(t, EventLimits{})
+	r := start(t, e, `function main() error(string.rep("e", 5000000)) end`)
+	res := r.Wait()
+	if lua.ErrorKindOf(res.Err) != lua.KindRuntime {
+		t.Fatalf("error kind %q, want runtime (%.200v)", lua.ErrorKindOf(res.Err), res.Err)
+	}
+	if msg := res.Err.Error(); len(msg) > maxErrorBytes || !strings.Contains(msg, "cut by luft") {
+		t.Fatalf("error message of %d bytes, want at most %d with a marker", len(msg), maxErrorBytes)
+	}
+}
+
+// A subscriber that never reads does not hold up the run: events are read from the log
+// at the subscriber's pace.
+func TestSlowSubscriberDoesNotBlockTheRun(t *testing.T) {
+	e := newLimitedEngine(t, EventLimits{})
+	r := start(t, e, `function main() for i = 1, 5000 do log("x" .. i) end end`)
+	_ = r.Subscribe(t.Context(), 0) // never read
+	select {
+	case <-r.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end while a subscriber did not read")
+	}
+	if res := r.Wait(); res.Status != StatusCompleted {
+		t.Fatalf("run %s: %v", res.Status, res.Err)
+	}
+}

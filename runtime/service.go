@@ -520,6 +520,7 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 	}, prog)
 	h.stopTimer()
 	status, runErr := classify(err, ctx)
+	runErr = capError(runErr)
 	// The VM is done; calls it abandoned were cancelled with it. Wait for them so their
 	// agent_done events come before run_done and count in the totals.
 	r.cancel(ErrCancelled)

@@ -80,7 +80,11 @@ func (r *renderer) bound(ctx context.Context, run *runtime.Run, abandon func()) 
 // endAbandoned finishes the output of a view stopped before the end of the run's events:
 // a --json stream still ends with the run's run_done, and stderr says where the rest is.
 func (r *renderer) endAbandoned(res runtime.Result) {
-	if r.mode == modeJSON && !r.stuck && !r.wroteEnd {
+	// The view may have shown the end just as it was abandoned.
+	if !r.stuck && (r.wroteEnd || r.state != nil && r.state.Done()) {
+		return
+	}
+	if r.mode == modeJSON && !r.stuck {
 		ev, ok := event.Event{}, false
 		if r.runDone != nil {
 			ev, ok = r.runDone(r.lastSeq)
