@@ -113,8 +113,7 @@ func cmdNogrep(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // cmdExitwithin runs a program and asserts that it exits with CODE within DUR of its start;
-// with -term AFTER it is sent SIGTERM after AFTER (-term may be given again: a second
-// SIGTERM). A process still alive at DUR is killed and
+// with -term AFTER it is sent SIGTERM after AFTER. A process still alive at DUR is killed and
 // fails the check. Its stdout and stderr go to $WORK/exitwithin.stdout and .stderr (use grep
 // on them). The environment is the script's: every variable the archive set with env is
 // passed (testscript's own list), plus the ones named by KEY=VALUE arguments before CODE.
@@ -124,13 +123,13 @@ func cmdExitwithin(ts *testscript.TestScript, neg bool, args []string) {
 	if neg {
 		ts.Fatalf("unsupported: ! exitwithin (give the expected code instead)")
 	}
-	var terms []time.Duration
-	for len(args) > 2 && args[0] == "-term" {
+	var term time.Duration
+	if len(args) > 2 && args[0] == "-term" {
 		d, err := time.ParseDuration(args[1])
 		if err != nil {
 			ts.Fatalf("exitwithin: bad -term %q: %v", args[1], err)
 		}
-		terms, args = append(terms, d), args[2:]
+		term, args = d, args[2:]
 	}
 	if len(args) < 3 {
 		ts.Fatalf("usage: exitwithin [-term AFTER] DUR [KEY=VALUE...] CODE program [args...]")
@@ -167,7 +166,7 @@ func cmdExitwithin(ts *testscript.TestScript, neg bool, args []string) {
 	if err := cmd.Start(); err != nil {
 		ts.Fatalf("exitwithin: %v", err)
 	}
-	for _, term := range terms {
+	if term > 0 {
 		timer := time.AfterFunc(term, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
 		defer timer.Stop()
 	}

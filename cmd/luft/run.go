@@ -124,6 +124,14 @@ func parseArgs(s string) (any, error) {
 }
 
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
+	// Signals stay handled until the very end, after the store is closed: a second
+	// Ctrl-C while it closes still exits 130 rather than killing the process.
+	var endSignals func()
+	defer func() {
+		if endSignals != nil {
+			endSignals()
+		}
+	}()
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -209,10 +217,10 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	sigs := make(chan os.Signal, 2)
 	stop := e.notify(sigs)
 	finished := make(chan struct{})
-	defer func() {
+	endSignals = func() {
 		close(finished)
 		stop()
-	}()
+	}
 	go func() {
 		n := 0
 		for {
