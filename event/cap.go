@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -102,8 +104,12 @@ func Size(v any) int {
 		}
 		return max(n, 2)
 	}
-	// Go values of other types (usage counters, named strings) come from luft itself,
-	// not from scripts, and are rare enough to measure by encoding them.
+	// Go values of other types come from luft itself, not from scripts. A struct of
+	// numbers (usage counters on every agent_done) has a bound known from its type;
+	// anything else is measured by encoding it.
+	if n, ok := fixedSize(reflect.TypeOf(v)); ok {
+		return n
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return len(fmt.Sprint(v))
@@ -111,23 +117,61 @@ func Size(v any) int {
 	return len(b)
 }
 
-// floatSize follows encoding/json: exponent form below 1e-6 and from 1e21, with a
-// two-digit negative exponent shortened ("1e-07" is written "1e-7").
+// fixedSizes caches fixedSize by type.
+var fixedSizes sync.Map // reflect.Type → int (-1: not fixed)
+
+// fixedSize is an upper bound of the JSON size of any value of struct type t whose fields
+// are all numbers or bools: each field at most its name, quotes, colon, comma and 24
+// characters of number.
+func fixedSize(t reflect.Type) (int, bool) {
+	if t == nil || t.Kind() != reflect.Struct {
+		return 0, false
+	}
+	if n, ok := fixedSizes.Load(t); ok {
+		return n.(int), n.(int) >= 0
+	}
+	n := 2
+	for f := range t.Fields() {
+		switch f.Type.Kind() {
+		case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+			n += len(f.Name) + 4 + 24
+		default:
+			n = -1
+		}
+		if n < 0 {
+			break
+		}
+	}
+	fixedSizes.Store(t, n)
+	return n, n >= 0
+}
+
+// floatSize is the length encoding/json writes for f when f is a whole number of up to 15
+// digits (counts, ids, milliseconds), and otherwise 24, which no float64 exceeds: an
+// upper bound is enough for a cap, and formatting every number would cost more than the
+// rest of the measure.
 func floatSize(f float64) int {
-	abs := math.Abs(f)
-	format := byte('f')
-	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
+	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+		return intSize(int64(f))
 	}
-	b := strconv.AppendFloat(make([]byte, 0, 32), f, format, -1, 64)
-	if format == 'e' && len(b) >= 4 && b[len(b)-4] == 'e' && b[len(b)-3] == '-' && b[len(b)-2] == '0' {
-		return len(b) - 1
-	}
-	return len(b)
+	return 24
 }
 
 func intSize(n int64) int {
-	return len(strconv.AppendInt(make([]byte, 0, 20), n, 10))
+	size := 1
+	if n < 0 {
+		size++
+		if n == math.MinInt64 {
+			return 20
+		}
+		n = -n
+	}
+	for n >= 10 {
+		n /= 10
+		size++
+	}
+	return size
 }
 
 // StringSize is the length of s as a JSON string, quotes included.
