@@ -25,8 +25,8 @@ type asyncAppender interface {
 // What a run records is bounded (SPEC §3): an event's payload over lim.MaxEventBytes is
 // stored with its longest strings cut, and the event that would pass lim.MaxEvents or
 // lim.MaxTotalBytes is refused and ends the run through overLimit. After that only the
-// events that close the run (agent_done of the calls it cancels, run_suspended,
-// run_done) are stored.
+// events that close the run (agent_done of the calls it cancels, phase_done,
+// run_suspended, run_done) are stored.
 type bus struct {
 	log   storage.EventLog
 	runID string
@@ -66,9 +66,11 @@ func newBus(log storage.EventLog, runID string, now func() time.Time, lim EventL
 const maxPending = 1024
 
 // closing reports whether an event of type typ is still stored after a limit was
-// reached: the ones that close the run. There are at most as many as calls in flight.
+// reached: the ones that close the run and what it had under way, so its phases and
+// calls end in the record. There are at most as many as calls in flight, plus the phase
+// the run stopped in: the VM stops at its next instruction.
 func closing(typ string) bool {
-	return typ == event.RunDone || typ == event.RunSuspended || typ == event.AgentDone
+	return typ == event.RunDone || typ == event.RunSuspended || typ == event.AgentDone || typ == event.PhaseDone
 }
 
 // emit stamps and queues one event. It is safe from any goroutine; events are stored in

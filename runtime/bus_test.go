@@ -40,7 +40,7 @@ func TestEventLimitsEndTheRun(t *testing.T) {
 	}{
 		{"count", `function main()
   for i = 1, 1000000 do phase("p" .. i) end
-end`, EventLimits{MaxEvents: 200}, "limits.max_events", 200 + 1},
+end`, EventLimits{MaxEvents: 200}, "limits.max_events", 200 + 4}, // + the phase_done of the phases the VM was in, run_done
 		{"bytes", `function main()
   local s = string.rep("x", 10000)
   for i = 1, 1000000 do log(s) end
@@ -63,7 +63,6 @@ end`, EventLimits{MaxEvents: 300}, "limits.max_events", 300 + 8 + 1},
 				t.Fatalf("status %s, error %v; want failed with a limit error", res.Status, res.Err)
 			}
 			msg := res.Err.Error()
-			t.Logf("%d events; error: %s", len(evs), msg)
 			if !strings.Contains(msg, c.want) || !strings.Contains(msg, "t.lua:") {
 				t.Errorf("error %q does not name %s and the script line", msg, c.want)
 			}
@@ -72,6 +71,11 @@ end`, EventLimits{MaxEvents: 300}, "limits.max_events", 300 + 8 + 1},
 			}
 			if len(evs) > c.maxEvents {
 				t.Errorf("%d events stored, want at most %d", len(evs), c.maxEvents)
+			}
+			// Every phase that started ends in the record (the one the limit refused to
+			// start is recorded as done too: the script was in it).
+			if started, done := len(ofType(evs, event.PhaseStarted)), len(ofType(evs, event.PhaseDone)); done < started || done > started+1 {
+				t.Errorf("%d phases started, %d done", started, done)
 			}
 		})
 	}
