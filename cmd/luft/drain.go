@@ -37,7 +37,11 @@ func (r *renderer) view(ctx context.Context, run *runtime.Run) (stuck bool, err 
 		abandon()
 	})
 	shown := make(chan error, 1)
-	go func() { shown <- r.show(vctx, run, run.SubscribeAttempt(vctx)) }()
+	var events <-chan event.Event
+	if r.mode != modeQuiet {
+		events = run.SubscribeAttempt(vctx)
+	}
+	go func() { shown <- r.show(vctx, run, events) }()
 	select {
 	case err := <-shown:
 		return false, err

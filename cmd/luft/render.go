@@ -195,7 +195,11 @@ func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan eve
 	case modeJSON:
 		return r.showJSON(ctx, events)
 	case modeQuiet:
-		for range events {
+		// Nothing is shown: the run's end is all there is to wait for, not a read of
+		// every event it stored.
+		select {
+		case <-run.Done():
+		case <-ctx.Done():
 		}
 		return nil
 	}
