@@ -812,11 +812,7 @@ func (v *vm) phaseFn(L *glua.LState) int {
 		L.RaiseError("phase: the label must be a non-empty string")
 	}
 	if desc == "" && v.current != nil {
-		for _, mp := range v.current.wf.metaPh {
-			if mp.Label == label {
-				desc = mp.Description
-			}
-		}
+		desc = v.current.wf.metaDesc[label]
 	}
 	v.closePhase()
 	v.phaseSeq++

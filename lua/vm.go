@@ -227,7 +227,7 @@ type workflowState struct {
 	report    any
 	hasReport bool
 	meta      any
-	metaPh    []metaPhase
+	metaDesc  map[string]string // meta.phases' descriptions by label
 }
 
 type metaPhase struct {
@@ -368,7 +368,13 @@ func (v *vm) checkWorkflow(wf *workflowState) error {
 		if err != nil {
 			return &ScriptError{Kind: KindInvalid, Where: wf.prog.Name, Msg: "invalid meta: " + err.Error()}
 		}
-		wf.meta, wf.metaPh = meta, phases
+		wf.meta = meta
+		// By label, so that phase() finds its description at once however many
+		// phases the plan names; the last of a repeated label wins.
+		wf.metaDesc = make(map[string]string, len(phases))
+		for _, p := range phases {
+			wf.metaDesc[p.Label] = p.Description
+		}
 	}
 	return nil
 }
