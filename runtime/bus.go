@@ -17,10 +17,10 @@ type asyncAppender interface {
 	AppendAsync(ctx context.Context, runID string, evs ...event.Event) (wait func() ([]event.Event, error))
 }
 
-// bus records a run's events in its log, then wakes subscribers. Emitting never waits for
-// the disk: events are queued in order and committed in batches by a writer goroutine.
-// Subscribers read from the log, so nothing is shown before it is stored, and a slow
-// reader delays only itself. Nothing is dropped.
+// bus records a run's events in its log, then wakes subscribers. Events are queued in
+// order and committed in batches by a writer goroutine; emitting waits for the disk only
+// when maxPending events are already queued. Subscribers read from the log, so nothing
+// is shown before it is stored, and a slow reader delays only itself, never the run.
 //
 // What a run records is bounded (SPEC §3): an event's payload over lim.MaxEventBytes is
 // stored with its longest strings cut, and the event that would pass lim.MaxEvents or
@@ -35,6 +35,14 @@ type bus struct {
 	// overLimit ends the run when it reaches a limit; called once, without b.mu held.
 	overLimit func(error)
 
+	mu      sync.Mutex
+	queue   []func() error // pending commits, in emit order
+	wake    chan struct{}  // closed when more events are stored
+	idle    *sync.Cond     // signalled when the queue drains
+	closed  bool
+	err     error // the first failure to store an event
+	running bool
+
 	count int   // events recorded by this attempt
 	bytes int64 // their payloads' size
 	over  bool  // a limit was reached
@@ -44,14 +52,6 @@ type bus struct {
 	// it can end, so it keeps the stop prompt on a slow disk.
 	pending int
 	room    *sync.Cond
-
-	mu      sync.Mutex
-	queue   []func() error // pending commits, in emit order
-	wake    chan struct{}  // closed when more events are stored
-	idle    *sync.Cond     // signalled when the queue drains
-	closed  bool
-	err     error // the first failure to store an event
-	running bool
 }
 
 func newBus(log storage.EventLog, runID string, now func() time.Time, lim EventLimits, overLimit func(error)) *bus {
@@ -73,8 +73,8 @@ func closing(typ string) bool {
 	return typ == event.RunDone || typ == event.RunSuspended || typ == event.AgentDone || typ == event.PhaseDone
 }
 
-// emit stamps and queues one event. It is safe from any goroutine; events are stored in
-// the order emit is called.
+// emit stamps and queues one event. It is safe from any goroutine; the events one
+// goroutine emits are stored in the order it emits them.
 func (b *bus) emit(ev event.Event) {
 	size := event.Size(ev.Data)
 	if size > b.lim.MaxEventBytes {
