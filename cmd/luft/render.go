@@ -134,12 +134,14 @@ func (r *renderer) interrupt(n int, run *runtime.Run) {
 	r.mu.Unlock()
 	if n == 1 {
 		r.sigOnce.Do(func() { close(r.signalled) })
+		run.Cancel()
 		if live != nil {
 			go live.Interrupt()
 		} else if r.mode == modePlain {
-			fmt.Fprintln(r.e.stderr, "luft: stopping (press Ctrl-C again to quit at once)")
+			// Written aside: stderr may be a pipe nobody reads, and this goroutine
+			// must stay free for the second signal.
+			go fmt.Fprintln(r.e.stderr, "luft: stopping (press Ctrl-C again to quit at once)")
 		}
-		run.Cancel()
 		return
 	}
 	if live != nil {
