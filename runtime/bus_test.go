@@ -150,3 +150,36 @@ func TestSlowSubscriberDoesNotBlockTheRun(t *testing.T) {
 		t.Fatalf("run %s: %v", res.Status, res.Err)
 	}
 }
+
+// The events limit counts one attempt: a resumed run starts with a fresh count, so a run
+// stopped near the limit (suspended, cancelled) can go on; the earlier attempts' events
+// stay in the log.
+func TestEventLimitPerAttempt(t *testing.T) {
+	e := newLimitedEngine(t, EventLimits{MaxEvents: 100})
+	src := `function main()
+  for i = 1, 1000 do log("x" .. i) end
+end`
+	first := start(t, e, src)
+	if res := first.Wait(); lua.ErrorKindOf(res.Err) != lua.KindLimit {
+		t.Fatalf("first attempt: %s %v, want a limit error", res.Status, res.Err)
+	}
+	r, err := e.Resume(t.Context(), ResumeSpec{Run: first.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := collect(t, r)
+	if res := r.Wait(); lua.ErrorKindOf(res.Err) != lua.KindLimit {
+		t.Fatalf("second attempt: %s %v, want a limit error", res.Status, res.Err)
+	}
+	// The second attempt's log events: those after its run_started.
+	second, in := 0, false
+	for _, ev := range evs {
+		in = in || ev.Type == event.RunStarted && AttemptOf(ev) == 2
+		if in && ev.Type == event.Log {
+			second++
+		}
+	}
+	if second != 99 {
+		t.Fatalf("the second attempt recorded %d log events, want a fresh count: 99 (100 with its run_started)", second)
+	}
+}
