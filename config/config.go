@@ -33,6 +33,7 @@ type Config struct {
 	Tools          Tools
 	MCPServers     map[string]MCPServer
 	Scheduler      Scheduler
+	Limits         Limits
 	// Warnings are problems that do not stop luft (unknown keys), "FILE:LINE: KEY: MSG".
 	Warnings []string
 }
@@ -83,6 +84,16 @@ type MCPServer struct {
 	URL     string
 	Env     map[string]string
 	PassEnv []string // names of luft's environment variables the server also gets
+}
+
+// Limits is the [limits] table: caps on what a run's script writes (SPEC §3). Zero fields
+// take luft's defaults.
+type Limits struct {
+	MaxLogBytes    int   // one log()/print() message
+	MaxReportBytes int   // the report as JSON
+	MaxEventBytes  int   // one event's payload as JSON
+	MaxEvents      int   // events per attempt of a run
+	MaxEventsBytes int64 // payload bytes of the events of one attempt
 }
 
 // Scheduler is the [scheduler] table.
@@ -180,6 +191,15 @@ type rawConfig struct {
 	Tools          rawTools              `toml:"tools"`
 	MCPServers     map[string]rawMCP     `toml:"mcp_servers"`
 	Scheduler      rawScheduler          `toml:"scheduler"`
+	Limits         rawLimits             `toml:"limits"`
+}
+
+type rawLimits struct {
+	MaxLogBytes    int64 `toml:"max_log_bytes"`
+	MaxReportBytes int64 `toml:"max_report_bytes"`
+	MaxEventBytes  int64 `toml:"max_event_bytes"`
+	MaxEvents      int64 `toml:"max_events"`
+	MaxEventsBytes int64 `toml:"max_events_bytes"`
 }
 
 type rawBackend struct {
@@ -346,6 +366,7 @@ func Parse(path string, data []byte) (Config, error) {
 	c.Scheduler.SuspendAfter = v.duration(toml.Key{"scheduler", "suspend_after"}, raw.Scheduler.SuspendAfter)
 	v.check(toml.Key{"scheduler", "slots"}, CheckRange(raw.Scheduler.Slots, 0, MaxSlots))
 	c.Scheduler.Slots = raw.Scheduler.Slots
+	c.Limits = v.limits(raw.Limits)
 	if e := v.first(); e != nil {
 		return Config{}, e
 	}
@@ -378,6 +399,8 @@ func knownKeys(k toml.Key) []string {
 		t = reflect.TypeFor[rawTools]()
 	case k[0] == "scheduler" && len(k) == 2:
 		t = reflect.TypeFor[rawScheduler]()
+	case k[0] == "limits" && len(k) == 2:
+		t = reflect.TypeFor[rawLimits]()
 	default:
 		return []string{"none"}
 	}
@@ -456,4 +479,32 @@ func (v *validator) first() error {
 	}
 	sort.SliceStable(v.errs, func(i, j int) bool { return v.errs[i].Line < v.errs[j].Line })
 	return v.errs[0]
+}
+
+// Bounds of the [limits] keys: a cap below the minimum leaves no room for the cut marker
+// (or for a run's own events); one above the maximum would let a script fill a disk.
+const (
+	minLimitBytes  = 1 << 10
+	maxLimitBytes  = 1 << 30
+	minEvents      = 100
+	maxEvents      = 1 << 31
+	maxEventsBytes = 1 << 40
+)
+
+// limits checks the [limits] table; 0 (or no key) is luft's default.
+func (v *validator) limits(raw rawLimits) Limits {
+	check := func(name string, n, lo, hi int64, unit string) int64 {
+		if n != 0 && (n < lo || n > hi) {
+			v.errf(toml.Key{"limits", name}, "must be 0 (the default) or between %d and %d %s (got %d)", lo, hi, unit, n)
+			return 0
+		}
+		return n
+	}
+	return Limits{
+		MaxLogBytes:    int(check("max_log_bytes", raw.MaxLogBytes, minLimitBytes, maxLimitBytes, "bytes")),
+		MaxReportBytes: int(check("max_report_bytes", raw.MaxReportBytes, minLimitBytes, maxLimitBytes, "bytes")),
+		MaxEventBytes:  int(check("max_event_bytes", raw.MaxEventBytes, minLimitBytes, maxLimitBytes, "bytes")),
+		MaxEvents:      int(check("max_events", raw.MaxEvents, minEvents, maxEvents, "events")),
+		MaxEventsBytes: check("max_events_bytes", raw.MaxEventsBytes, minLimitBytes, maxEventsBytes, "bytes"),
+	}
 }

@@ -62,5 +62,10 @@
 //     wrappers, so its calls are ordinary calls. Positions skip luft's own chunks.
 //   - Messages about nil name what is missing (explain.go): "`x` is not defined",
 //     "`io` is not available in workflow scripts".
+//   - What a script writes is capped: a log()/print() message longer than
+//     Limits.MaxLogBytes (1 MiB) is cut with a marker naming the limit; the report's
+//     longest strings are cut to fit Limits.MaxReportBytes (1 MiB), and a report too big
+//     by its structure alone ends the run with a limit error. The report event is emitted
+//     once, when main returns, so calling report() repeatedly stores one report.
 //   - JSON: see package luaval for how tables map to JSON (json.array, json.null).
 package lua

@@ -856,11 +856,7 @@ func (v *vm) phaseFn(L *glua.LState) int {
 		L.RaiseError("phase: the label must be a non-empty string")
 	}
 	if desc == "" && v.current != nil {
-		for _, mp := range v.current.wf.metaPh {
-			if mp.Label == label {
-				desc = mp.Description
-			}
-		}
+		desc = v.current.wf.metaDesc[label]
 	}
 	v.closePhase()
 	v.phaseSeq++
@@ -882,16 +878,31 @@ func (v *vm) logFn(L *glua.LState) int {
 	if !logLevels[level] {
 		L.RaiseError("log: unknown level %q (use trace, debug, info, warn or error)", level)
 	}
-	v.emit(event.Log, map[string]any{"level": level, "msg": msg})
+	v.emit(event.Log, map[string]any{"level": level, "msg": event.Cut(msg, v.lim.MaxLogBytes, limitLogBytes)})
 	return 0
 }
 
+// limitLogBytes and limitReportBytes name the caps in cut markers and limit errors, as
+// luft.toml spells them.
+const (
+	limitLogBytes    = "limits.max_log_bytes"
+	limitReportBytes = "limits.max_report_bytes"
+)
+
+// printFn joins its arguments with tabs, as Lua's print does. The message is capped like
+// log()'s; arguments past the cap are not even converted.
 func (v *vm) printFn(L *glua.LState) int {
-	parts := make([]string, L.GetTop())
-	for i := range parts {
-		parts[i] = v.tostring(L, L.Get(i+1))
+	var b strings.Builder
+	for i := 1; i <= L.GetTop(); i++ {
+		if i > 1 {
+			b.WriteByte('\t')
+		}
+		b.WriteString(v.tostring(L, L.Get(i)))
+		if b.Len() > v.lim.MaxLogBytes {
+			break
+		}
 	}
-	v.emit(event.Log, map[string]any{"level": "info", "msg": strings.Join(parts, "\t")})
+	v.emit(event.Log, map[string]any{"level": "info", "msg": event.Cut(b.String(), v.lim.MaxLogBytes, limitLogBytes)})
 	return 0
 }
 
@@ -999,10 +1010,16 @@ func (v *vm) reportFn(L *glua.LState, wf *workflowState) int {
 		}
 		L.RaiseError("report: the value cannot be stored as JSON: %s", err)
 	}
-	wf.report, wf.hasReport, wf.reportWhere = val, true, where
-	if wf == v.root {
-		v.emit(event.Report, map[string]any{"value": val})
+	// A report over the cap keeps its shape with its longest strings cut; one whose
+	// structure alone is too big cannot be cut into anything a reader could use.
+	fitted, ok := event.Fit(val, v.lim.MaxReportBytes, limitReportBytes)
+	if !ok {
+		return v.raiseFatal(L, "report: the value takes %s as JSON even with its strings cut, more than the %s limit (%s in luft.toml); report a smaller table, or a string, which is cut with a marker",
+			event.FormatBytes(int64(event.Size(val))), event.FormatBytes(int64(v.lim.MaxReportBytes)), limitReportBytes)
 	}
+	// The report event is emitted once, when main returns (see run): repeated report()
+	// calls then never add to the run's stored events.
+	wf.report, wf.hasReport, wf.reportWhere = fitted, true, where
 	return 0
 }
 

@@ -26,6 +26,13 @@ type Limits struct {
 	MaxPcallDepth  int   // nested pcall/xpcall per branch; default 64
 	MaxNesting     int   // nested workflow/parallel/pmap/pipeline calls; default 32
 	MaxMemoryBytes int64 // Go heap at which the run is stopped; default 4 GiB, < 0 = off
+	// MaxLogBytes caps one log()/print() message; a longer one is cut with a marker.
+	// Default 1 MiB.
+	MaxLogBytes int
+	// MaxReportBytes caps the report as JSON: its longest strings are cut with a marker;
+	// a value too big even then (its structure alone) ends the run with a limit error.
+	// Default 1 MiB.
+	MaxReportBytes int
 	JSON           luaval.Limits
 }
 
@@ -47,6 +54,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxMemoryBytes == 0 {
 		l.MaxMemoryBytes = 4 << 30
+	}
+	if l.MaxLogBytes <= 0 {
+		l.MaxLogBytes = event.DefaultMaxBytes
+	}
+	if l.MaxReportBytes <= 0 {
+		l.MaxReportBytes = event.DefaultMaxBytes
 	}
 	return l
 }
@@ -247,7 +260,7 @@ type workflowState struct {
 	hasReport   bool
 	reportWhere string // the position of the report() call that set report
 	meta        any
-	metaPh      []metaPhase
+	metaDesc    map[string]string // meta.phases' descriptions by label
 }
 
 type metaPhase struct {
@@ -350,6 +363,9 @@ func (v *vm) run(prog *Program) (Outcome, error) {
 	if runErr != nil {
 		return Outcome{}, runErr
 	}
+	if wf.hasReport {
+		v.emit(event.Report, map[string]any{"value": wf.report})
+	}
 	return Outcome{Report: wf.report, HasReport: wf.hasReport, Meta: wf.meta}, nil
 }
 
@@ -401,7 +417,13 @@ func (v *vm) checkWorkflow(wf *workflowState) error {
 		if err != nil {
 			return &ScriptError{Kind: KindInvalid, Where: wf.prog.Name, Msg: "invalid meta: " + err.Error()}
 		}
-		wf.meta, wf.metaPh = meta, phases
+		wf.meta = meta
+		// By label, so that phase() finds its description at once however many
+		// phases the plan names; the last of a repeated label wins.
+		wf.metaDesc = make(map[string]string, len(phases))
+		for _, p := range phases {
+			wf.metaDesc[p.Label] = p.Description
+		}
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ type Options struct {
 	CancelPoll time.Duration
 	// PID is the process id recorded as a run's owner; default os.Getpid().
 	PID int
+	// Events bounds what each run records; zero fields take DefaultEventLimits.
+	Events EventLimits
 }
 
 // Service starts, resumes and inspects runs: the one surface the CLI, the MCP server, the
@@ -423,7 +425,7 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 // report; Subscribe replays its stored events.
 func (s *Service) completed(row storage.Run) *Run {
 	r := &Run{ID: row.ID, Attempt: row.Attempt, cancel: func(error) {}, done: make(chan struct{}),
-		bus: newBus(s.opts.Store, row.ID, s.opts.Now), already: true}
+		bus: newBus(s.opts.Store, row.ID, s.opts.Now, s.opts.Events, nil), already: true}
 	r.bus.close()
 	r.result = Result{RunID: row.ID, Status: StatusCompleted, Usage: agent.Usage(row.Usage), Cost: row.Cost,
 		Agents: row.Agents, Attempt: row.Attempt}
@@ -523,8 +525,9 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 		rctx, stop = context.WithTimeoutCause(rctx, spec.Timeout, ErrTimeout)
 		_ = stop // released with rctx when the run's cancel runs
 	}
-	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{}),
-		bus: newBus(s.opts.Store, id, s.opts.Now)}
+	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{})}
+	// A run that reaches an event limit ends with the limit as its error.
+	r.bus = newBus(s.opts.Store, id, s.opts.Now, s.opts.Events, func(err error) { r.cancel(err) })
 	// Events that cannot be stored stop the run as the journal's failures do.
 	r.bus.fail = func(err error) {
 		if storage.Broken(err) {
@@ -563,6 +566,7 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 	}, prog)
 	h.stopTimer()
 	status, runErr := classify(err, ctx)
+	runErr = capError(runErr)
 	// The VM is done; calls it abandoned were cancelled with it. Wait for them so their
 	// agent_done events come before run_done and count in the totals.
 	r.cancel(ErrCancelled)

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
@@ -25,9 +27,23 @@ type renderer struct {
 	f     *runFlags
 	mode  renderMode
 	sty   tui.Styles
-	enc   *json.Encoder
 	plain *tui.Plain
 	state *tui.State // the run as shown, for the summary
+
+	// With --json: the seq of the last event written, and whether it was run_done.
+	lastSeq  int64
+	wroteEnd bool
+	// runDone reads the run's stored run_done after seq (set by runWorkflow), for a
+	// --json stream the view stopped before its end.
+	runDone func(since int64) (event.Event, bool)
+	// abandoned is set when the view was stopped before the end of the run's events;
+	// stuck when it did not even return then (it is blocked writing): finish then
+	// touches nothing the view goroutine may still use.
+	abandoned atomic.Bool
+	stuck     bool
+	// signalled is closed by the first Ctrl-C or SIGTERM.
+	signalled chan struct{}
+	sigOnce   sync.Once
 
 	mu   sync.Mutex
 	live *tui.Live // while the board is up
@@ -80,12 +96,10 @@ const (
 const statusEvery = 10 * time.Second
 
 func newRenderer(e *env, g *globalFlags, f *runFlags) *renderer {
-	r := &renderer{e: e, g: g, f: f, sty: styles(e, g)}
+	r := &renderer{e: e, g: g, f: f, sty: styles(e, g), signalled: make(chan struct{})}
 	switch {
 	case f.json:
 		r.mode = modeJSON
-		r.enc = json.NewEncoder(e.stdout)
-		r.enc.SetEscapeHTML(false)
 	case f.quiet:
 		r.mode = modeQuiet
 	case liveTerminal(e, f.noTUI):
@@ -110,22 +124,31 @@ func styles(e *env, g *globalFlags) tui.Styles {
 	return tui.ColorFor(e.stderr, e.getenv)
 }
 
-// interrupt handles the n-th Ctrl-C (or SIGTERM) of a run: the live board counts them
-// itself (the first stops the run, the second quits); otherwise the first cancels the
-// run and the second exits at once.
+// interrupt handles the n-th Ctrl-C (or SIGTERM) of a run: the first cancels the run,
+// the second exits at once. The live board is told too (it shows that the run stops, and
+// restores the terminal before a hard exit), but it is never waited for: a board busy
+// with a flood of events must not hold up either.
 func (r *renderer) interrupt(n int, run *runtime.Run) {
 	r.mu.Lock()
 	live := r.live
 	r.mu.Unlock()
-	if live != nil {
-		live.Interrupt()
+	if n == 1 {
+		r.sigOnce.Do(func() { close(r.signalled) })
+		run.Cancel()
+		if live != nil {
+			go live.Interrupt()
+		} else if r.mode == modePlain {
+			// Written aside: stderr may be a pipe nobody reads, and this goroutine
+			// must stay free for the second signal.
+			go fmt.Fprintln(r.e.stderr, "luft: stopping (press Ctrl-C again to quit at once)")
+		}
 		return
 	}
-	if n == 1 {
-		if r.mode == modePlain {
-			fmt.Fprintln(r.e.stderr, "luft: stopping (press Ctrl-C again to quit at once)")
-		}
-		run.Cancel()
+	if live != nil {
+		// The board quits and restores the terminal, then show exits; this is the
+		// backstop when it cannot.
+		go live.Interrupt()
+		time.AfterFunc(hardExitGrace, func() { r.e.exit(exitHard) })
 		return
 	}
 	r.e.exit(exitHard)
@@ -165,28 +188,35 @@ func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan eve
 			r.e.exit(exitHard)
 		}
 		r.state = m.State()
-		if err == nil {
+		if err == nil || ctx.Err() != nil {
 			return nil
 		}
-		// The terminal could not be driven: go on in plain lines.
-		r.mode = modePlain
+		// The terminal could not be driven: go on in plain lines (the summary is the
+		// same in both modes).
 		fmt.Fprintf(r.e.stderr, "luft: live view unavailable (%v); showing plain progress\n", err)
 	case modeJSON:
-		for ev := range events {
-			if err := r.enc.Encode(ev); err != nil {
-				return fmt.Errorf("write event: %w", err)
-			}
-		}
-		return nil
+		return r.showJSON(ctx, events)
 	case modeQuiet:
-		for range events {
+		// Nothing is shown: the run's end is all there is to wait for, not a read of
+		// every event it stored.
+		select {
+		case <-run.Done():
+		case <-ctx.Done():
 		}
 		return nil
 	}
-	r.plain = tui.NewPlain(r.e.stderr, tui.PlainOptions{Level: r.g.logLevel, Styles: r.sty, Location: time.Local})
+	// Lines are buffered and written whenever no event is waiting: a flood of events
+	// makes a few large writes, not one per line.
+	w := bufio.NewWriterSize(r.e.stderr, 64<<10)
+	defer w.Flush()
+	r.plain = tui.NewPlain(w, tui.PlainOptions{Level: r.g.logLevel, Styles: r.sty, Location: time.Local})
 	tick := time.NewTicker(statusEvery)
 	defer tick.Stop()
 	for {
+		if ctx.Err() != nil {
+			r.state = r.plain.State()
+			return nil
+		}
 		select {
 		case ev, ok := <-events:
 			if !ok {
@@ -196,10 +226,19 @@ func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan eve
 			if err := r.plain.Event(ev); err != nil {
 				return fmt.Errorf("write progress: %w", err)
 			}
+			if len(events) == 0 {
+				if err := w.Flush(); err != nil {
+					return fmt.Errorf("write progress: %w", err)
+				}
+			}
+		case <-ctx.Done():
 		case <-tick.C:
 			if st := r.plain.State(); st.Status == "running" {
 				r.plain.SetLanes(r.sampleLanes())
 				if err := r.plain.Status(r.e.now()); err != nil {
+					return fmt.Errorf("write progress: %w", err)
+				}
+				if err := w.Flush(); err != nil {
 					return fmt.Errorf("write progress: %w", err)
 				}
 			}
@@ -207,10 +246,44 @@ func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan eve
 	}
 }
 
+// showJSON writes each event as a JSON line on stdout, buffered while more are waiting.
+func (r *renderer) showJSON(ctx context.Context, events <-chan event.Event) error {
+	w := bufio.NewWriterSize(r.e.stdout, 64<<10)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for {
+		if ctx.Err() != nil {
+			return w.Flush()
+		}
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return w.Flush()
+			}
+			if err := enc.Encode(ev); err != nil {
+				return fmt.Errorf("write event: %w", err)
+			}
+			r.lastSeq, r.wroteEnd = ev.Seq, ev.Type == event.RunDone
+			if len(events) == 0 {
+				if err := w.Flush(); err != nil {
+					return fmt.Errorf("write event: %w", err)
+				}
+			}
+		case <-ctx.Done():
+		}
+	}
+}
+
 // finish prints the summary and the report and returns the run's exit error.
 func (r *renderer) finish(res runtime.Result) error {
+	if r.abandoned.Load() {
+		r.endAbandoned(res)
+	}
 	if r.mode == modePlain || r.mode == modeLive {
-		st := r.state
+		var st *tui.State
+		if !r.stuck {
+			st = r.state
+		}
 		if st == nil {
 			st = tui.NewState(tui.StateOptions{})
 		}

@@ -184,6 +184,14 @@ func deeper(v any, limit int) bool {
 }
 
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
+	// Signals stay handled until the very end, after the store is closed: a second
+	// Ctrl-C while it closes still exits 130 rather than killing the process.
+	var endSignals func()
+	defer func() {
+		if endSignals != nil {
+			endSignals()
+		}
+	}()
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -251,7 +259,8 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return err
 	}
 	defer st.Close()
-	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag))
+	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag),
+		eventLimits(cfg.Limits))
 	if err != nil {
 		return err
 	}
@@ -271,7 +280,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		run, err = svc.Start(ctx, runtime.Spec{
 			Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
 			Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
-			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls},
+			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls, MaxLogBytes: cfg.Limits.MaxLogBytes, MaxReportBytes: cfg.Limits.MaxReportBytes},
 		})
 		if err != nil {
 			if lua.ErrorKindOf(err) != "" || storage.Broken(err) {
@@ -301,10 +310,10 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	sigs := make(chan os.Signal, 2)
 	stop := e.notify(sigs)
 	finished := make(chan struct{})
-	defer func() {
+	endSignals = func() {
 		close(finished)
 		stop()
-	}()
+	}
 	go func() {
 		n := 0
 		for {
@@ -319,13 +328,20 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}()
 
 	logDone := mirrorLog(ctx, f, logFile, run)
-	if err := r.show(ctx, run, run.SubscribeAttempt(ctx)); err != nil {
+	r.runDone = storedRunDone(svc, run.ID)
+	stuck, err := r.view(ctx, run)
+	if err != nil {
 		run.Cancel()
 		run.Wait()
 		return &exitError{code: exitFailed, err: err}
 	}
 	res := run.Wait()
-	ferr := r.finish(res)
+	var ferr error
+	if stuck {
+		ferr = r.finishWithin(res)
+	} else {
+		ferr = r.finish(res)
+	}
 	if err := logDone(); err != nil && ferr == nil {
 		return &exitError{code: exitFailed, err: err}
 	}

@@ -86,15 +86,26 @@ func schedulerConfig(cfg config.Config, slots int, slotsFromFlag bool) scheduler
 	return sc
 }
 
-func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, sc scheduler.Config) (*runtime.Service, error) {
-	return runtime.New(runtime.Options{
+func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, sc scheduler.Config, more ...func(*runtime.Options)) (*runtime.Service, error) {
+	o := runtime.Options{
 		Store:     st,
 		StateDir:  dir,
 		Backends:  backends,
 		Scheduler: scheduler.NewExecutor(sc, nil),
 		Now:       e.now,
 		Caller:    "cli",
-	})
+	}
+	for _, f := range more {
+		f(&o)
+	}
+	return runtime.New(o)
+}
+
+// eventLimits applies the config's [limits] on what a run records.
+func eventLimits(l config.Limits) func(*runtime.Options) {
+	return func(o *runtime.Options) {
+		o.Events = runtime.EventLimits{MaxEventBytes: l.MaxEventBytes, MaxEvents: l.MaxEvents, MaxTotalBytes: l.MaxEventsBytes}
+	}
 }
 
 // runRefError maps a failure to find a run to an input error.

@@ -189,6 +189,7 @@ func cleanText(s string) string {
 
 // oneLine is cleanText on one line: newlines become spaces and the ends are trimmed.
 func oneLine(s string) string {
+	s = clipLine(s)
 	if isPlain(s, false) {
 		return strings.TrimSpace(s)
 	}
@@ -282,4 +283,19 @@ func plural(n int, one, many string) string {
 		return fmt.Sprintf("%d %s", n, one)
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// maxLine bounds the text a view shows on one line: a log message may be a megabyte.
+const maxLine = 4 << 10
+
+// clipLine cuts s to maxLine bytes on a rune boundary, saying how much is left out.
+func clipLine(s string) string {
+	if len(s) <= maxLine {
+		return s
+	}
+	n := maxLine
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + fmt.Sprintf(" … (%d bytes more; luft logs shows them all)", len(s)-n)
 }

@@ -175,6 +175,9 @@ type State struct {
 	counts  [numStatuses]int      // active agents by status
 	recent  []*Agent              // the latest finished agents, oldest first
 	logs    []LogLine             // the latest log lines, oldest first
+
+	// unstarted counts the planned phases in Phases that have not started.
+	unstarted int
 }
 
 // NewState returns an empty state.
@@ -439,7 +442,8 @@ func (s *State) plan(d map[string]any) {
 		}
 	}
 	s.Phases = kept
-	for _, m := range list {
+	s.unstarted = 0
+	for _, m := range list[:min(len(list), maxPlanned)] {
 		label := oneLine(str(m, "label"))
 		if label == "" {
 			label = oneLine(str(m, "name"))
@@ -449,20 +453,62 @@ func (s *State) plan(d map[string]any) {
 			desc = str(m, "detail") // Luft's meta.phases[].detail
 		}
 		s.Phases = append(s.Phases, &Phase{Label: label, Description: oneLine(desc), Planned: intOf(m, "planned")})
+		s.unstarted++
 	}
+}
+
+// A script may start phases in a loop without end, and its plan may name any number: the
+// state keeps the planned phases up to maxPlanned and, past keepPhases, forgets the
+// oldest finished phases, so folding a phase costs the same at the millionth as at the
+// first.
+const (
+	maxPlanned = 200
+	keepPhases = 200
+)
+
+// forgetPhases drops the oldest finished phases once there are twice keepPhases, down
+// to keepPhases (amortised: one pass per keepPhases phases).
+func (s *State) forgetPhases() {
+	if len(s.Phases) < 2*keepPhases {
+		return
+	}
+	drop := len(s.Phases) - keepPhases
+	kept := s.Phases[:0]
+	for _, p := range s.Phases {
+		if drop > 0 && p.Done && p != s.current {
+			drop--
+			if s.byID[p.ID] == p {
+				delete(s.byID, p.ID)
+			}
+			continue
+		}
+		kept = append(kept, p)
+	}
+	clear(s.Phases[len(kept):])
+	s.Phases = kept
 }
 
 func (s *State) phaseStarted(ev event.Event) {
 	d := ev.Data
 	id, label := intOf(d, "phase_id"), oneLine(str(d, "label"))
 	var p *Phase
-	for _, q := range s.Phases {
-		if !q.Started && q.Label == label {
-			p = q // the planned phase this one carries out
-			break
+	if s.unstarted > 0 {
+		for _, q := range s.Phases {
+			if !q.Started && q.Label == label {
+				p = q // the planned phase this one carries out
+				s.unstarted--
+				break
+			}
 		}
 	}
-	if p == nil {
+	switch {
+	case p != nil:
+	case s.unstarted == 0:
+		// No planned phase is still to come: the new one goes last.
+		p = &Phase{Label: label}
+		s.Phases = append(s.Phases, p)
+		s.forgetPhases()
+	default:
 		p = &Phase{Label: label}
 		// A phase the plan did not name goes after the last started one, before the
 		// planned phases still to come.
@@ -475,6 +521,7 @@ func (s *State) phaseStarted(ev event.Event) {
 		s.Phases = append(s.Phases, nil)
 		copy(s.Phases[at+1:], s.Phases[at:])
 		s.Phases[at] = p
+		s.forgetPhases()
 	}
 	p.ID, p.Started, p.StartedAt = id, true, ev.TS
 	if n := intOf(d, "planned"); n > 0 {
