@@ -38,10 +38,11 @@ type Config struct {
 	BatchOffset time.Duration
 
 	// ContinuationLead ranks continuations ahead of new work of their class: a
-	// continuation counts as having arrived ContinuationLead earlier than it did, plus
-	// its run's age up to another ContinuationLead, so the continuations of older runs
-	// go first (program-level ordering, as in Continuum and Autellix) and new work is
-	// never held back by more than twice this. Keep it well below BatchOffset.
+	// continuation counts as having arrived ContinuationLead before its agent call
+	// first asked to run (Turn.CallStart), plus its run's age then up to another
+	// ContinuationLead, so a tool follow-up goes ahead of its siblings' first turns
+	// and the continuations of older runs go first (program-level ordering, as in
+	// Continuum and Autellix). Keep it well below BatchOffset.
 	// Default 10 s.
 	ContinuationLead time.Duration
 

@@ -170,7 +170,8 @@ type job struct {
 
 	home, serving *lane
 	run           *runState
-	prev, next    *job // the run's list of turns
+	conv          *conv // the conversation, for replica affinity
+	prev, next    *job  // the run's list of turns
 
 	replica   int
 	flight    uint64 // sequence of the reservation in serving's buckets
@@ -187,11 +188,27 @@ type runState struct {
 	start         time.Time
 	active        int
 	jobs          *job // head of the run's list of turns in the core
-	lane          *lane
-	replica       int
+	convs         map[string]*conv
 	idleSince     time.Time
 	suspended     time.Time // until when the run is suspended
 	suspendReason string
+}
+
+// conv is where a conversation's last turn ran: affinity follows the conversation (an
+// agent call or a session), not the run, so the calls of a fan-out each keep their own
+// replica (SPEC §7). A run's conversations are forgotten with the run.
+type conv struct {
+	lane    *lane
+	replica int
+}
+
+func (r *runState) conv(name string) *conv {
+	cv := r.convs[name]
+	if cv == nil {
+		cv = &conv{replica: -1}
+		r.convs[name] = cv
+	}
+	return cv
 }
 
 type idleRun struct {
@@ -226,10 +243,11 @@ type idleRun struct {
 // otherwise it waits, at the head of its lane, until the refill, with a wake at the
 // time the bucket will hold it. A wait longer than SuspendAfter suspends the run. A turn
 // that alone needs more than RefuseFraction of a bucket is refused. With replicas, a
-// run's next turn goes back to the replica that served its last one while that replica
-// carries at most AffinityBound turns more than the least-loaded one; and when a slot
-// frees on a replica the best batch turn's run did not last run on, a batch turn of the
-// same caller ranked within AffinityWindow whose run did takes it (see affine).
+// conversation's next turn (Turn.Conversation: an agent call or a session) goes back to
+// the replica that served its last one while that replica carries at most
+// AffinityBound turns more than the least-loaded one; and when a slot frees on a
+// replica the best batch turn's conversation did not last run on, a batch turn of the
+// same caller ranked within AffinityWindow whose conversation did takes it (see affine).
 //
 // Failures. A 429 pauses the lane until retry-after-ms, retry-after or the exhausted
 // bucket's reset, raises the lane's margin (the raise decays), and requeues the turn at
@@ -305,7 +323,7 @@ func (c *Core) lane(name string) *lane {
 func (c *Core) run(id string, now time.Time) *runState {
 	r := c.runs[id]
 	if r == nil {
-		r = &runState{id: id, start: now, replica: -1}
+		r = &runState{id: id, start: now, convs: map[string]*conv{}}
 		c.runs[id] = r
 	}
 	return r
@@ -335,14 +353,24 @@ func (c *Core) Submit(j Job, now time.Time) []Action {
 	}
 	base := j.Arrival
 	if j.Continuation {
-		age := min(max(j.Arrival.Sub(start), 0), c.cfg.ContinuationLead)
-		base = j.Arrival.Add(-c.cfg.ContinuationLead - age)
+		// Program-level order: a continuation ranks by when its call first asked to
+		// run, led by ContinuationLead and its run's age then.
+		from := j.Arrival
+		if !j.CallStart.IsZero() && j.CallStart.Before(from) {
+			from = j.CallStart
+		}
+		age := min(max(from.Sub(start), 0), c.cfg.ContinuationLead)
+		base = from.Add(-c.cfg.ContinuationLead - age)
 	}
 	if j.Class == agent.ClassBatch {
 		base = base.Add(c.cfg.BatchOffset)
 	}
 	c.seq++
-	nj := &job{Job: j, key: base.UnixNano(), seq: c.seq, idx: -1, run: r, replica: -1}
+	name := j.Conversation
+	if name == "" {
+		name = j.CallKey
+	}
+	nj := &job{Job: j, key: base.UnixNano(), seq: c.seq, idx: -1, run: r, conv: r.conv(name), replica: -1}
 	nj.home = c.lane(j.Lane)
 	c.jobs[j.ID] = nj
 	r.active++
@@ -773,19 +801,19 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 const affineScan = 32
 
 // affine returns a turn to admit in place of l's best turn j, or nil. When j is batch
-// work of a run whose previous replica on t cannot take it now (full, or loaded past
-// AffinityBound), its turn would land on replica r and lose its KV cache; if a batch
-// turn of the same caller whose run last ran on r is ranked within AffinityWindow of j,
+// work of a conversation whose previous replica on t cannot take it now (full, or loaded
+// past AffinityBound), its turn would land on replica r and lose its KV cache; if a batch
+// turn of the same caller whose conversation last ran on r is ranked within AffinityWindow of j,
 // that turn takes r's slot instead and j keeps its place at the head, so it gets the
 // next slot its own replica frees (or, failing that, any slot). Only j's caller's heap
 // is searched, pruned at the window and capped at affineScan turns, so the cost stays
 // bounded and the fair shares across callers are untouched.
 func (c *Core) affine(l, t *lane, j *job) *job {
 	if c.cfg.AffinityBound < 0 || c.cfg.AffinityWindow <= 0 || len(t.replicas) < 2 ||
-		j.Class != agent.ClassBatch || j.run.lane != t || j.run.replica < 0 {
+		j.Class != agent.ClassBatch || j.conv.lane != t || j.conv.replica < 0 {
 		return nil
 	}
-	prev := j.run.replica
+	prev := j.conv.replica
 	r := t.pickReplica(prev, c.cfg.AffinityBound)
 	if r == prev || r < 0 {
 		return nil
@@ -804,7 +832,7 @@ func (c *Core) affine(l, t *lane, j *job) *job {
 		i := stack[sp]
 		x := h[i]
 		seen++
-		if x != j && x.Class == agent.ClassBatch && x.run.lane == t && x.run.replica == r &&
+		if x != j && x.Class == agent.ClassBatch && x.conv.lane == t && x.conv.replica == r &&
 			(best == nil || x.key < best.key || (x.key == best.key && x.seq < best.seq)) {
 			best = x
 		}
@@ -886,11 +914,11 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	home.charge(j.Caller, r.est)
 
 	prev := -1
-	if j.run.lane == t {
-		prev = j.run.replica
+	if j.conv.lane == t {
+		prev = j.conv.replica
 	}
 	j.replica = t.pickReplica(prev, c.cfg.AffinityBound)
-	j.run.lane, j.run.replica = t, j.replica
+	j.conv.lane, j.conv.replica = t, j.replica
 	t.replicas[j.replica]++
 	t.running++
 	t.st.Admitted++
