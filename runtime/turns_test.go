@@ -84,7 +84,8 @@ end`), 0o644); err != nil {
 		t.Fatalf("%d turns admitted, want 3", len(rec.turns))
 	}
 	for i, tr := range rec.turns {
-		if tr.CallKey != "main/1" || tr.Continuation != (i > 0) || tr.EstTokens != 10*(i+1)+5 {
+		if tr.CallKey != "main/1" || tr.Continuation != (i > 0) || tr.EstTokens != 10*(i+1)+5 ||
+			!tr.CallStart.Equal(rec.turns[0].CallStart) || tr.Conversation != rec.turns[0].Conversation {
 			t.Errorf("turn %d: %+v", i, tr)
 		}
 	}
