@@ -22,8 +22,8 @@ import (
 //   - a turn that fits only once the reservations of running turns are settled waits
 //     for them (they may use less than they reserved);
 //   - a turn whose cost cannot be estimated yet (no max_tokens and no finished turn on
-//     its lane to learn the output length from; for usd, no priced turn yet) runs only
-//     when no other turn of the run holds a reservation.
+//     its lane to learn the output length from; for usd, no priced call yet) runs only
+//     alone: when no other turn of the run holds a reservation or is between turns.
 //
 // So the run overshoots a budget by at most one turn's estimation error.
 
@@ -108,7 +108,9 @@ func (h *host) reserve(ctx context.Context, c lua.Call, req agent.Request, cost 
 		}
 		fits := limit == "" && (b.Tokens <= 0 || used+h.ledger.tokens+need <= b.Tokens) &&
 			(b.USD <= 0 || usedUSD+h.ledger.usd+needUSD <= b.USD)
-		if fits && (known || h.ledger.holds == 0) {
+		// Alone means no other turn holds a reservation and no other call is between
+		// turns: its finished turns' cost may not be priced yet.
+		if fits && (known || h.ledger.holds == 0 && len(h.ledger.live) == 0) {
 			h.ledger.tokens += need
 			h.ledger.usd += needUSD
 			h.ledger.holds++
@@ -142,15 +144,21 @@ func (h *host) settleTurn(key string, req agent.Request, hd *hold, u agent.Usage
 		h.ledger.tokens -= hd.tokens
 		h.ledger.usd -= hd.usd
 		h.ledger.holds--
-		close(h.ledger.freed)
-		h.ledger.freed = make(chan struct{})
+		h.ledger.wake()
 	}
 }
 
-// settleCall forgets a finished call's live turns (its usage is now in host.usage) and
+// wake tells turns waiting in reserve that the ledger changed; host.mu is held.
+func (l *ledger) wake() {
+	close(l.freed)
+	l.freed = make(chan struct{})
+}
+
+// settleCallLocked forgets a finished call's live turns (its usage is now in host.usage) and
 // learns its lane's price; h.mu is held.
 func (h *host) settleCallLocked(key string, req agent.Request, res agent.Result) {
 	delete(h.ledger.live, key)
+	defer h.ledger.wake()
 	if res.Cached {
 		return
 	}
