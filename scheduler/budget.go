@@ -34,12 +34,20 @@ type bucket struct {
 	flight  []flight // unsettled reservations in admission order, from fhead
 	fhead   int
 	pending float64 // sum of the unsettled, unfinished reservations
+
+	// tails are the output reservations of running turns without an output cap whose
+	// prompt a later reading has settled: a provider that charges the completion when
+	// it ends has not counted it in that reading, so it stays reserved until the turn
+	// ends and is then reconciled against the actual output. By flight sequence.
+	tails   map[uint64]float64
+	tailSum float64
 }
 
 type flight struct {
 	seq  uint64
 	amt  float64
-	done bool // finished and reconciled locally, waiting to leave the front
+	tail float64 // the part of amt reserved for the output of a turn without an output cap
+	done bool    // finished and reconciled locally, waiting to leave the front
 }
 
 func newBucket(perMin int) bucket {
@@ -105,14 +113,37 @@ func (b *bucket) fits(need float64, now time.Time) (bool, time.Time) {
 	return false, now.Add(time.Second) // nothing known about the refill: look again soon
 }
 
-// debit reserves amt for the turn with flight sequence seq.
-func (b *bucket) debit(seq uint64, amt float64, now time.Time) {
+// debit reserves amt for the turn with flight sequence seq, tail of it for the output of
+// a turn without an output cap.
+func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	b.advance(now)
 	if b.known {
 		b.level -= amt
 	}
-	b.flight = append(b.flight, flight{seq: seq, amt: amt})
+	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail})
 	b.pending += amt
+}
+
+// endTail reconciles the output reservation of a finished turn whose prompt an earlier
+// reading settled (see tails) against its actual output; it reports whether there was one.
+func (b *bucket) endTail(seq uint64, output float64, now time.Time) bool {
+	tail, ok := b.tails[seq]
+	if !ok {
+		return false
+	}
+	delete(b.tails, seq)
+	b.tailSum -= tail
+	if len(b.tails) == 0 {
+		b.tailSum = 0
+	}
+	b.advance(now)
+	if b.known {
+		b.level += tail - output
+		if b.limit > 0 {
+			b.level = min(b.level, b.limit)
+		}
+	}
+	return true
 }
 
 // find returns the index of seq's unsettled reservation, or -1.
@@ -195,8 +226,13 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 }
 
 // observe learns the limit and refill rate from a response and, when it reports the
-// remaining count and seq's reservation is still unsettled, re-bases the level on it.
-func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time) {
+// remaining count and seq's reservation is still unsettled, re-bases the level on it, as
+// of readAt, when the reading was taken (a stream's headers come with its first token,
+// long before its end; the refill since then counts).
+// unread is what the turn used that the reading may not count yet: the output of a turn
+// without an output cap whose headers came before its end (a stream's), which a
+// provider that charges the completion at its end charges after them.
+func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) {
 	b.learn(rl, now)
 	if !rl.HasRemaining {
 		b.finish(seq, actual, now)
@@ -211,18 +247,31 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time
 		return
 	}
 	for j := b.fhead; j <= i; j++ {
-		if !b.flight[j].done {
-			b.pending -= b.flight[j].amt
+		f := b.flight[j]
+		if f.done {
+			continue
+		}
+		b.pending -= f.amt
+		if j < i && f.tail > 0 {
+			// Still running: the reading counted its prompt, maybe not its output.
+			if b.tails == nil {
+				b.tails = map[uint64]float64{}
+			}
+			b.tails[f.seq] = f.tail
+			b.tailSum += f.tail
 		}
 	}
 	b.fhead = i + 1
 	b.compact()
-	b.level = float64(rl.Remaining) - b.pending
+	b.level = float64(rl.Remaining) - unread - b.pending - b.tailSum
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)
 	}
 	b.known = true
 	b.at = now
+	if readAt.Before(now) {
+		b.at = readAt
+	}
 }
 
 // compact drops finished reservations from the front and reclaims the slice.

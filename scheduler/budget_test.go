@@ -89,7 +89,7 @@ func TestEstimatorBumpDecays(t *testing.T) {
 
 func TestBucketDeadReckoning(t *testing.T) {
 	b := newBucket(6000) // 100 tokens/s
-	b.debit(1, 5000, t0)
+	b.debit(1, 5000, 0, t0)
 	if lvl, _ := b.levelAt(t0.Add(10 * time.Second)); !near(lvl, 2000) {
 		t.Fatalf("level after 10 s = %v, want 2000", lvl)
 	}
@@ -119,23 +119,23 @@ func TestBucketSettlesOnHeaders(t *testing.T) {
 	if _, known := b.levelAt(t0); known {
 		t.Fatal("unconfigured bucket claims a level")
 	}
-	b.debit(1, 100, t0)
-	b.debit(2, 200, t0)
-	b.debit(3, 300, t0)
+	b.debit(1, 100, 0, t0)
+	b.debit(2, 200, 0, t0)
+	b.debit(3, 300, 0, t0)
 	reading := RateLimit{Limit: 6000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: t0.Add(20 * time.Second)}
-	b.observe(2, reading, 180, t0)
+	b.observe(2, reading, 180, 0, t0, t0)
 	if lvl, ok := b.levelAt(t0); !ok || !near(lvl, 3700) {
 		t.Fatalf("level %v (known %v), want 4000 − 300", lvl, ok)
 	}
 	if !near(b.rate, 100) || b.limit != 6000 {
 		t.Fatalf("learned rate %v limit %v, want 100/s and 6000", b.rate, b.limit)
 	}
-	b.observe(1, RateLimit{Remaining: 10, HasRemaining: true}, 90, t0) // stale
+	b.observe(1, RateLimit{Remaining: 10, HasRemaining: true}, 90, 0, t0, t0) // stale
 	b.finish(1, 90, t0)
 	if lvl, _ := b.levelAt(t0); !near(lvl, 3700) {
 		t.Fatalf("stale reading moved the level to %v", lvl)
 	}
-	b.observe(3, RateLimit{Remaining: 3500, HasRemaining: true}, 300, t0.Add(time.Second))
+	b.observe(3, RateLimit{Remaining: 3500, HasRemaining: true}, 300, 0, t0.Add(time.Second), t0.Add(time.Second))
 	if lvl, _ := b.levelAt(t0.Add(time.Second)); !near(lvl, 3500) || b.pending != 0 || len(b.flight) != 0 {
 		t.Fatalf("level %v pending %v flight %d", lvl, b.pending, len(b.flight))
 	}
@@ -145,8 +145,8 @@ func TestBucketSettlesOnHeaders(t *testing.T) {
 // claims to know its level.
 func TestBucketUnknownRefill(t *testing.T) {
 	b := newBucket(0)
-	b.debit(1, 10, t0)
-	b.observe(1, RateLimit{Remaining: 0, HasRemaining: true, Reset: t0.Add(45 * time.Second)}, 10, t0)
+	b.debit(1, 10, 0, t0)
+	b.observe(1, RateLimit{Remaining: 0, HasRemaining: true, Reset: t0.Add(45 * time.Second)}, 10, 0, t0, t0)
 	fit, at := b.fits(10, t0)
 	if fit || !at.Equal(t0.Add(45*time.Second)) {
 		t.Fatalf("fits = %v, %v", fit, at)

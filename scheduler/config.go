@@ -68,6 +68,10 @@ type Config struct {
 	MarginBumpMax  float64       // cap of the accumulated bump; default 4
 	MarginHalfLife time.Duration // the bump halves this often; default 5 min
 	RefuseFraction float64       // a turn needing more than this share of a bucket is refused; default 0.98
+	// OutputQuantile is the quantile of a lane's recent completion lengths that a turn
+	// without an output cap (Turn.EstOutput 0) reserves for its output; default 0.99,
+	// which over the 64 completions kept is their largest.
+	OutputQuantile float64
 
 	// InteractiveHeadroom is the share of each known bucket that batch turns leave
 	// unused for interactive ones. Default 0.1; negative disables it.
@@ -122,6 +126,7 @@ func (c Config) withDefaults() Config {
 	deff(&c.MarginBumpMax, 4)
 	def(&c.MarginHalfLife, 5*time.Minute)
 	deff(&c.RefuseFraction, 0.98)
+	deff(&c.OutputQuantile, 0.99)
 	deff(&c.InteractiveHeadroom, 0.1)
 	c.InteractiveHeadroom = max(c.InteractiveHeadroom, 0)
 	defi(&c.MaxRetries, 3)

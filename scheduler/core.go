@@ -181,6 +181,8 @@ type job struct {
 	notBefore time.Time
 	attempts  int // failed attempts so far
 	rateFails int
+	early     bool      // the current attempt's headers came before its end (Observe)
+	earlyAt   time.Time // when they came
 }
 
 type runState struct {
@@ -238,7 +240,8 @@ type idleRun struct {
 // Budgets. Each lane has slots per replica and dead-reckoned request and token buckets
 // (and Anthropic's input and output buckets), configured or learned from the headers of
 // every response (see bucket). A turn reserves its estimate corrected by the lane's
-// recent mean error, plus a safety margin (see estimator), and is admitted only when
+// recent mean error, plus a safety margin (see estimator), plus, when it sets no output
+// cap, OutputQuantile of the lane's recent completions (see outputs), and is admitted only when
 // every known bucket holds that much (batch turns must also leave InteractiveHeadroom);
 // otherwise it waits, at the head of its lane, until the refill, with a wake at the
 // time the bucket will hold it. A wait longer than SuspendAfter suspends the run. A turn
@@ -417,6 +420,11 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 		home.charge(j.Caller, -j.charged)
 		t.st.RateLimited++
 		t.est.raise(now)
+		if j.EstOutput == 0 {
+			// Admitted on its prompt and still refused: this provider wants the
+			// output to fit up front.
+			t.upfront = true
+		}
 		if j.probe {
 			t.br.probing = false
 		}
@@ -485,12 +493,29 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 	if u.Total() == 0 {
 		in, out = total*(1-t.outFrac), total*t.outFrac
 	}
-	t.requests.observe(j.flight, tel.Requests, 1, now)
-	t.tokens.observe(j.flight, tel.Tokens, total, now)
-	t.inTokens.observe(j.flight, tel.InputTokens, in, now)
-	t.outTokens.observe(j.flight, tel.OutputTokens, out, now)
+	var unread float64
+	readAt := now
+	if j.early {
+		readAt = j.earlyAt
+		if j.EstOutput == 0 {
+			unread = out
+		}
+	}
+	t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
+	if !t.tokens.endTail(j.flight, out, now) {
+		t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
+	}
+	t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
+	t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
 	if res.Status == StatusOK && u.Total() > 0 {
-		t.est.record(float64(j.EstTokens), total)
+		if j.EstOutput == 0 {
+			// No output cap: the estimate is the prompt's, and the completion's length
+			// is learned apart (see outputs).
+			t.est.record(float64(j.EstTokens), in)
+			t.outs.record(out)
+		} else {
+			t.est.record(float64(j.EstTokens), total)
+		}
 		t.outFrac = 0.9*t.outFrac + 0.1*out/total
 	}
 }
@@ -506,6 +531,7 @@ func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
 		return c.out
 	}
 	t := j.serving
+	j.early, j.earlyAt = true, now
 	t.requests.early(tel.Requests, now)
 	t.tokens.early(tel.Tokens, now)
 	t.inTokens.early(tel.InputTokens, now)
@@ -640,7 +666,12 @@ func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 type reservation struct {
 	est                   float64 // corrected estimate, without margin
 	tokens, input, output float64
-	batch                 bool // must leave InteractiveHeadroom in every bucket
+	// tail is the part of tokens reserved for the output of a turn without an output
+	// cap. It need not fit for the turn to start: a provider that charges a completion
+	// when it ends lets the turn in on its prompt, and the tail holds back later turns
+	// until this one ends and its actual output is known (see Core doc).
+	tail  float64
+	batch bool // must leave InteractiveHeadroom in every bucket
 }
 
 func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
@@ -652,13 +683,21 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 		return reservation{}, false
 	}
 	total := est + t.est.margin(float64(max(j.EstTokens, 1)), now)
+	var tail float64
+	if j.EstOutput == 0 {
+		tail = t.outs.quantile(cfg.OutputQuantile)
+		total += tail
+	}
 	for _, b := range t.tokenBudgets(f) {
 		if b.limit > 0 && b.share > 0 {
 			total = min(total, cfg.RefuseFraction*b.limit/b.share)
 		}
 	}
+	if t.upfront {
+		tail = 0 // this lane's provider charges the output up front: it must fit too
+	}
 	return reservation{est: est, tokens: total, input: total * (1 - f), output: total * f,
-		batch: j.Class == agent.ClassBatch}, true
+		tail: min(tail, total), batch: j.Class == agent.ClassBatch}, true
 }
 
 // estimate is a turn's token estimate corrected by the lane's learned error, and the
@@ -720,7 +759,7 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 		}
 	}
 	check(&t.requests, 1, ReasonRequests)
-	check(&t.tokens, r.tokens, ReasonTokens)
+	check(&t.tokens, r.tokens-r.tail, ReasonTokens)
 	check(&t.inTokens, r.input, ReasonInputTokens)
 	check(&t.outTokens, r.output, ReasonOutputTokens)
 	return ok, until, reason
@@ -902,10 +941,11 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	if probe {
 		t.br.probing = true
 	}
-	t.requests.debit(j.flight, 1, now)
-	t.tokens.debit(j.flight, r.tokens, now)
-	t.inTokens.debit(j.flight, r.input, now)
-	t.outTokens.debit(j.flight, r.output, now)
+	j.early = false
+	t.requests.debit(j.flight, 1, 0, now)
+	t.tokens.debit(j.flight, r.tokens, r.tail, now)
+	t.inTokens.debit(j.flight, r.input, 0, now)
+	t.outTokens.debit(j.flight, r.output, 0, now)
 
 	j.charged = r.est
 	if cl := home.callers[j.Caller]; cl != nil {
