@@ -2,8 +2,11 @@ package scheduler
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/luft-run/luft/agent"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
@@ -179,5 +182,67 @@ func TestIndexHeap(t *testing.T) {
 			t.Fatalf("out of order: %d after %d", x.v, prev)
 		}
 		prev = x.v
+	}
+}
+
+// A turn without an output cap reserves a high quantile of the lane's recent
+// completions for its output, but starts once its prompt fits (a provider billing the
+// completion when it ends lets it in); the output reserve holds back the next turn until
+// the turn ends and its actual output is refunded against it.
+func TestUncappedTurnReservesOutputQuantile(t *testing.T) {
+	c := NewCore(Config{FallbackSpread: 1e-9, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
+	c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
+	c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 400}}, sec(0)) // level 5500
+	// Prompt 5300 fits 5500; with its 400 output reserve it would not.
+	if got := ids(c.Submit(mkJob(2, "b", "u", "i", 5300), sec(0)), ActAdmit); !slices.Equal(got, []TurnID{2}) {
+		t.Fatalf("admitted %v, want the turn whose prompt fits", got)
+	}
+	// Level −200 with the reserve: a 100-token prompt waits for 300 tokens, 3 s.
+	w, found := find(c.Submit(mkJob(3, "c", "u", "i", 100), sec(0)), ActWait)
+	if !found || w.ID != 3 || w.Until.Before(sec(3.001)) || !w.Until.Before(sec(3.002)) {
+		t.Fatalf("third turn: wait %+v (found %v), want until 3.001 s", w, found)
+	}
+	// Turn 2 ends at 1 s with 50 tokens of output: 350 come back, level 250.
+	if got := ids(c.Complete(2, Result{Status: StatusOK, Usage: agent.Usage{Input: 5300, Output: 50}}, sec(1)), ActAdmit); !slices.Equal(got, []TurnID{3}) {
+		t.Fatalf("admitted %v when the reserve came back, want #3", got)
+	}
+}
+
+// A provider that refuses an uncapped turn admitted on its prompt alone wants the output
+// to fit up front: after that 429 the lane's uncapped turns wait for their whole reserve.
+func TestUncappedTurnRefusedMakesOutputUpfront(t *testing.T) {
+	c := NewCore(Config{FallbackSpread: 1e-9, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
+	c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
+	c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 1000}}, sec(0)) // level 4900
+	c.Submit(mkJob(2, "b", "u", "i", 100), sec(0))
+	c.Complete(2, Result{Status: StatusRateLimited}, sec(0)) // pauses the lane 1 s
+	c.Cancel(2, sec(0))
+	// At 1 s the level is 5000: the prompt of 4800 fits, with its 1000 reserve it does not.
+	acts := c.Submit(mkJob(3, "c", "u", "i", 4800), sec(1))
+	if _, waits := find(acts, ActWait); !waits {
+		t.Fatalf("want a wait for the output reserve: %s", dump(acts))
+	}
+}
+
+// A stream's reading comes with its first token: the re-based level counts the refill
+// since then and takes off the turn's own output, which the provider bills at the end.
+// A later reading settles an earlier running uncapped turn's prompt but keeps its output
+// reserve until that turn ends.
+func TestBucketStreamReadings(t *testing.T) {
+	b := newBucket(6000) // 100 tokens a second
+	b.debit(1, 1500, 200, t0)
+	b.debit(2, 1500, 200, t0)
+	// Turn 2's stream starts at 1 s: the provider has charged both prompts (1300 each).
+	b.observe(2, RateLimit{Limit: 6000, HasLimit: true, Remaining: 3500, HasRemaining: true}, 1380, 80, sec(1), sec(3))
+	// 3500 − 80 (turn 2's output) − 200 (turn 1's output reserve), plus 2 s of refill.
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3420) {
+		t.Fatalf("level %v, want 3420", lvl)
+	}
+	// Turn 1 ends at 3 s with 50 tokens of output: 150 of its reserve come back.
+	if !b.endTail(1, 50, sec(3)) {
+		t.Fatal("turn 1's output reserve was not kept")
+	}
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3570) || b.tailSum != 0 {
+		t.Fatalf("level %v tails %v, want 3570 and none", lvl, b.tailSum)
 	}
 }
