@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // Drawn lengths are lognormal around the median with a tail to Max, and the same for
@@ -40,5 +41,32 @@ func TestLengthsCharging(t *testing.T) {
 	}
 	if c.Status != 200 || c.ChargedTokens != c.PromptTokens+5 || c.OutputTokens > 5 {
 		t.Fatalf("capped: %+v: want charged prompt + 5, output at most 5", c)
+	}
+}
+
+// With OutputAtEnd a request without max_tokens is admitted on its prompt and billed its
+// completion when it ends; its response's headers count that charge. Without it, the
+// prompt and the completion must fit at arrival.
+func TestOutputAtEnd(t *testing.T) {
+	for _, atEnd := range []bool{false, true} {
+		t.Run(fmt.Sprint("at end ", atEnd), func(t *testing.T) {
+			// Period 1000 min: no refill to speak of during the request.
+			s := newSim(t, Config{Limits: Limits{TPM: 1010, Period: 1000 * time.Minute, OutputAtEnd: atEnd}})
+			req := userReq(words("a", 999), 1) // about 1,000 tokens
+			req.MaxTokens = nil
+			s.submit("r", req)
+			s.run()
+			r := s.results["r"]
+			if !atEnd {
+				if r.Status != 429 {
+					t.Fatalf("status %d, want 429: the prompt + 32 tokens do not fit 1,010 (prompt %d)", r.Status, r.Record.PromptTokens)
+				}
+				return
+			}
+			if r.Status != 200 || r.Record.ChargedTokens != r.Record.PromptTokens+32 || r.Header.Get("x-ratelimit-remaining-tokens") != "0" {
+				t.Fatalf("status %d charged %d remaining %q: want 200, the prompt + 32 and 0", r.Status, r.Record.ChargedTokens,
+					r.Header.Get("x-ratelimit-remaining-tokens"))
+			}
+		})
 	}
 }
