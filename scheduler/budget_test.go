@@ -190,7 +190,7 @@ func TestIndexHeap(t *testing.T) {
 // completion when it ends lets it in); the output reserve holds back the next turn until
 // the turn ends and its actual output is refunded against it.
 func TestUncappedTurnReservesOutputQuantile(t *testing.T) {
-	c := NewCore(Config{FallbackSpread: 1e-9, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
+	c := NewCore(Config{FallbackSpread: 1e-9, OutputHeadroom: 1, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
 	c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
 	c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 400}}, sec(0)) // level 5500
 	// Prompt 5300 fits 5500; with its 400 output reserve it would not.
@@ -211,7 +211,7 @@ func TestUncappedTurnReservesOutputQuantile(t *testing.T) {
 // A provider that refuses an uncapped turn admitted on its prompt alone wants the output
 // to fit up front: after that 429 the lane's uncapped turns wait for their whole reserve.
 func TestUncappedTurnRefusedMakesOutputUpfront(t *testing.T) {
-	c := NewCore(Config{FallbackSpread: 1e-9, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
+	c := NewCore(Config{FallbackSpread: 1e-9, OutputHeadroom: 1, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
 	c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
 	c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 1000}}, sec(0)) // level 4900
 	c.Submit(mkJob(2, "b", "u", "i", 100), sec(0))

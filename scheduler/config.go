@@ -69,9 +69,13 @@ type Config struct {
 	MarginHalfLife time.Duration // the bump halves this often; default 5 min
 	RefuseFraction float64       // a turn needing more than this share of a bucket is refused; default 0.98
 	// OutputQuantile is the quantile of a lane's recent completion lengths that a turn
-	// without an output cap (Turn.EstOutput 0) reserves for its output; default 0.99,
-	// which over the 64 completions kept is their largest.
+	// without an output cap (Turn.EstOutput 0) reserves for its output, times
+	// OutputHeadroom; defaults 0.99, which over the 64 completions kept is their
+	// largest, and 1.5, because the largest of 64 draws of a heavy tail is often beaten
+	// by the next few hundred, while a reserve that is too large only holds the next
+	// turn back until this one ends.
 	OutputQuantile float64
+	OutputHeadroom float64
 
 	// InteractiveHeadroom is the share of each known bucket that batch turns leave
 	// unused for interactive ones. Default 0.1; negative disables it.
@@ -127,6 +131,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MarginHalfLife, 5*time.Minute)
 	deff(&c.RefuseFraction, 0.98)
 	deff(&c.OutputQuantile, 0.99)
+	deff(&c.OutputHeadroom, 1.5)
 	deff(&c.InteractiveHeadroom, 0.1)
 	c.InteractiveHeadroom = max(c.InteractiveHeadroom, 0)
 	defi(&c.MaxRetries, 3)

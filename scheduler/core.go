@@ -685,7 +685,7 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 	total := est + t.est.margin(float64(max(j.EstTokens, 1)), now)
 	var tail float64
 	if j.EstOutput == 0 {
-		tail = t.outs.quantile(cfg.OutputQuantile)
+		tail = t.outs.quantile(cfg.OutputQuantile) * cfg.OutputHeadroom
 		total += tail
 	}
 	for _, b := range t.tokenBudgets(f) {
