@@ -98,7 +98,8 @@ type Run struct {
 	Msgs     []testkit.Message
 	Turns    []*Turn
 	chain    int
-	sharedPT int // prompt tokens of the shared system message (role marker included)
+	sharedPT int       // prompt tokens of the shared system message (role marker included)
+	admitted time.Time // when luft first admitted a turn of the run
 }
 
 // Turn is one model turn of a run as it goes through the policy and the engine.
