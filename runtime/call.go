@@ -165,25 +165,33 @@ func decodeStructured(res agent.Result) (any, error) {
 }
 
 // turnTally is what the turns of one agent call share: what they tell its retry loop,
-// and when the call first asked the scheduler to run, which ranks its later turns.
+// and when the call was first admitted, which ranks its later turns.
 type turnTally struct {
 	mu           sync.Mutex
 	resends      int       // turns the scheduler sent again after a 429, a 5xx or no response
 	schedRetries bool      // the scheduler retries HTTP failures itself (its permits are Retriers)
-	start        time.Time // the call's first Admit; zero before it
+	asked        bool      // a turn of the call has asked to run
+	admitted     time.Time // the call's first admission; zero before it
 }
 
 // begin records a turn asking to run and returns whether it continues the call (any
 // turn after its first, across schema re-prompts and retry attempts) and when the call
-// first asked.
-func (t *turnTally) begin(now time.Time) (continuation bool, start time.Time) {
+// was first admitted (SPEC §7: a continuation ranks by it).
+func (t *turnTally) begin() (continuation bool, callStart time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.start.IsZero() {
-		t.start = now
-		return false, now
+	continuation, t.asked = t.asked, true
+	return continuation, t.admitted
+}
+
+// admit records an admission of one of the call's turns at now.
+func (t *turnTally) admit(now time.Time, p scheduler.Permit) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.admitted.IsZero() {
+		t.admitted = now
 	}
-	return true, t.start
+	_, t.schedRetries = p.(scheduler.Retrier)
 }
 
 // runtimeRetries reports whether the call's own retry loop (req.Retries) should try again
@@ -210,7 +218,7 @@ func (t *turnTally) runtimeRetries(err error) bool {
 // turns through the TurnFunc made here, so every turn is admitted by the scheduler, not
 // just the call's first (SPEC §7). The call's very first turn is new work; every later
 // one (after a tool result, a schema re-prompt or a failed attempt) is a continuation,
-// ranked by the call's first request, so it goes ahead of its siblings' first turns.
+// ranked by the call's first admission, so it goes ahead of its siblings' first turns.
 // Affinity follows the conversation: the session_id when the call continues one, else
 // the call. When the scheduler retries a failed send itself (a 429 honours the server's
 // wait and keeps the turn's place, a 5xx backs off), the send runs again after its
@@ -247,7 +255,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		}
 		var used agent.Usage
 		defer func() { h.settleTurn(c.Key, req, hd, used) }()
-		cont, callStart := tally.begin(h.e.opts.Now())
+		cont, callStart := tally.begin()
 		permit, err := h.e.opts.Scheduler.Admit(tctx, scheduler.Turn{
 			RunID: h.run.ID, CallKey: c.Key, Lane: lane, Class: req.Class,
 			Caller: h.e.opts.Caller, EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
@@ -262,9 +270,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 			timer = h.e.opts.Clock.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { cancel(errCallTimeout) })
 		}
 		mu.Unlock()
-		tally.mu.Lock()
-		_, tally.schedRetries = permit.(scheduler.Retrier)
-		tally.mu.Unlock()
+		tally.admit(h.e.opts.Now(), permit)
 		for {
 			var observe func(http.Header)
 			if o, ok := permit.(interface{ Observe(http.Header) }); ok {

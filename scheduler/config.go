@@ -39,7 +39,7 @@ type Config struct {
 
 	// ContinuationLead ranks continuations ahead of new work of their class: a
 	// continuation counts as having arrived ContinuationLead before its agent call
-	// first asked to run (Turn.CallStart), plus its run's age then up to another
+	// was first admitted (Turn.CallStart), plus its run's age then up to another
 	// ContinuationLead, so a tool follow-up goes ahead of its siblings' first turns
 	// and the continuations of older runs go first (program-level ordering, as in
 	// Continuum and Autellix). Keep it well below BatchOffset.

@@ -356,8 +356,8 @@ func (c *Core) Submit(j Job, now time.Time) []Action {
 	}
 	base := j.Arrival
 	if j.Continuation {
-		// Program-level order: a continuation ranks by when its call first asked to
-		// run, led by ContinuationLead and its run's age then.
+		// Program-level order: a continuation ranks by when its call was first
+		// admitted, led by ContinuationLead and its run's age then.
 		from := j.Arrival
 		if !j.CallStart.IsZero() && j.CallStart.Before(from) {
 			from = j.CallStart

@@ -21,10 +21,9 @@ type Turn struct {
 	EstTokens    int  // estimated prompt + expected output tokens
 	Continuation bool // a later turn of the same agent call (after a tool result, a schema re-prompt, a retry)
 
-	// CallStart is when the turn's agent call first asked to run (its first turn's
-	// Admit). A continuation ranks by it, not by its own arrival, so a tool follow-up
-	// goes ahead of sibling calls' first turns that queued after its call did (SPEC §7);
-	// zero = the turn's own arrival.
+	// CallStart is when the turn's agent call was first admitted. A continuation ranks
+	// by it, not by its own arrival, so a tool follow-up goes ahead of the first turns of
+	// sibling calls still queued (SPEC §7); zero = the turn's own arrival.
 	CallStart time.Time
 	// Conversation names the conversation the turn belongs to, for replica affinity:
 	// the agent call, or the session_id it continues. Turns of one conversation go back
