@@ -148,6 +148,15 @@ type Harness struct {
 
 	FirstResponse time.Time // when the first answer of any kind reached a client
 	Stuck         bool      // the loop ended with runs unfinished
+	// Origin is when the simulation started, for makespans; zero = T0.
+	Origin time.Time
+}
+
+func (h *Harness) origin() time.Time {
+	if h.Origin.IsZero() {
+		return T0
+	}
+	return h.Origin
 }
 
 type streamState struct {

@@ -162,7 +162,7 @@ func Measure(h *Harness) *Result {
 			r.Unfinished++
 			continue
 		}
-		e := secs(run.End)
+		e := run.End.Sub(h.origin()).Seconds()
 		r.Makespan = max(r.Makespan, e)
 		if run.Class == agent.ClassBatch {
 			r.BatchMakespan = max(r.BatchMakespan, e)

@@ -205,8 +205,11 @@ func (r *Report) Print(w io.Writer) {
 // W1
 
 // RunW1 runs W1 under luft and the baselines.
-func RunW1(size Size) *Report {
-	w := W1(size)
+func RunW1(size Size) *Report { return W1Report(W1(size), size, nil) }
+
+// W1Report runs w under luft's decision core and the baselines. With rt, the result of
+// RunThroughRuntime on w, luft as shipped is reported first and held to the targets.
+func W1Report(w *Workload, size Size, rt *Result) *Report {
 	rep := &Report{Workload: "W1", Size: size.String(), Figures: map[string]float64{},
 		About: fmt.Sprintf("saturation: %d batch + %d interactive agent runs on %d replicas × %d slots, %dk-token prefix cache per replica",
 			w.Streams[0].Parallel, w.Streams[1].Parallel, w.Engine.Replicas, w.Engine.Slots, w.Engine.CacheTokens/1024)}
@@ -215,6 +218,11 @@ func RunW1(size Size) *Report {
 	}
 	rep.Results = append(rep.Results, Simulate(w.Only("interactive"), PolIsolate))
 	l, fifo, rr, iso, sticky := rep.Result(PolLuft), rep.Result(PolFIFO), rep.Result(PolRR), rep.Result(PolIsolate), rep.Result(PolSticky)
+	if rt != nil {
+		rep.Workload += " through the runtime"
+		rep.Results = append([]*Result{rt}, rep.Results...)
+		l = rt
+	}
 	li, fi, ii := l.Latency["interactive"], fifo.Latency["interactive"], iso.Latency["interactive"]
 	rep.Figures["interactive p50: fifo / luft"] = ratio(fi.P50, li.P50)
 	rep.Figures["interactive p99: nosched / luft"] = ratio(rep.Result(PolNoSched).Latency["interactive"].P99, li.P99)
@@ -251,7 +259,12 @@ const W2DeepQueue = 10_000
 // for the decision cost at a deep queue. costHorizon bounds that run's virtual time (0 =
 // to the end): the cost is read while the queue is deep, and the run need not finish.
 func RunW2(size Size, costHorizon time.Duration) *Report {
-	w := W2(size, 0)
+	return W2Report(W2(size, 0), size, costHorizon, nil)
+}
+
+// W2Report is RunW2 on w; with rt (RunThroughRuntime on w), luft as shipped is reported
+// first and held to the targets.
+func W2Report(w *Workload, size Size, costHorizon time.Duration, rt *Result) *Report {
 	subs := w.Streams[1].Parallel
 	rep := &Report{Workload: "W2", Size: size.String(), Figures: map[string]float64{},
 		About: fmt.Sprintf("fan-out: one run plans, fans out to %d sub-agents (1–3 turns, 1k shared prefix + 300 unique), summarises; one interactive caller from t=10 s; %d replicas × %d slots",
@@ -271,6 +284,11 @@ func RunW2(size Size, costHorizon time.Duration) *Report {
 	rep.Results = append(rep.Results, cost)
 
 	l, iso := rep.Result(PolLuft), rep.Result(PolIsolate)
+	if rt != nil {
+		rep.Workload += " through the runtime"
+		rep.Results = append([]*Result{rt}, rep.Results...)
+		l = rt
+	}
 	ideal := w2Ideal(l)
 	rep.Figures["ideal makespan (s): plan + oracle work ÷ slots + summary"] = ideal
 	rep.Figures["makespan / ideal: fifo"] = ratio(rep.Result(PolFIFO).Makespan, ideal)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/luft-run/luft/internal/testkit"
@@ -17,6 +18,9 @@ var testkitResult429 = testkit.Result{Status: 429, Header: http.Header{}}
 // compute the figure and skip loudly with it, luft's and FIFO's, while it is missed;
 // remove an entry once the target holds (the subtest then says so).
 var unmet = map[string]string{
+	"runtime:W1/interactive_p99_vs_idle": "through the runtime the interactive turns' p99 is 2.5× isolation (median of 5 " +
+		"runs, spread in the notes): they wait for a free slot, none being held back for interactive work, and more of " +
+		"them wait longer than with the decision core driven directly; the cause is not pinned down yet",
 	"W1/interactive_p99_vs_idle": "with the product's keys a continuation ranks by its agent call's first admission " +
 		"(SPEC §7), so old batch conversations' long-context turns hold the slots a little longer; an interactive " +
 		"turn waits up to 1.8 s for a slot (no slot is held back for interactive work) and its p99 lands just over 2×",
@@ -37,7 +41,11 @@ func assertTargets(t *testing.T, rep *Report) {
 	for _, c := range rep.Checks {
 		t.Run(c.ID, func(t *testing.T) {
 			what := fmt.Sprintf("%s = %.3f%s, target %s %.3f%s", c.What, c.Value, c.Unit, c.Op, c.Target, c.Unit)
-			switch why, gap := unmet[c.ID]; {
+			id := c.ID
+			if strings.Contains(rep.Workload, "through the runtime") {
+				id = "runtime:" + id
+			}
+			switch why, gap := unmet[id]; {
 			case c.Pass && gap:
 				t.Errorf("%s is met now (%s): remove it from unmet", c.ID, what)
 			case !c.Pass && gap && c.FIFO != nil:
