@@ -37,6 +37,35 @@ type Call struct {
 	// the run returned it in Result.Transcript; nil when the request has no session_id or
 	// the run knows no such session.
 	Transcript []agent.Message
+	// Tool runs each tool call the model asks for; nil runs it at once (see RunTool).
+	Tool ToolFunc
+}
+
+// ToolCall names one tool call a model asked for within a call.
+type ToolCall struct {
+	Turn      int    // the model turn that asked for it, from 1 within Run's conversation
+	ID        string // the model's tool call id
+	Name      string
+	Arguments string // as the model sent them
+}
+
+// ToolFunc runs one tool call through run at most once per agent call: the runtime
+// journals the output run returns and, when the same call asks again (a retry, or a
+// resumed run re-running the call, whose model asks for the same tool call at the same
+// turn), returns the recorded output with replayed set instead of running the tool —
+// so write_file and run_command have their effect once. run returns the text the model
+// gets; its error fails the agent call (an *tools.ApprovalError) and is not recorded,
+// nor is an output produced after ctx ended. An error of the journal itself fails the
+// agent call too.
+type ToolFunc func(ctx context.Context, tc ToolCall, run func(context.Context) (string, error)) (out string, replayed bool, err error)
+
+// RunTool runs tc through c.Tool, or at once when there is none.
+func (c Call) RunTool(ctx context.Context, tc ToolCall, run func(context.Context) (string, error)) (string, bool, error) {
+	if c.Tool == nil {
+		out, err := run(ctx)
+		return out, false, err
+	}
+	return c.Tool(ctx, tc, run)
 }
 
 // TurnFunc admits one model turn and runs send once it is admitted. When the scheduler

@@ -99,7 +99,16 @@ func (o *OpenAI) Check(ctx context.Context) CheckReport {
 	rep.RateLimits = rateLimitHeaders(cp.header)
 	if rep.RateLimits == nil && o.cfg.Model != "" && rep.Reachable {
 		cp := &capture{}
-		_, err := o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), chatProbe(o.cfg.Model))
+		probe := chatProbe(o.cfg.Model)
+		o.outputCap(cp, &probe, o.cfg.BaseURL)
+		_, err := o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), probe)
+		if err != nil && cp.completionCap && maxCompletionRefused(o.wrapErr(ctx, cp, err)) {
+			// An endpoint from before max_completion_tokens: probe with max_tokens.
+			o.maxTokensOnly.Store(cp.endpoint, struct{}{})
+			cp, probe = &capture{}, chatProbe(o.cfg.Model)
+			o.outputCap(cp, &probe, o.cfg.BaseURL)
+			_, err = o.client.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), probe)
+		}
 		rep.RateLimits = rateLimitHeaders(cp.header)
 		switch {
 		case err != nil && cp.status != http.StatusTooManyRequests:

@@ -66,10 +66,13 @@ type OpenAI struct {
 	cfg OpenAIConfig
 	// noSchemaFormat holds the models for which the endpoint said it has no json_schema
 	// response format (StructuredOutput auto): later calls ask with instructions at once.
-	noSchemaFormat sync.Map         // model → struct{}
-	client         *openai.Client   // the main endpoint
-	peers          []*openai.Client // the client of each replica, [0] = client
-	bases          []string
+	noSchemaFormat sync.Map // model → struct{}
+	// maxTokensOnly holds the endpoints (base URL and model) that refused
+	// max_completion_tokens: they are sent the older max_tokens instead.
+	maxTokensOnly sync.Map         // base URL + "\x00" + model → struct{}
+	client        *openai.Client   // the main endpoint
+	peers         []*openai.Client // the client of each replica, [0] = client
+	bases         []string
 }
 
 // NewOpenAI returns an OpenAI backend for cfg.
@@ -141,6 +144,28 @@ type HTTPError struct {
 	err     error  // the transport error, when Status is 0
 }
 
+// QuotaError is an HTTP 429 whose provider says the key's quota or credit is used up
+// (OpenAI's insufficient_quota). It is not a rate limit: no wait makes it pass, so it has
+// no StatusCode method on purpose (the scheduler, which retries 429s, does not see one)
+// and it is Permanent (the runtime's own retries skip it too): the call fails at once.
+type QuotaError struct {
+	ID   string // the backend's registry id
+	HTTP *HTTPError
+}
+
+func (e *QuotaError) Error() string {
+	msg := e.HTTP.Message
+	if msg == "" {
+		msg = snippet(e.HTTP.Body, 300)
+	}
+	return fmt.Sprintf("openai backend %q: %s has no quota left for this key (HTTP 429 insufficient_quota: %s); "+
+		"this is not a rate limit and waiting will not help: add credit or raise the quota with the provider, or use another key, then resume the run",
+		e.ID, e.HTTP.BaseURL, msg)
+}
+
+// Permanent reports that retrying cannot help.
+func (e *QuotaError) Permanent() bool { return true }
+
 // Unwrap returns the transport error of a request that got no response.
 func (e *HTTPError) Unwrap() error { return e.err }
 
@@ -200,7 +225,9 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 	// The conversation as the session keeps it: without schema instructions, which belong
 	// to this call only.
 	kept := slices.Clone(msgs)
-	creq := openai.ChatCompletionRequest{Model: model, MaxTokens: req.MaxTokens}
+	// max_completion_tokens, not the deprecated max_tokens (which OpenAI's reasoning
+	// models refuse); an endpoint that refuses it gets max_tokens (see outputCap).
+	creq := openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: req.MaxTokens}
 	zeroTemp := false
 	if req.Temperature != nil {
 		creq.Temperature = float32(*req.Temperature)
@@ -264,23 +291,21 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 		}
 		creq.Messages = msgs
 		var (
-			reply openai.ChatCompletionMessage
-			got   string
+			reply turnReply
 			last  http.Header
+			sent  *capture
 		)
 		err := call.Do(ctx, TurnCost{Input: estimateMessages(msgs, creq.Tools), MaxOutput: req.MaxTokens},
 			func(ctx context.Context) TurnReport {
 				cp := &capture{zeroTemperature: zeroTemp}
-				var (
-					u   agent.Usage
-					err error
-				)
+				var err error
 				if stream {
-					reply, got, u, err = o.streamTurn(ctx, cp, creq, call)
+					reply, err = o.streamTurn(ctx, cp, creq, call)
 				} else {
-					reply, got, u, err = o.plainTurn(ctx, cp, creq)
+					reply, err = o.plainTurn(ctx, cp, creq)
 				}
-				last = cp.header
+				u := reply.usage
+				last, sent = cp.header, cp
 				res.Usage = res.Usage.Add(u)
 				// Each turn is priced by the backend that served it (a fallback's own prices).
 				if by := o.servedBy(ctx); by.cfg.PriceInPerMTok != 0 || by.cfg.PriceOutPerMTok != 0 {
@@ -299,16 +324,32 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			turn--
 			continue
 		}
+		if err != nil && sent != nil && sent.completionCap && maxCompletionRefused(err) {
+			// The endpoint knows only max_tokens: send that from now on. The refused
+			// request used no model turn.
+			o.maxTokensOnly.Store(sent.endpoint, struct{}{})
+			turn--
+			continue
+		}
 		if err != nil {
 			price(&res)
 			return res, err
 		}
-		if got != "" {
-			res.Model = got
+		if reply.model != "" {
+			res.Model = reply.model
 		}
-		if len(reply.ToolCalls) == 0 {
+		if reply.finish == openai.FinishReasonLength {
+			// The reply was cut at the output cap: a partial answer (or a partial tool
+			// call) is not a success, and with a schema it is no JSON either.
+			res.Status, res.Text, res.Output = agent.StatusError, reply.msg.Content, reply.msg.Content
+			res.Error = truncatedError(o.cfg.ID, req.MaxTokens, turn, req.Schema != nil)
+			call.Report(Update{Kind: "truncated", Text: res.Error})
+			price(&res)
+			return res, nil
+		}
+		if len(reply.msg.ToolCalls) == 0 {
 			res.Status = agent.StatusOK
-			res.Text = reply.Content
+			res.Text = reply.msg.Content
 			res.Output = res.Text
 			if req.Schema != nil {
 				var v any
@@ -323,11 +364,21 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 			price(&res)
 			return res, nil
 		}
-		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.Content, ToolCalls: reply.ToolCalls})
-		for _, tc := range reply.ToolCalls {
-			out, terr := runTool(ctx, byName, tc, call)
-			var ae *tools.ApprovalError
-			if errors.As(terr, &ae) {
+		calls := slices.Clone(reply.msg.ToolCalls)
+		for i := range calls {
+			// arguments is a required string in the echoed call; go-openai omits an
+			// empty one, which OpenAI refuses.
+			if strings.TrimSpace(calls[i].Function.Arguments) == "" {
+				calls[i].Function.Arguments = "{}"
+			}
+			if calls[i].Type == "" {
+				calls[i].Type = openai.ToolTypeFunction
+			}
+		}
+		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.msg.Content, ToolCalls: calls})
+		for _, tc := range reply.msg.ToolCalls {
+			out, terr := runTool(ctx, byName, turn, tc, call)
+			if terr != nil {
 				res.Status, res.Error = agent.StatusError, terr.Error()
 				price(&res)
 				return res, terr
@@ -336,7 +387,8 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 				price(&res)
 				return res, ctx.Err()
 			}
-			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Name: tc.Function.Name, Content: out})
+			// A tool message carries no name: the official types have none for it.
+			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Content: out})
 		}
 	}
 }
@@ -363,20 +415,48 @@ func (o *OpenAI) schemaFormatGone(model string) bool {
 // json_schema response format — not one refusing this call's schema (OpenAI's "Invalid
 // schema for response_format"), which instructions would not cure.
 func schemaFormatRefused(err error) bool {
+	text, ok := badRequestText(err)
+	if !ok || !strings.Contains(text, "response_format") && !strings.Contains(text, "json_schema") || strings.Contains(text, "invalid schema") {
+		return false
+	}
+	return containsAny(text, "support", "unknown", "unrecognized", "not allowed", "not permitted", "extra", "unexpected", "must be one of", "is not one of")
+}
+
+// maxCompletionRefused reports whether err is an endpoint's 400 saying it does not know
+// max_completion_tokens (older servers and API versions), as opposed to one saying the
+// value is too large ("supports at most ..."), which max_tokens would not cure.
+func maxCompletionRefused(err error) bool {
+	text, ok := badRequestText(err)
+	return ok && strings.Contains(text, "max_completion_tokens") &&
+		containsAny(text, "unsupported", "not supported", "unknown", "unrecognized", "not allowed", "not permitted", "extra", "unexpected")
+}
+
+// badRequestText is the lower-cased message and body of an HTTP 400.
+func badRequestText(err error) (string, bool) {
 	var he *HTTPError
 	if !errors.As(err, &he) || he.Status != http.StatusBadRequest {
-		return false
+		return "", false
 	}
-	text := strings.ToLower(he.Message + " " + he.Body)
-	if !strings.Contains(text, "response_format") && !strings.Contains(text, "json_schema") || strings.Contains(text, "invalid schema") {
-		return false
+	return strings.ToLower(he.Message + " " + he.Body), true
+}
+
+func containsAny(s string, words ...string) bool {
+	return slices.ContainsFunc(words, func(w string) bool { return strings.Contains(s, w) })
+}
+
+// truncatedError explains a reply the endpoint cut at the output cap (finish_reason
+// "length").
+func truncatedError(id string, maxTokens, turn int, schema bool) string {
+	limit := "the model's own output limit"
+	if maxTokens > 0 {
+		limit = fmt.Sprintf("max_tokens=%d", maxTokens)
 	}
-	for _, w := range []string{"support", "unknown", "unrecognized", "not allowed", "not permitted", "extra", "unexpected", "must be one of", "is not one of"} {
-		if strings.Contains(text, w) {
-			return true
-		}
+	what := "the reply"
+	if schema {
+		what = "the structured reply (so its JSON is incomplete)"
 	}
-	return false
+	return fmt.Sprintf("openai backend %q: %s was cut off at %s in model turn %d (finish_reason \"length\"); "+
+		"raise max_tokens in the agent call or ask for a shorter answer", id, what, limit, turn)
 }
 
 // DefaultMaxTurns bounds an agent's tool loop when the backend sets no max_turns.
@@ -385,10 +465,11 @@ const DefaultMaxTurns = 20
 // maxToolOutput bounds one tool result sent back to the model.
 const maxToolOutput = 64 << 10
 
-// runTool runs one tool call of the model and returns the text the model gets back. A
-// tool's failure is a result the model reads ("error: ..."), not a failed agent call; only
-// an *tools.ApprovalError comes back as an error.
-func runTool(ctx context.Context, byName map[string]tools.Tool, tc openai.ToolCall, call Call) (string, error) {
+// runTool runs one tool call of the model through call.RunTool (which replays it when a
+// retried or resumed call asks for it again) and returns the text the model gets back. A
+// tool's failure is a result the model reads ("error: ..."), not a failed agent call; an
+// *tools.ApprovalError, or a failure to journal the call, comes back as an error.
+func runTool(ctx context.Context, byName map[string]tools.Tool, turn int, tc openai.ToolCall, call Call) (string, error) {
 	call.Report(Update{Kind: "tool_call", Text: tc.Function.Name + " " + snippet(tc.Function.Arguments, 120)})
 	t, ok := byName[tc.Function.Name]
 	if !ok {
@@ -401,18 +482,29 @@ func runTool(ctx context.Context, byName map[string]tools.Tool, tc openai.ToolCa
 	if strings.TrimSpace(tc.Function.Arguments) == "" {
 		args = json.RawMessage("{}")
 	}
-	out, err := t.Call(ctx, args)
+	out, replayed, err := call.RunTool(ctx, ToolCall{Turn: turn, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments},
+		func(ctx context.Context) (string, error) {
+			out, err := t.Call(ctx, args)
+			if err != nil {
+				var ae *tools.ApprovalError
+				if errors.As(err, &ae) {
+					return "", err
+				}
+				out = "error: " + err.Error()
+			}
+			if len(out) > maxToolOutput {
+				out = out[:maxToolOutput] + "\n[output cut at 64 KiB]"
+			}
+			return out, nil
+		})
 	if err != nil {
-		var ae *tools.ApprovalError
-		if errors.As(err, &ae) {
-			return "", err
-		}
-		out = "error: " + err.Error()
+		return "", err
 	}
-	if len(out) > maxToolOutput {
-		out = out[:maxToolOutput] + "\n[output cut at 64 KiB]"
+	note := ""
+	if replayed {
+		note = " (recorded result: the tool ran in an earlier attempt and is not run again)"
 	}
-	call.Report(Update{Kind: "tool_result", Text: snippet(out, 200)})
+	call.Report(Update{Kind: "tool_result", Text: snippet(out, 200) + note})
 	return out, nil
 }
 
@@ -432,40 +524,71 @@ func (o *OpenAI) resolveTools(ctx context.Context, names []string) ([]tools.Tool
 	return ts, nil
 }
 
+// turnReply is what one model turn answered: its message, the model that served it, the
+// usage and why it stopped.
+type turnReply struct {
+	msg    openai.ChatCompletionMessage
+	model  string
+	usage  agent.Usage
+	finish openai.FinishReason
+}
+
+// outputCap sets the request's output cap for the endpoint base serving model:
+// max_completion_tokens, or max_tokens where that endpoint refused the newer field. It
+// notes in cp where the request goes and which field it carries.
+func (o *OpenAI) outputCap(cp *capture, creq *openai.ChatCompletionRequest, base string) {
+	cp.endpoint = base + "\x00" + creq.Model
+	n := max(creq.MaxCompletionTokens, creq.MaxTokens)
+	creq.MaxCompletionTokens, creq.MaxTokens = 0, 0
+	if n == 0 {
+		return
+	}
+	if _, old := o.maxTokensOnly.Load(cp.endpoint); old {
+		creq.MaxTokens = n
+		return
+	}
+	creq.MaxCompletionTokens, cp.completionCap = n, true
+}
+
 // plainTurn is one non-streamed completion.
-func (o *OpenAI) plainTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest) (openai.ChatCompletionMessage, string, agent.Usage, error) {
+func (o *OpenAI) plainTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest) (turnReply, error) {
 	cl, base, model := o.target(ctx, creq.Model)
 	creq.Model = model
+	o.outputCap(cp, &creq, base)
 	resp, err := cl.CreateChatCompletion(context.WithValue(ctx, captureKey{}, cp), creq)
 	if err != nil {
-		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErrAt(ctx, base, cp, err)
+		return turnReply{}, o.wrapErrAt(ctx, base, cp, err)
 	}
+	r := turnReply{model: resp.Model, usage: usageOf(resp.Usage)}
 	if len(resp.Choices) == 0 {
-		return openai.ChatCompletionMessage{}, resp.Model, usageOf(resp.Usage), fmt.Errorf("openai backend %q: the endpoint %s answered with no choices", o.cfg.ID, o.cfg.BaseURL)
+		return r, fmt.Errorf("openai backend %q: the endpoint %s answered with no choices", o.cfg.ID, o.cfg.BaseURL)
 	}
-	return resp.Choices[0].Message, resp.Model, usageOf(resp.Usage), nil
+	r.msg, r.finish = resp.Choices[0].Message, resp.Choices[0].FinishReason
+	return r, nil
 }
 
 // streamTurn is one streamed completion: text is reported as it arrives, tool-call
 // fragments are put together by index. Usage comes in the last chunk (stream_options
 // include_usage); an endpoint that sends none gets an estimate.
-func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest, call Call) (openai.ChatCompletionMessage, string, agent.Usage, error) {
+func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCompletionRequest, call Call) (turnReply, error) {
 	creq.Stream = true
 	creq.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	cl, base, target := o.target(ctx, creq.Model)
 	creq.Model = target
+	o.outputCap(cp, &creq, base)
 	st, err := cl.CreateChatCompletionStream(context.WithValue(ctx, captureKey{}, cp), creq)
 	if err != nil {
-		return openai.ChatCompletionMessage{}, "", agent.Usage{}, o.wrapErrAt(ctx, base, cp, err)
+		return turnReply{}, o.wrapErrAt(ctx, base, cp, err)
 	}
 	defer st.Close()
 	// The headers are here before the reply: the scheduler learns the limits now.
 	ObserveHeaders(ctx, cp.header)
 	var (
-		text  strings.Builder
-		calls []openai.ToolCall
-		model string
-		usage *openai.Usage
+		text   strings.Builder
+		calls  []openai.ToolCall
+		model  string
+		usage  *openai.Usage
+		finish openai.FinishReason
 	)
 	for {
 		chunk, err := st.Recv()
@@ -474,10 +597,10 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return openai.ChatCompletionMessage{}, model, agent.Usage{}, o.wrapErrAt(ctx, base, cp, err)
+				return turnReply{model: model}, o.wrapErrAt(ctx, base, cp, err)
 			}
 			// The connection broke after a 200: a transport failure the scheduler retries.
-			return openai.ChatCompletionMessage{}, model, agent.Usage{}, &HTTPError{Status: 0, Headers: cp.header, BaseURL: base, Message: "stream broken: " + err.Error()}
+			return turnReply{model: model}, &HTTPError{Status: 0, Headers: cp.header, BaseURL: base, Message: "stream broken: " + err.Error()}
 		}
 		if chunk.Model != "" {
 			model = chunk.Model
@@ -486,6 +609,9 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 			usage = chunk.Usage
 		}
 		for _, ch := range chunk.Choices {
+			if ch.FinishReason != "" && ch.FinishReason != openai.FinishReasonNull {
+				finish = ch.FinishReason
+			}
 			if ch.Delta.Content != "" {
 				text.WriteString(ch.Delta.Content)
 				call.Report(Update{Kind: "text", Text: ch.Delta.Content})
@@ -516,7 +642,7 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 	} else {
 		u = agent.Usage{Input: estimateMessages(creq.Messages, creq.Tools), Output: EstimateTokens(msg.Content)}
 	}
-	return msg, model, u, nil
+	return turnReply{msg: msg, model: model, usage: u, finish: finish}, nil
 }
 
 // servedBy is the backend whose endpoint a send goes to: o, or the fallback the
@@ -600,7 +726,11 @@ func (o *OpenAI) wrapErrAt(ctx context.Context, base string, cp *capture, err er
 		if h == nil {
 			h = http.Header{}
 		}
-		return &HTTPError{Status: status, Headers: h, Body: cp.body, BaseURL: base, Message: msg}
+		he := &HTTPError{Status: status, Headers: h, Body: cp.body, BaseURL: base, Message: msg}
+		if status == http.StatusTooManyRequests && strings.Contains(cp.body+msg, "insufficient_quota") {
+			return &QuotaError{ID: o.cfg.ID, HTTP: he}
+		}
+		return he
 	}
 	// No response at all (refused, reset, DNS): status 0, which the scheduler retries with
 	// backoff like a 5xx and counts toward the lane's circuit breaker.
@@ -615,6 +745,8 @@ func isJSONSyntax(err error) bool {
 // capture is one call's view of its HTTP exchange, filled in by captureTransport.
 type capture struct {
 	zeroTemperature bool
+	endpoint        string // base URL and model the request went to
+	completionCap   bool   // the request carried max_completion_tokens
 
 	status int
 	header http.Header
@@ -683,7 +815,7 @@ func withZeroTemperature(r *http.Request) (*http.Request, error) {
 
 // chatProbe is the smallest completion: one token.
 func chatProbe(model string) openai.ChatCompletionRequest {
-	return openai.ChatCompletionRequest{Model: model, MaxTokens: 1,
+	return openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: 1,
 		Messages: []openai.ChatCompletionMessage{{Role: openai.ChatMessageRoleUser, Content: "ping"}}}
 }
 

@@ -29,11 +29,15 @@ const (
 	PipelineDone     = "pipeline_done"
 	WorkflowStarted  = "workflow_started"
 	WorkflowDone     = "workflow_done"
-	Log              = "log"
-	Report           = "report"
-	Budget           = "budget"
-	RunSuspended     = "run_suspended"
-	RunDone          = "run_done"
+	// ConvergeStarted and ConvergeDone bracket a converge() call: {items, max_rounds,
+	// adversarial, phase_id} and {rounds, converged, findings, phase_id}.
+	ConvergeStarted = "converge_started"
+	ConvergeDone    = "converge_done"
+	Log             = "log"
+	Report          = "report"
+	Budget          = "budget"
+	RunSuspended    = "run_suspended"
+	RunDone         = "run_done"
 )
 
 // Event is one entry of a run's stream.

@@ -19,15 +19,19 @@ function main()
   local who = args.name or "world"
 
   -- agent{} runs one sub-agent to completion and returns a result table:
-  -- ok, status, output, text, tokens, usage, cost, attempts, backend, model, ...
-  -- It raises an error when the call fails, so a failure stops the run unless caught.
+  -- ok, status, output, text, error, tokens, usage, cost, attempts, backend, model, ...
+  -- A call that fails (after its retries) does not stop the run: it comes back with
+  -- ok=false, status "error" or "timed_out", and error set. Check r.ok and decide.
   local r = agent{
     name = "greeter",
     prompt = "Write a one-line greeting for " .. who .. ".",
   }
+  if not r.ok then
+    error("the greeter failed: " .. r.error) -- ends the run (exit 1) with this message
+  end
 
   log("the greeter used " .. r.tokens .. " tokens")
 
-  -- report() sets the run's result (the last call wins). A table is printed as JSON.
+  -- report() sets the run's result; call it once. A table is printed as JSON.
   report({ greeting = r.output, tokens = r.tokens })
 end

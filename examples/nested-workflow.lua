@@ -22,9 +22,13 @@ function main()
   end)
 
   phase("compare")
+  for i, s in ipairs(summaries) do
+    if s.ok == false then error("summary " .. i .. " failed: " .. s.error) end
+  end
   local cmp = agent{
     name = "comparer",
     prompt = "Compare:\n1. " .. summaries[1].summary .. "\n2. " .. summaries[2].summary,
   }
+  if not cmp.ok then error("the comparison failed: " .. cmp.error) end
   report({ summaries = summaries, comparison = cmp.output })
 end

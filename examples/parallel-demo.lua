@@ -2,8 +2,9 @@
 --
 -- parallel(items, fn) runs fn(item, index) for every item at once, each in its own branch,
 -- and returns the values in input order. A branch may call agent() any number of times.
--- A branch that raises an error leaves {ok=false, status="error", error=msg} in its slot
--- instead of stopping the run.
+-- A failed agent call returns its result with ok=false (it does not raise), and a branch
+-- that raises an error leaves {ok=false, status="error", error=msg} in its slot instead
+-- of stopping the run.
 --
 --   luft run --workflow examples/parallel-demo.lua
 
@@ -24,10 +25,13 @@ function main()
       name = "reviewer " .. area,
       prompt = "Review the project for " .. area .. " problems. List the top three.",
     }
-    return { area = area, text = r.output }
+    if not r.ok then
+      return { ok = false, area = area, error = r.error }
+    end
+    return { ok = true, area = area, text = r.output }
   end, { max_concurrency = 3 })
 
-  -- Check every slot: a failed branch has ok == false.
+  -- Check every slot: a failed review (or a branch that raised) has ok == false.
   local notes = {}
   for i, rv in ipairs(reviews) do
     if rv.ok == false then
@@ -42,5 +46,8 @@ function main()
     name = "merger",
     prompt = "Merge these reviews into one prioritised list:\n" .. table.concat(notes, "\n"),
   }
+  if not merged.ok then
+    error("the merge failed: " .. merged.error)
+  end
   report({ markdown = "# Review\n\n" .. merged.output .. "\n" })
 end

@@ -4,7 +4,8 @@
 -- item enters stage 2 as soon as it leaves stage 1, without waiting for the other items.
 -- A stage is a function(data, item, index) — `data` is what the previous stage returned
 -- (the item itself for stage 1) — or a table {name=..., handler=...}. A stage that raises
--- marks its item failed and skips the item's later stages.
+-- marks its item failed and skips the item's later stages; `need` below raises when an
+-- agent call failed.
 --
 --   luft run --workflow examples/pipeline-demo.lua
 
@@ -15,21 +16,27 @@ meta = {
 
 local sections = { "Introduction", "Design", "Results", "Outlook" }
 
+-- need returns a successful call's output, or raises with the call's error.
+local function need(r)
+  if not r.ok then error(r.error, 0) end
+  return r.output
+end
+
 function main()
   phase("write")
   local res = pipeline(sections, {
     { name = "draft", handler = function(title)
-        return agent{ name = "draft " .. title, prompt = "Draft the section '" .. title .. "'." }.output
+        return need(agent{ name = "draft " .. title, prompt = "Draft the section '" .. title .. "'." })
       end },
     { name = "critique", handler = function(draft, title)
-        local c = agent{ name = "critic " .. title, prompt = "Critique this draft:\n" .. draft }
-        return { draft = draft, critique = c.output }
+        local c = need(agent{ name = "critic " .. title, prompt = "Critique this draft:\n" .. draft })
+        return { draft = draft, critique = c }
       end },
     { name = "polish", handler = function(d, title)
-        return agent{
+        return need(agent{
           name = "editor " .. title,
           prompt = "Polish the draft using the critique.\nDraft: " .. d.draft .. "\nCritique: " .. d.critique,
-        }.output
+        })
       end },
   }, { max_inflight = 2 })
 

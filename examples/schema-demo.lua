@@ -32,10 +32,11 @@ local issues = {
 function main()
   phase("triage")
   local records = parallel(issues, function(issue)
-    -- pcall catches a failed call; the branch then reports what went wrong.
-    local ok, r = pcall(agent, { name = "triage", prompt = "Triage: " .. issue, schema = triage_schema })
-    if not ok then
-      return { title = issue, severity = "unknown", error = r }
+    -- A call whose reply never matches the schema (after three re-prompts) fails: it
+    -- returns ok=false and the validation error, and the branch says what went wrong.
+    local r = agent{ name = "triage", prompt = "Triage: " .. issue, schema = triage_schema }
+    if not r.ok then
+      return { title = issue, severity = "unknown", error = r.error }
     end
     return r.output
   end)

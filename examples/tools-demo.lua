@@ -33,6 +33,7 @@ function main()
     tools = { "list_dir", "read_file", "search_files" }, -- read-only: nothing to approve
     max_tokens = 400,
   }
+  if not survey.ok then error("the survey failed: " .. survey.error) end
 
   phase("follow-up")
   -- The same session: the agent sees its earlier question and answer.
@@ -41,6 +42,7 @@ function main()
     prompt = "Given that, what is the single most useful next change? One sentence.",
     session_id = survey.session_id,
   }
+  if not next_step.ok then error("the follow-up failed: " .. next_step.error) end
 
   report({
     markdown = "## What this is\n\n" .. survey.text .. "\n\n## Next step\n\n" .. next_step.text .. "\n",

@@ -42,5 +42,13 @@
 //     process memory. A limit violation ends the run with a message naming the limit and
 //     the script position; pcall cannot catch it. Cancellation and timeouts interrupt
 //     even a pure-Lua loop.
+//   - Failures: an agent call that fails after its retries returns its result with
+//     ok=false (status, error, tokens, usage, findings present) and does not raise, as
+//     Luft's scripts expect; invalid options, limits, budgets and divergence end the run.
+//     report() keeps its first value; a later call is a warning naming both lines.
+//   - converge is Lua code of luft's own (converge.go) over the agent and parallel
+//     wrappers, so its calls are ordinary calls. Positions skip luft's own chunks.
+//   - Messages about nil name what is missing (explain.go): "`x` is not defined",
+//     "`io` is not available in workflow scripts".
 //   - JSON: see package luaval for how tables map to JSON (json.array, json.null).
 package lua

@@ -55,4 +55,7 @@ type Budget struct {
 	Agents int     `json:"agents,omitempty"`
 	Tokens int     `json:"tokens,omitempty"`
 	USD    float64 `json:"usd,omitempty"`
+	// Rounds is the hint of Luft's budget(time_ms, rounds): converge's default max_rounds
+	// and ctx.budget.rounds. It limits nothing.
+	Rounds int `json:"rounds,omitempty"`
 }

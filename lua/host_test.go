@@ -26,6 +26,7 @@ type fakeHost struct {
 	release  chan struct{}  // when set, calls whose prompt starts with "wait" block on it
 	inflight int
 	peak     int
+	reply    func(req agent.Request) (agent.Result, error) // when set, answers every call
 }
 
 func newFakeHost() *fakeHost {
@@ -33,6 +34,9 @@ func newFakeHost() *fakeHost {
 }
 
 func (h *fakeHost) result(req agent.Request) (agent.Result, error) {
+	if h.reply != nil {
+		return h.reply(req)
+	}
 	if strings.HasPrefix(req.Prompt, "fail") {
 		return agent.Result{Status: agent.StatusError, Error: "scripted failure"}, nil
 	}

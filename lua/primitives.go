@@ -13,6 +13,7 @@ import (
 
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/internal/schema"
 	glua "github.com/yuin/gopher-lua"
 )
 
@@ -41,7 +42,7 @@ func (v *vm) agentFn(L *glua.LState) int {
 	where := v.where(L)
 	req, err := v.parseAgentOpts(L.Get(1))
 	if err != nil {
-		return fail(L, where, "agent: %s", err)
+		return v.raiseFatalKind(L, KindRuntime, "agent: %s", err)
 	}
 	v.agentCalls++
 	if v.agentCalls > v.lim.MaxAgentCalls {
@@ -54,7 +55,12 @@ func (v *vm) agentFn(L *glua.LState) int {
 		v.deliver(t, func() []glua.LValue { return v.agentOutcome(c, req, ph, r, err) })
 	})
 	v.hostError(L, err)
-	if done || err != nil {
+	if err != nil {
+		// Refused before it started for a reason the script cannot fix at run time (an
+		// unknown backend, an unreadable journal): the run ends.
+		return v.raiseFatalKind(L, KindRuntime, "agent: %s", err)
+	}
+	if done {
 		vals := v.agentOutcome(c, req, ph, res, err)
 		for _, val := range vals {
 			L.Push(val)
@@ -75,32 +81,33 @@ func (v *vm) hostError(L *glua.LState, err error) {
 	}
 }
 
-// agentOutcome turns a finished call into the (ok, value) pair the Lua wrapper expects.
+// agentOutcome turns a finished call into the (true, result) pair the Lua wrapper expects.
+// A call that failed after its retries is not an error of the script: its result comes
+// back with ok=false, status and error set, and tokens, usage and findings present, so
+// scripts written as `if r.ok then ... end` (Luft's style) go on. Invalid options,
+// limits, budgets, divergence and cancellation end the run elsewhere.
 func (v *vm) agentOutcome(c Call, req agent.Request, ph *phaseState, r agent.Result, err error) []glua.LValue {
-	if err == nil && !r.OK() {
-		msg := r.Error
-		if msg == "" {
-			msg = "the agent reported status " + string(r.Status)
+	if err != nil {
+		if r.Error == "" {
+			r.Error = err.Error()
 		}
-		err = errors.New(msg)
+		if r.Status == "" || r.Status == agent.StatusOK {
+			r.Status = agent.StatusError
+		}
+	}
+	if !r.OK() && r.Error == "" {
+		r.Error = "the agent reported status " + string(r.Status)
 	}
 	if ph != nil {
-		if err != nil {
-			ph.failed++
-		} else {
+		if r.OK() {
 			ph.ok++
+		} else {
+			ph.failed++
 		}
 	}
-	if err != nil {
-		label := req.Name
-		if label == "" {
-			label = c.Key
-		}
-		status := r.Status
-		if status == "" || status == agent.StatusOK {
-			status = agent.StatusError
-		}
-		return []glua.LValue{glua.LFalse, glua.LString(fmt.Sprintf("%s: agent %q failed (%s): %s", c.Where, label, status, err))}
+	if !r.OK() {
+		// A failed call has no output: a script that uses it unchecked stops there.
+		r.Output = nil
 	}
 	return []glua.LValue{glua.LTrue, v.resultTable(r)}
 }
@@ -167,6 +174,8 @@ func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
 			if bad == nil {
 				if _, isObj := req.Schema.(map[string]any); !isObj {
 					bad = errors.New("option schema must be a JSON Schema object, such as {type=\"object\", properties={...}}")
+				} else if _, err := schema.Compile(req.Schema); err != nil {
+					bad = fmt.Errorf("option schema is not a valid JSON Schema: %v", err)
 				}
 			}
 		case "model":
@@ -283,11 +292,16 @@ func (v *vm) resultTable(r agent.Result) *glua.LTable {
 	return t
 }
 
-func errorSlot(L *glua.LState, status, msg string) *glua.LTable {
-	t := L.CreateTable(0, 3)
+// errorSlot is the slot of a parallel branch that raised or was cancelled. It has the
+// fields of a failed agent result that scripts read unconditionally (tokens, findings),
+// so Luft-style loops over the results (#r.findings, r.tokens) work on every slot.
+func (v *vm) errorSlot(status, msg string) *glua.LTable {
+	t := v.L.CreateTable(0, 5)
 	t.RawSetString("error", glua.LString(msg))
+	t.RawSetString("findings", v.codec.NewArray(0))
 	t.RawSetString("ok", glua.LFalse)
 	t.RawSetString("status", glua.LString(status))
+	t.RawSetString("tokens", glua.LNumber(0))
 	return t
 }
 
@@ -382,7 +396,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 					if k < j.next { // started, still running
 						j.running--
 					}
-					j.slots[k] = errorSlot(L, "cancelled", "cancelled: another branch failed (fail_fast)")
+					j.slots[k] = v.errorSlot("cancelled", "cancelled: another branch failed (fail_fast)")
 					j.done++
 					j.failed++
 				}
@@ -410,7 +424,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 				child := v.newTask(jctx, fn, []glua.LValue{items.RawGetInt(i + 1), glua.LNumber(i + 1)}, br, t.wf,
 					func(rets []glua.LValue, err error) {
 						if err != nil {
-							finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
+							finishSlot(i, v.errorSlot("error", v.errMessage(err)), true)
 							return
 						}
 						val := glua.LValue(glua.LNil)
@@ -422,16 +436,23 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 							agentTask := v.newTask(jctx, v.wrap.RawGetString("agent").(*glua.LFunction), []glua.LValue{opts}, br, t.wf,
 								func(rets []glua.LValue, err error) {
 									if err != nil {
-										finishSlot(i, errorSlot(L, "error", v.errMessage(err)), true)
+										finishSlot(i, v.errorSlot("error", v.errMessage(err)), true)
 										return
 									}
-									finishSlot(i, rets[0], false)
+									// agent() returns a failed call's result (ok=false) rather than raising.
+									failed := false
+									if r, ok := rets[0].(*glua.LTable); ok {
+										failed = r.RawGetString("ok") == glua.LFalse
+									}
+									finishSlot(i, rets[0], failed)
 								})
+							agentTask.site = where
 							v.runq = append(v.runq, agentTask)
 							return
 						}
 						finishSlot(i, val, false)
 					})
+				child.site = where
 				v.runq = append(v.runq, child)
 			}
 		}
@@ -452,7 +473,7 @@ type join struct {
 func (v *vm) errMessage(err error) string {
 	var ae *glua.ApiError
 	if errors.As(err, &ae) {
-		return v.errorText(ae.Object)
+		return v.explain(v.errorText(ae.Object))
 	}
 	return err.Error()
 }
@@ -675,6 +696,7 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 							finish()
 						}
 					})
+				child.site = where
 				v.runq = append(v.runq, child)
 			}
 		}
@@ -723,7 +745,10 @@ func (v *vm) workflowFn(L *glua.LState) int {
 	done := func(err error) {
 		data := map[string]any{"span_id": key, "path": path, "ok": err == nil, "elapsed_ms": v.cfg.Now().Sub(start).Milliseconds()}
 		if err != nil {
-			msg := fmt.Sprintf("%s: workflow %q failed: %s", where, string(p), err)
+			msg := fmt.Sprintf("workflow %q failed: %s", string(p), err)
+			if where != "" { // empty when workflow() is a tail call
+				msg = where + ": " + msg
+			}
 			data["error"] = msg
 			v.emit(event.WorkflowDone, data)
 			v.resumeLater(t, glua.LFalse, glua.LString(msg))
@@ -851,7 +876,7 @@ func (v *vm) printFn(L *glua.LState) int {
 	return 0
 }
 
-func (v *vm) budgetFn(L *glua.LState) int {
+func (v *vm) budgetFn(L *glua.LState, wf *workflowState) int {
 	var b Budget
 	num := func(name string, val glua.LValue) float64 {
 		if val == glua.LNil {
@@ -880,23 +905,52 @@ func (v *vm) budgetFn(L *glua.LState) int {
 			}
 		})
 	case glua.LNumber, *glua.LNilType:
+		// Luft's positional form: the second number is its "rounds", a hint for loops
+		// and converge's default max_rounds, never a cap on agent calls.
 		b.TimeMS = int64(num("time_ms", L.Get(1)))
-		b.Agents = int(num("max_agents", L.Get(2)))
+		if r := num("rounds", L.Get(2)); r > 0 {
+			if r != math.Trunc(r) || r > 1000 {
+				L.RaiseError("budget: rounds must be a whole number from 1 to 1000, got %s", L.Get(2).String())
+			}
+			b.Rounds = int(r)
+		}
 	default:
-		L.RaiseError("budget: expected budget{time_ms=, agents=, tokens=, usd=} or budget(time_ms, max_agents)")
+		L.RaiseError("budget: expected budget{time_ms=, agents=, tokens=, usd=} or budget(time_ms [, rounds])")
 	}
 	if err := v.host.SetBudget(b); err != nil {
 		L.RaiseError("budget: %s", err)
+	}
+	v.rounds = b.Rounds
+	// ctx.budget shows the script what it asked for.
+	if c, ok := wf.env.RawGetString("ctx").(*glua.LTable); ok {
+		bt := L.CreateTable(0, 5)
+		for _, kv := range []struct {
+			k string
+			n float64
+		}{{"agents", float64(b.Agents)}, {"rounds", float64(b.Rounds)}, {"time_ms", float64(b.TimeMS)}, {"tokens", float64(b.Tokens)}, {"usd", b.USD}} {
+			if kv.n > 0 {
+				bt.RawSetString(kv.k, glua.LNumber(kv.n))
+			}
+		}
+		c.RawSetString("budget", bt)
 	}
 	return 0
 }
 
 func (v *vm) reportFn(L *glua.LState, wf *workflowState) int {
+	where := v.where(L)
+	if wf.hasReport {
+		// The first value stays (Luft's scripts and skill rely on it); a second call is a
+		// mistake worth a warning that names both lines.
+		v.emit(event.Log, map[string]any{"level": "warn", "msg": fmt.Sprintf(
+			"report() called again at %s and ignored: the run's result is the value reported at %s (call report once)", where, wf.reportWhere)})
+		return 0
+	}
 	val, err := v.codec.FromLua(L.Get(1))
 	if err != nil {
 		L.RaiseError("report: the value cannot be stored as JSON: %s", err)
 	}
-	wf.report, wf.hasReport = val, true
+	wf.report, wf.hasReport, wf.reportWhere = val, true, where
 	if wf == v.root {
 		v.emit(event.Report, map[string]any{"value": val})
 	}

@@ -54,8 +54,9 @@ local function protected(handler, f, ...)
     if not r[1] then
       go.pcall_leave()
       if go.is_fatal() then error(r[2], 0) end
-      if handler then return false, handler(r[2]) end
-      return false, r[2]
+      local msg = go.explain(r[2])
+      if handler then return false, handler(msg) end
+      return false, msg
     end
     if co_status(co) == "dead" then
       go.pcall_leave()
@@ -156,7 +157,7 @@ func (v *vm) openSandbox() error {
 
 	goFns := L.CreateTable(0, 8)
 	for name, fn := range map[string]glua.LGFunction{
-		"pcall_enter": v.pcallEnter, "pcall_leave": v.pcallLeave, "is_fatal": v.isFatal,
+		"pcall_enter": v.pcallEnter, "pcall_leave": v.pcallLeave, "is_fatal": v.isFatal, "explain": v.explainFn,
 		"agent": v.agentFn, "parallel": v.parallelFn(false), "pmap": v.parallelFn(true),
 		"pipeline": v.pipelineFn, "workflow": v.workflowFn,
 	} {
@@ -177,6 +178,11 @@ func (v *vm) openSandbox() error {
 	v.wrap = L.Get(-1).(*glua.LTable)
 	L.Pop(1)
 	v.trampo = v.wrap.RawGetString("trampoline").(*glua.LFunction)
+	conv, err := v.loadConverge(v.codec.Module())
+	if err != nil {
+		return err
+	}
+	v.wrap.RawSetString("converge", conv)
 	return nil
 }
 
@@ -197,11 +203,12 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	for name, lib := range v.libs {
 		env.RawSetString(name, copyTable(L, lib))
 	}
-	for _, name := range []string{"pcall", "xpcall", "agent", "parallel", "pmap", "pipeline", "workflow"} {
+	for _, name := range []string{"pcall", "xpcall", "agent", "parallel", "pmap", "pipeline", "workflow", "converge"} {
 		env.RawSetString(name, v.wrap.RawGetString(name))
 	}
 	for name, fn := range map[string]glua.LGFunction{
-		"phase": v.phaseFn, "log": v.logFn, "print": v.printFn, "budget": v.budgetFn,
+		"phase": v.phaseFn, "log": v.logFn, "print": v.printFn,
+		"budget": func(L *glua.LState) int { return v.budgetFn(L, wf) },
 		"report": func(L *glua.LState) int { return v.reportFn(L, wf) },
 	} {
 		env.RawSetString(name, L.NewFunction(fn))

@@ -132,9 +132,9 @@ end`, want: `[true,15]`},
   report({pcall(function() agent{prompt="x"} return 1, nil, 3 end)})
 end`, want: `{"1":true,"2":1,"4":3}`},
 		{name: "xpcall handler", src: `function main()
-  local ok, msg = xpcall(function() agent{prompt="fail"} end, function(e) return "handled: " .. e end)
+  local ok, msg = xpcall(function() error(agent{prompt="fail"}.error) end, function(e) return "handled: " .. e end)
   report({ok, msg})
-end`, want: `[false,"handled: test.lua:2: agent \"main/1\" failed (error): scripted failure"]`},
+end`, want: `[false,"handled: test.lua:2: scripted failure"]`},
 		{name: "pcall of a non-function", src: `function main() report({pcall(42)}) end`, want: `[false,"attempt to call a number value"]`},
 		{name: "table.sort comparator", src: `function main()
   local t = {3, 1, 2}

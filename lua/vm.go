@@ -76,6 +76,7 @@ type Program struct {
 	Name  string // file name as shown in messages
 	Path  string // path used to resolve workflow() calls; "" means the working directory
 	proto *glua.FunctionProto
+	src   string // the source, for messages that quote a line (explain)
 }
 
 // Compile parses and compiles a workflow script. name is used in messages; path is the
@@ -89,7 +90,7 @@ func Compile(name, path string, src []byte) (*Program, error) {
 	if err != nil {
 		return nil, syntaxError(name, err)
 	}
-	return &Program{Name: name, Path: path, proto: proto}, nil
+	return &Program{Name: name, Path: path, proto: proto, src: string(src)}, nil
 }
 
 var parseErrRe = regexp.MustCompile(`line:(\d+)\(column:(\d+)\) near '(.*)':\s*(.*)`)
@@ -152,20 +153,23 @@ type vm struct {
 	codec  *luaval.Codec
 	host   Host
 
-	marker  *glua.LUserData // the only value primitives yield to the driver
-	wrap    *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
-	trampo  *glua.LFunction // calls f(...) in non-tail position and returns its results
-	base    map[string]glua.LValue
-	libs    map[string]*glua.LTable
-	protos  map[string]*Program // compiled sub-workflows by path
-	current *task
-	runq    []*task
-	pending int // async effects started and not yet delivered
-	done    chan struct{}
-	compl   chan completion
-	fatal   error
+	marker    *glua.LUserData // the only value primitives yield to the driver
+	wrap      *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
+	trampo    *glua.LFunction // calls f(...) in non-tail position and returns its results
+	base      map[string]glua.LValue
+	libs      map[string]*glua.LTable
+	protos    map[string]*Program // compiled sub-workflows by path
+	srcs      map[string]string   // sources of the workflows loaded, by name (explain)
+	explained map[string]string   // messages explain has rewritten, by original
+	current   *task
+	runq      []*task
+	pending   int // async effects started and not yet delivered
+	done      chan struct{}
+	compl     chan completion
+	fatal     error
 
 	agentCalls int
+	rounds     int // the rounds hint of budget(time_ms, rounds): converge's default max_rounds
 	phase      *phaseState
 	phaseSeq   int
 	root       *workflowState
@@ -191,8 +195,9 @@ type task struct {
 	cancel   context.CancelFunc
 	br       *branch
 	wf       *workflowState
-	topLevel bool // the chunk's top level: effects are refused
-	pdepth   int  // nested pcall depth
+	topLevel bool   // the chunk's top level: effects are refused
+	pdepth   int    // nested pcall depth
+	site     string // the script position that started this branch: positions fall back to it
 	onDone   func(rets []glua.LValue, err error)
 }
 
@@ -209,12 +214,13 @@ func (b *branch) next() string {
 }
 
 type workflowState struct {
-	prog      *Program
-	env       *glua.LTable
-	report    any
-	hasReport bool
-	meta      any
-	metaPh    []metaPhase
+	prog        *Program
+	env         *glua.LTable
+	report      any
+	hasReport   bool
+	reportWhere string // the position of the report() call that set report
+	meta        any
+	metaPh      []metaPhase
 }
 
 type metaPhase struct {
@@ -247,7 +253,7 @@ func newVM(ctx context.Context, cfg Config) (*vm, error) {
 	L.SetContext(cctx)
 	v := &vm{
 		ctx: cctx, cancel: cancel, cfg: cfg, lim: lim, L: L, host: cfg.Host,
-		protos: map[string]*Program{}, loopFuncs: map[uintptr]bool{},
+		protos: map[string]*Program{}, loopFuncs: map[uintptr]bool{}, srcs: map[string]string{},
 		done:  make(chan struct{}),
 		compl: make(chan completion, 256),
 	}
@@ -409,6 +415,9 @@ func (v *vm) readMeta(mv glua.LValue) (any, []metaPhase, error) {
 				}
 			}
 			desc, _ := ph["description"].(string)
+			if desc == "" {
+				desc, _ = ph["detail"].(string) // Luft's planner writes detail
+			}
 			phases = append(phases, metaPhase{Label: label, Description: desc})
 		}
 	}
@@ -418,6 +427,7 @@ func (v *vm) readMeta(mv glua.LValue) (any, []metaPhase, error) {
 func (v *vm) newWorkflow(prog *Program, args any) *workflowState {
 	wf := &workflowState{prog: prog}
 	wf.env = v.newEnv(wf, args)
+	v.srcs[prog.Name] = prog.src
 	return wf
 }
 
@@ -574,8 +584,14 @@ func (v *vm) yield(L *glua.LState) int {
 
 // raiseFatal ends the run with a limit error that pcall cannot catch.
 func (v *vm) raiseFatal(L *glua.LState, format string, args ...any) int {
+	return v.raiseFatalKind(L, KindLimit, format, args...)
+}
+
+// raiseFatalKind ends the run with an error of the given kind that pcall cannot catch
+// (a limit, or an invalid agent option: mistakes in the script, not failures of a call).
+func (v *vm) raiseFatalKind(L *glua.LState, kind ErrorKind, format string, args ...any) int {
 	where := v.where(L)
-	se := &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf(format, args...)}
+	se := &ScriptError{Kind: kind, Where: where, Msg: fmt.Sprintf(format, args...)}
 	v.fatal = se
 	L.RaiseError("%s", se.Msg)
 	return 0
@@ -593,13 +609,20 @@ func (v *vm) where(L *glua.LState) string {
 			if _, err := th.GetInfo("Sl", dbg, glua.LNil); err != nil {
 				continue
 			}
-			if dbg.CurrentLine > 0 && dbg.Source != "" && dbg.Source != "<prelude>" {
+			// Chunks of luft's own ("<prelude>", "<converge>") are skipped: a position names
+			// the script line that called into them.
+			if dbg.CurrentLine > 0 && dbg.Source != "" && !strings.HasPrefix(dbg.Source, "<") {
 				return fmt.Sprintf("%s:%d", dbg.Source, dbg.CurrentLine)
 			}
 		}
 		if v.current != nil && th == v.current.th {
 			break
 		}
+	}
+	// No script frame on this branch's stack (its function is luft's own, or a tail call
+	// replaced the frame): the line that started the branch.
+	if v.current != nil {
+		return v.current.site
 	}
 	return ""
 }
@@ -707,6 +730,9 @@ func (v *vm) scriptError(err error, kind ErrorKind) error {
 		}
 		if strings.Contains(rest, "registry overflow") {
 			return &ScriptError{Kind: KindLimit, Where: where, Msg: "Lua stack limit exceeded (too many values on the stack)", Trace: ae.StackTrace}
+		}
+		if where != "" {
+			_, rest = splitWhere(v.explain(where + ": " + rest))
 		}
 		return &ScriptError{Kind: kind, Where: where, Msg: rest, Trace: ae.StackTrace}
 	}

@@ -89,18 +89,25 @@ end`, want: `{"attempts":1,"backend":"fake","cached":false,"findings":[],"model"
 					t.Fatalf("call = %+v", h.calls[0])
 				}
 			}},
-		{name: "failure raises with position", src: `function main()
-  agent{prompt="fail now", name="x"}
-end`, kind: KindRuntime, errSub: `test.lua:2: agent "x" failed (error): scripted failure`},
-		{name: "pcall catches a failed call", src: `function main()
-  local ok, err = pcall(agent, {prompt="fail"})
-  local ok2, r = pcall(agent, {prompt="fine"})
-  report({ok=ok, err=err, ok2=ok2, out=r.output})
-end`, want: `{"err":"test.lua:2: agent \"main/1\" failed (error): scripted failure","ok":false,"ok2":true,"out":"echo: fine"}`},
-		{name: "missing prompt is catchable", src: `function main()
+		{name: "a failed call returns its result", src: `function main()
+  local r = agent{prompt="fail now", name="x"}
+  report({ok=r.ok, status=r.status, err=r.error, tokens=r.tokens, usage=r.usage, findings=r.findings, output=r.output})
+end`, want: `{"err":"scripted failure","findings":[],"ok":false,"status":"error","tokens":0,"usage":{"cached":0,"input":0,"output":0}}`},
+		{name: "an unchecked failed call stops at its missing output", src: `function main()
+  report("got: " .. agent{prompt="fail now", name="x"}.output)
+end`, kind: KindRuntime, errSub: `test.lua:2:`},
+		{name: "pcall sees a failed call as a value", src: `function main()
+  local ok, r = pcall(agent, {prompt="fail"})
+  local ok2, r2 = pcall(agent, {prompt="fine"})
+  report({ok=ok, failed=r.ok, ok2=ok2, out=r2.output})
+end`, want: `{"failed":false,"ok":true,"ok2":true,"out":"echo: fine"}`},
+		{name: "missing prompt ends the run", src: `function main()
   local ok, err = pcall(agent, {name="x"})
   report(err)
-end`, want: `"test.lua:2: agent: missing required 'prompt' (a non-empty string)"`},
+end`, kind: KindRuntime, errSub: `test.lua:2: agent: missing required 'prompt' (a non-empty string)`},
+		{name: "invalid schema ends the run", src: `function main()
+  pcall(agent, {prompt="x", schema={type="objekt"}})
+end`, kind: KindRuntime, errSub: `option schema is not a valid JSON Schema`},
 		{name: "unknown option", src: `function main() agent{prompt="x", promt="y"} end`, kind: KindRuntime, errSub: `unknown option "promt"`},
 		{name: "bad option type", src: `function main() agent{prompt="x", max_tokens="10"} end`, kind: KindRuntime, errSub: "max_tokens must be a number"},
 		{name: "bad class", src: `function main() agent{prompt="x", class="urgent"} end`, kind: KindRuntime, errSub: `class must be "interactive" or "batch"`},
@@ -187,7 +194,7 @@ end`, want: `[2,6]`},
 end`, want: `2`, config: func(c *Config) { c.BranchWindow = 2 }},
 		{name: "fail_fast cancels siblings", src: `function main()
   local r = parallel({1,2,3}, function(i)
-    if i == 1 then agent{prompt="fail fast"} end
+    if i == 1 then error(agent{prompt="fail fast"}.error) end
     return agent{prompt="wait "..i}.output
   end, {fail_fast = true})
   report({r[1].status, r[2].status, r[3].status})
@@ -295,12 +302,29 @@ end`, check: func(t *testing.T, h *fakeHost) {
 			}},
 		{name: "budget positional form", src: `function main() budget(2000, 7) end`,
 			check: func(t *testing.T, h *fakeHost) {
-				if h.budget != (Budget{TimeMS: 2000, Agents: 7}) {
+				if h.budget != (Budget{TimeMS: 2000, Rounds: 7}) {
 					t.Fatalf("budget = %+v", h.budget)
 				}
 			}},
 		{name: "budget unknown limit", src: `function main() budget{minutes=3} end`, kind: KindRuntime, errSub: `unknown limit "minutes"`},
-		{name: "report last wins", src: `function main() report("first") report({n=2}) end`, want: `{"n":2}`},
+		{name: "budget rounds is a hint, not a cap", src: `function main()
+  budget(60000, 5)
+  local r = parallel({1,2,3,4,5,6,7,8}, function(i) return agent{prompt="p"..i}.ok end)
+  report({#r, r[8], ctx.budget.rounds})
+end`, want: `[8,true,5]`},
+		{name: "report first stays", src: `function main()
+  report("first")
+  report({n=2})
+end`, want: `"first"`, check: func(t *testing.T, h *fakeHost) {
+			l := h.eventsOf(event.Log)
+			if len(l) != 1 || l[0].Data["level"] != "warn" ||
+				l[0].Data["msg"] != "report() called again at test.lua:3 and ignored: the run's result is the value reported at test.lua:2 (call report once)" {
+				t.Fatalf("log events: %+v", l)
+			}
+			if n := len(h.eventsOf(event.Report)); n != 1 {
+				t.Fatalf("%d report events, want 1", n)
+			}
+		}},
 		{name: "report snapshot", src: `function main() local t = {n=1} report(t) t.n = 2 end`, want: `{"n":1}`},
 		{name: "report of a function", src: `function main() report({f=function() end}) end`, kind: KindRuntime, errSub: "$.f"},
 		{name: "args and ctx", src: `function main() report({args.topic, _args.n, ctx.run_id, ctx.resumed, ctx.attempt}) end`,
@@ -407,4 +431,12 @@ func (c *cancelOnLog) Emit(ev event.Event) {
 	if ev.Type == event.Log {
 		c.cancel()
 	}
+}
+
+// A branch that raises leaves a slot Luft-style loops can read like a failed result.
+func TestErrorSlotFields(t *testing.T) {
+	runCases(t, []scriptCase{{name: "error slot", src: `function main()
+  local r = parallel({1}, function() error("boom") end)
+  report({r[1].ok, r[1].status, r[1].tokens, #r[1].findings, json.encode(r[1].findings)})
+end`, want: `[false,"error",0,0,"[]"]`}})
 }

@@ -205,7 +205,8 @@ func (t *turnTally) runtimeRetries(err error) bool {
 		se *scheduler.SuspendError
 	)
 	var ae *tools.ApprovalError
-	if errors.As(err, &re) || errors.As(err, &se) || errors.As(err, &ae) {
+	var pe interface{ Permanent() bool } // a failure no retry can cure (a used-up quota)
+	if errors.As(err, &re) || errors.As(err, &se) || errors.As(err, &ae) || errors.As(err, &pe) && pe.Permanent() {
 		return false
 	}
 	if _, _, ok := scheduler.HTTPStatus(err); ok && t.schedRetries {
@@ -297,7 +298,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	}
 	prog := &progress{h: h, key: c.Key}
 	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Key: h.run.ID + "/" + c.Key,
-		Transcript: h.session(req.SessionID)})
+		Transcript: h.session(req.SessionID), Tool: h.toolJournal(c, req)})
 	prog.flush()
 	h.keepSession(res)
 	var (

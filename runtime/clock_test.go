@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,11 @@ func TestTimeoutsRunOnTheClock(t *testing.T) {
 		name    string
 		src     string
 		timeout time.Duration
-		want    string // in the run's error
+		want    string // in the run's error, else its report
 	}{
-		{name: "timeout_ms", want: "timed out after 60000 ms", src: `function main()
-  agent{prompt = "long", timeout_ms = 60000}
+		{name: "timeout_ms", want: "timed_out", src: `function main()
+  local r = agent{prompt = "long", timeout_ms = 60000}
+  report(r.status)
 end`},
 		{name: "run timeout", timeout: time.Minute, want: ErrTimeout.Error(), src: `function main()
   agent{prompt = "long"}
@@ -44,8 +46,12 @@ end`},
 				t.Fatal("still running a minute into a one-minute timeout on the virtual clock")
 			}
 			res := r.Wait()
-			if res.Status != StatusFailed || res.Err == nil || !strings.Contains(res.Err.Error(), tt.want) {
-				t.Fatalf("%s %v, want failed with %q", res.Status, res.Err, tt.want)
+			got := fmt.Sprint(res.Report)
+			if res.Err != nil {
+				got = res.Err.Error()
+			}
+			if !strings.Contains(got, tt.want) {
+				t.Fatalf("%s %v report %v, want %q", res.Status, res.Err, res.Report, tt.want)
 			}
 		})
 	}

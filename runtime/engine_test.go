@@ -169,8 +169,8 @@ func TestRetries(t *testing.T) {
 	}}
 	r := start(t, newEngine(t, flaky), `function main()
   local a = agent{prompt="x", retries=2}
-  local ok, err = pcall(agent, {prompt="y", retries=1})
-  report({a.attempts, ok, err})
+  local b = agent{prompt="y", retries=1}
+  report({a.attempts, b.ok, b.error})
 end`)
 	res := r.Wait()
 	if res.Status != StatusCompleted {
@@ -190,11 +190,11 @@ end`)
 
 func TestCallTimeout(t *testing.T) {
 	r := start(t, newEngine(t, &scripted{reply: hang}), `function main()
-  local ok, err = pcall(agent, {prompt="x", timeout_ms=20})
-  report(err)
+  local r = agent{prompt="x", timeout_ms=20}
+  report(r.status .. ": " .. r.error)
 end`)
 	res := r.Wait()
-	if res.Status != StatusCompleted || !strings.Contains(res.Report.(string), "(timed_out): timed out after 20 ms (timeout_ms)") {
+	if res.Status != StatusCompleted || !strings.Contains(res.Report.(string), "timed_out: timed out after 20 ms (timeout_ms)") {
 		t.Fatalf("%s %v %v", res.Status, res.Report, res.Err)
 	}
 }
@@ -222,8 +222,8 @@ func TestStructuredOutput(t *testing.T) {
 				return okText(tc.replies[i], 1, 1), nil
 			}}
 			r := start(t, newEngine(t, b), `function main()
-  local ok, r = pcall(agent, {prompt="give n", schema=`+sch+`})
-  if not ok then report({err=r}) return end
+  local r = agent{prompt="give n", schema=`+sch+`}
+  if not r.ok then report({err=r.error}) return end
   report({n=r.output.n, tokens=r.tokens})
 end`)
 			res := r.Wait()
@@ -255,8 +255,6 @@ func TestBudgets(t *testing.T) {
 	}{
 		{name: "agents", status: StatusFailed, errSub: "budget exceeded: agents=2",
 			src: `function main() budget{agents=2} for i=1,3 do pcall(agent, {prompt="p"..i}) end end`},
-		{name: "positional agents", status: StatusFailed, errSub: "budget exceeded: agents=1",
-			src: `function main() budget(0, 1) agent{prompt="a"} agent{prompt="b"} end`},
 		{name: "tokens", status: StatusFailed, errSub: "budget exceeded: tokens=20",
 			src: `function main() budget{tokens=20} agent{prompt="a"} agent{prompt="b"} agent{prompt="c"} end`},
 		{name: "usd", status: StatusFailed, errSub: "budget exceeded: usd=1e-05",
@@ -313,12 +311,13 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-func TestUnknownBackendFailsTheCall(t *testing.T) {
+// An unknown backend is a mistake in the script's options: the run ends, pcall or not.
+func TestUnknownBackendEndsTheRun(t *testing.T) {
 	res := start(t, newEngine(t, &scripted{reply: echo}), `function main()
   local ok, err = pcall(agent, {prompt="x", backend="nope"})
   report(err)
 end`).Wait()
-	if res.Status != StatusCompleted || !strings.Contains(res.Report.(string), `"nope" is not registered (known: fake)`) {
+	if res.Status != StatusFailed || !strings.Contains(res.Err.Error(), `t.lua:2: agent: backend: "nope" is not registered (known: fake)`) {
 		t.Fatalf("%s %v %v", res.Status, res.Report, res.Err)
 	}
 }

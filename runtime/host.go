@@ -234,7 +234,7 @@ func (h *host) SetBudget(b lua.Budget) error {
 		h.timer = h.e.opts.Clock.AfterFunc(max(left, 0), func() { h.run.cancel(ErrTimeBudget) })
 	}
 	h.mu.Unlock()
-	h.emit(event.Budget, map[string]any{"time_ms": b.TimeMS, "agents": b.Agents, "tokens": b.Tokens, "usd": b.USD})
+	h.emit(event.Budget, map[string]any{"time_ms": b.TimeMS, "agents": b.Agents, "tokens": b.Tokens, "usd": b.USD, "rounds": b.Rounds})
 	return nil
 }
 

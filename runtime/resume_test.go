@@ -436,6 +436,7 @@ func TestResumeFromEveryResumableState(t *testing.T) {
 			src: `function main()
   local a = agent{prompt="one"}
   local b = agent{prompt="flaky"}
+  if not b.ok then error(b.error) end
   report(a.output .. "|" .. b.output)
 end`,
 			first: func(t *testing.T, e *resumeEnv, _ *scripted, path string, k *blocker) string {

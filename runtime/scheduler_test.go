@@ -238,8 +238,9 @@ func TestSchedulerFailuresAndRuntimeRetries(t *testing.T) {
 	sched := scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 4}, MaxRetries: 2}, clk)
 	e, _ := newScheduledEngine(t, b, sched)
 	r := start(t, e, `function main()
-  local ok1, e1 = pcall(agent, {prompt="5xx", retries=3})
-  local ok2, e2 = pcall(agent, {prompt="4xx", retries=3})
+  local r1 = agent{prompt="5xx", retries=3}
+  local r2 = agent{prompt="4xx", retries=3}
+  local ok1, e1, ok2, e2 = r1.ok, r1.error, r2.ok, r2.error
   local c = agent{prompt="plain", retries=3}
   report({tostring(ok1), tostring(e1), tostring(ok2), tostring(e2), c.status, c.attempts})
 end`)

@@ -104,6 +104,7 @@ func TestSessionTranscriptSurvivesResume(t *testing.T) {
   local a = agent{prompt = "first"}
   local b = agent{prompt = "second", session_id = a.session_id}
   local c = agent{prompt = "third", session_id = b.session_id}
+  if not c.ok then error(c.error) end
   report(c.text)
 end`), 0o644); err != nil {
 		t.Fatal(err)
@@ -270,7 +271,8 @@ func TestEventsFromAnAttempt(t *testing.T) {
 	path := filepath.Join(dir, "wf.lua")
 	if err := os.WriteFile(path, []byte(`function main()
   agent{prompt = "first"}
-  agent{prompt = "second"}
+  local r = agent{prompt = "second"}
+  assert(r.ok, r.error)
 end`), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -35,19 +35,26 @@ type bucket struct {
 	fhead   int
 	pending float64 // sum of the unsettled, unfinished reservations
 
-	// tails are the output reservations of running turns without an output cap whose
-	// prompt a later reading has settled: a provider that charges the completion when
-	// it ends has not counted it in that reading, so it stays reserved until the turn
-	// ends and is then reconciled against the actual output. By flight sequence.
-	tails   map[uint64]float64
-	tailSum float64
+	// kept are reservations of running turns that a later turn's reading settled but
+	// may not count, kept reserved until the turn ends and then reconciled against what
+	// it used (see keep). By flight sequence.
+	kept    map[uint64]keptRes
+	keptSum float64
 }
 
 type flight struct {
 	seq  uint64
 	amt  float64
-	tail float64 // the part of amt reserved for the output of a turn without an output cap
-	done bool    // finished and reconciled locally, waiting to leave the front
+	tail float64   // the part of amt reserved for the output of a turn without an output cap
+	seen time.Time // when the turn's response headers came; zero before
+	done bool      // finished and reconciled locally, waiting to leave the front
+}
+
+// keptRes is a kept reservation: the output tail of a turn whose prompt the reading
+// counted, or the whole reservation of a turn the reading may not have seen at all.
+type keptRes struct {
+	amt   float64
+	whole bool
 }
 
 func newBucket(perMin int) bucket {
@@ -124,26 +131,45 @@ func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	b.pending += amt
 }
 
-// endTail reconciles the output reservation of a finished turn whose prompt an earlier
-// reading settled (see tails) against its actual output; it reports whether there was one.
-func (b *bucket) endTail(seq uint64, output float64, now time.Time) bool {
-	tail, ok := b.tails[seq]
+// seen records when the response headers of the turn with flight sequence seq came.
+func (b *bucket) seen(seq uint64, at time.Time) {
+	if i := b.find(seq); i >= 0 && b.flight[i].seen.IsZero() {
+		b.flight[i].seen = at
+	}
+}
+
+// endKept reconciles a finished turn's kept reservation (see keep) against what it used
+// — its output for a kept tail, used for a whole one — and reports whether it had one.
+func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
+	k, ok := b.kept[seq]
 	if !ok {
 		return false
 	}
-	delete(b.tails, seq)
-	b.tailSum -= tail
-	if len(b.tails) == 0 {
-		b.tailSum = 0
+	delete(b.kept, seq)
+	b.keptSum -= k.amt
+	if len(b.kept) == 0 {
+		b.keptSum = 0
+	}
+	if !k.whole {
+		used = output
 	}
 	b.advance(now)
 	if b.known {
-		b.level += tail - output
+		b.level += k.amt - used
 		if b.limit > 0 {
 			b.level = min(b.level, b.limit)
 		}
 	}
 	return true
+}
+
+// keep holds a running turn's reservation (or the tail of it) past a re-base.
+func (b *bucket) keep(f flight, amt float64, whole bool) {
+	if b.kept == nil {
+		b.kept = map[uint64]keptRes{}
+	}
+	b.kept[f.seq] = keptRes{amt: amt, whole: whole}
+	b.keptSum += amt
 }
 
 // find returns the index of seq's unsettled reservation, or -1.
@@ -246,24 +272,28 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		}
 		return
 	}
+	early := readAt.Before(now)
 	for j := b.fhead; j <= i; j++ {
 		f := b.flight[j]
 		if f.done {
 			continue
 		}
 		b.pending -= f.amt
-		if j < i && f.tail > 0 {
+		switch {
+		case j == i:
+		case early && (f.seen.IsZero() || f.seen.After(readAt)):
+			// Admitted first but still running and not heard from by the time of an
+			// early reading (a stream's first token): its request may have reached the
+			// provider after the reading was taken.
+			b.keep(f, f.amt, true)
+		case f.tail > 0:
 			// Still running: the reading counted its prompt, maybe not its output.
-			if b.tails == nil {
-				b.tails = map[uint64]float64{}
-			}
-			b.tails[f.seq] = f.tail
-			b.tailSum += f.tail
+			b.keep(f, f.tail, false)
 		}
 	}
 	b.fhead = i + 1
 	b.compact()
-	b.level = float64(rl.Remaining) - unread - b.pending - b.tailSum
+	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)
 	}

@@ -232,6 +232,7 @@ func TestBucketStreamReadings(t *testing.T) {
 	b := newBucket(6000) // 100 tokens a second
 	b.debit(1, 1500, 200, t0)
 	b.debit(2, 1500, 200, t0)
+	b.seen(1, sec(0.5)) // turn 1's stream started before turn 2's
 	// Turn 2's stream starts at 1 s: the provider has charged both prompts (1300 each).
 	b.observe(2, RateLimit{Limit: 6000, HasLimit: true, Remaining: 3500, HasRemaining: true}, 1380, 80, sec(1), sec(3))
 	// 3500 − 80 (turn 2's output) − 200 (turn 1's output reserve), plus 2 s of refill.
@@ -239,10 +240,30 @@ func TestBucketStreamReadings(t *testing.T) {
 		t.Fatalf("level %v, want 3420", lvl)
 	}
 	// Turn 1 ends at 3 s with 50 tokens of output: 150 of its reserve come back.
-	if !b.endTail(1, 50, sec(3)) {
+	if !b.endKept(1, 1350, 50, sec(3)) {
 		t.Fatal("turn 1's output reserve was not kept")
 	}
-	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3570) || b.tailSum != 0 {
-		t.Fatalf("level %v tails %v, want 3570 and none", lvl, b.tailSum)
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3570) || b.keptSum != 0 {
+		t.Fatalf("level %v kept %v, want 3570 and none", lvl, b.keptSum)
+	}
+}
+
+// An early reading (a stream's first token) may come before the request of a turn
+// admitted earlier reaches the provider: that turn, not heard from by then, keeps its
+// whole reservation until it ends.
+func TestBucketEarlyReadingKeepsUnseenTurns(t *testing.T) {
+	b := newBucket(6000)
+	b.debit(1, 1500, 0, t0)
+	b.debit(2, 1500, 0, t0)
+	// Turn 2's stream starts at 1 s; the provider has seen only its prompt (1300).
+	b.observe(2, RateLimit{Limit: 6000, HasLimit: true, Remaining: 4700, HasRemaining: true}, 1400, 0, sec(1), sec(3))
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3400) { // 4700 − 1500 kept + 200 refill
+		t.Fatalf("level %v, want 3400", lvl)
+	}
+	if !b.endKept(1, 1400, 100, sec(3)) {
+		t.Fatal("turn 1's reservation was not kept")
+	}
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3500) {
+		t.Fatalf("level %v after turn 1 used 1400 of its 1500, want 3500", lvl)
 	}
 }

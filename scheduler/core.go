@@ -501,12 +501,18 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 			unread = out
 		}
 	}
-	t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
-	if !t.tokens.endTail(j.flight, out, now) {
+	if !t.requests.endKept(j.flight, 1, 0, now) {
+		t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
+	}
+	if !t.tokens.endKept(j.flight, total, out, now) {
 		t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
 	}
-	t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
-	t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
+	if !t.inTokens.endKept(j.flight, in, 0, now) {
+		t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
+	}
+	if !t.outTokens.endKept(j.flight, out, out, now) {
+		t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
+	}
 	if res.Status == StatusOK && u.Total() > 0 {
 		if j.EstOutput == 0 {
 			// No output cap: the estimate is the prompt's, and the completion's length
@@ -532,6 +538,9 @@ func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
 	}
 	t := j.serving
 	j.early, j.earlyAt = true, now
+	for _, b := range []*bucket{&t.requests, &t.tokens, &t.inTokens, &t.outTokens} {
+		b.seen(j.flight, now)
+	}
 	t.requests.early(tel.Requests, now)
 	t.tokens.early(tel.Tokens, now)
 	t.inTokens.early(tel.InputTokens, now)

@@ -25,6 +25,10 @@
 //     started_at, done_at; written by Append, in the same transaction, from phase_started and
 //     phase_done events.
 //   - files: (run_id, path) → sha256, content: the pinned script and the files it loaded.
+//   - tool_calls: (run_id, call_key, conversation, turn, tool_call_id) → name, args_hash,
+//     status (started, done), output: the tool calls of an agent call, so a retried or
+//     resumed call replays a tool's output instead of running it again. Rows belong to
+//     their journal entry (ON DELETE CASCADE), so rerunning from a divergence drops them.
 //
 // Every child table references runs with ON DELETE CASCADE: create a run before writing
 // anything for it (writes for an unknown run fail with ErrRunNotFound). Times are stored as

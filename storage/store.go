@@ -208,6 +208,25 @@ type Entry struct {
 	UpdatedAt    time.Time
 }
 
+// ToolCall is one tool call an agent call's model asked for (SPEC §4: a tool's side effect
+// happens once). It belongs to the journal entry of its call key and is found again by
+// (conversation, turn, tool call id).
+type ToolCall struct {
+	RunID   string
+	CallKey string
+	// Conversation is the hash of the request that began the conversation: the agent
+	// call's input hash, or a schema re-prompt's.
+	Conversation string
+	Turn         int    // the model turn that asked for it, from 1 within its conversation
+	ID           string // the model's tool call id
+	Name         string
+	ArgsHash     string // SHA-256 of the arguments as the model sent them
+	Done         bool   // false: begun and never finished
+	Output       string // what the model was given, when Done
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
 // EventLog is an append-only, ordered log of events per run.
 type EventLog interface {
 	// Append stamps each event with the run's next sequence numbers and stores them, in
@@ -263,6 +282,15 @@ type Store interface {
 	// InvalidateFrom deletes the entries with completed_seq >= completedSeq and every
 	// entry still scheduled, and returns how many it deleted.
 	InvalidateFrom(ctx context.Context, runID string, completedSeq int64) (int, error)
+
+	// ToolStarted records that a tool call is about to run; a call already recorded
+	// (started or done) is left as it is. The call key's journal entry must exist.
+	ToolStarted(ctx context.Context, tc ToolCall) error
+	// ToolDone records a tool call's output; it returns once that is committed.
+	ToolDone(ctx context.Context, tc ToolCall) error
+	// ToolCalls returns the tool calls recorded for a call key, by conversation, turn
+	// and id.
+	ToolCalls(ctx context.Context, runID, callKey string) ([]ToolCall, error)
 }
 
 var _ Store = (*SQLite)(nil)

@@ -38,13 +38,17 @@ function main()
 
   phase("review")
   local reviews = parallel(angles, function(angle)
-    return agent{ name = "review " .. angle, prompt = "Review for " .. angle .. ":\n" .. change, schema = finding_schema }.output
+    local r = agent{ name = "review " .. angle, prompt = "Review for " .. angle .. ":\n" .. change, schema = finding_schema }
+    if not r.ok then return { ok = false, error = r.error } end
+    return r.output
   end)
 
   phase("confirm")
   local candidates = {}
   for i, r in ipairs(reviews) do
-    if r.ok ~= false then
+    if r.ok == false then
+      log("review " .. angles[i] .. " failed: " .. r.error, "warn")
+    else
       for _, f in ipairs(r.findings) do
         candidates[#candidates + 1] = { angle = angles[i], title = f.title, severity = f.severity }
       end
@@ -53,6 +57,7 @@ function main()
   local checked = pipeline(candidates, {
     { label = "confirm", handler = function(f)
         local v = agent{ name = "confirm", prompt = "Is this a real problem in the change? " .. f.title .. "\n" .. change }
+        if not v.ok then error(v.error, 0) end -- the item fails; the others go on
         f.confirmation = v.output
         return f
       end },
@@ -64,5 +69,5 @@ function main()
 
   phase("summary")
   local s = agent{ name = "summary", prompt = "Summarise " .. #confirmed .. " confirmed findings for the author." }
-  report({ findings = json.array(confirmed), summary = s.output })
+  report({ findings = json.array(confirmed), summary = s.ok and s.output or ("(no summary: " .. s.error .. ")") })
 end

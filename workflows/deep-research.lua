@@ -46,10 +46,12 @@ function main()
     prompt = "Split this question into exactly " .. breadth .. " independent sub-questions:\n" .. question,
     schema = plan_schema,
   }
+  if not plan.ok then error("planning failed: " .. plan.error) end
 
   phase("research")
   local notes = parallel(plan.output.subquestions, function(sq, i)
     local r = agent{ name = "researcher " .. i, prompt = "Research: " .. sq, schema = note_schema }
+    if not r.ok then return { ok = false, error = r.error } end
     return { question = sq, answer = r.output.answer, confidence = r.output.confidence }
   end)
 
@@ -72,7 +74,8 @@ function main()
   local doc = agent{
     name = "writer",
     prompt = "Write a short report answering: " .. question .. "\nNotes:\n" .. table.concat(lines, "\n")
-      .. "\nReviewer remarks:\n" .. check.output,
+      .. "\nReviewer remarks:\n" .. (check.ok and check.output or "(none: the check failed)"),
   }
+  if not doc.ok then error("writing failed: " .. doc.error) end
   report({ markdown = "# " .. question .. "\n\n" .. doc.output .. "\n\n## Notes\n\n" .. table.concat(lines, "\n") .. "\n" })
 end

@@ -73,7 +73,7 @@ var builtins = map[string]Config{
 	"acp:claude":   {Command: "claude-code-acp", Install: "npm i -g @zed-industries/claude-code-acp"},
 	"acp:codex":    {Command: "codex-acp", Install: "npm i -g @zed-industries/codex-acp"},
 	"acp:opencode": {Command: "opencode", Args: []string{"acp"}, Install: "npm i -g opencode-ai"},
-	"acp:gemini":   {Command: "gemini", Args: []string{"--experimental-acp"}, Install: "npm i -g @google/gemini-cli"},
+	"acp:gemini":   {Command: "gemini", Args: []string{"--acp"}, Install: "npm i -g @google/gemini-cli"},
 }
 
 // BuiltinNames lists the known agents' ids, sorted.
@@ -243,7 +243,7 @@ func (b *Backend) attempt(ctx context.Context, req agent.Request, blocks []sdk.C
 			if o.err != nil {
 				return o.res, p.explain(o.err, conn.Done())
 			}
-			return o.res, nil
+			return s.refusedOutcome(o.res), nil
 		case <-s.activity:
 			idle.Reset(b.cfg.IdleTimeout)
 		case <-idle.C:
@@ -317,6 +317,11 @@ func (s *session) converse(ctx context.Context, conn *sdk.ClientSideConnection, 
 	s.startPrompt()
 	resp, err := conn.Prompt(ctx, sdk.PromptRequest{SessionId: sdk.SessionId(sid), Prompt: blocks})
 	text := s.endPrompt()
+	if err == nil {
+		s.mu.Lock()
+		s.stop = resp.StopReason
+		s.mu.Unlock()
+	}
 	if err != nil {
 		return agent.Result{SessionID: sid}, fmt.Errorf("acp backend %q: session/prompt: %w", id, err)
 	}

@@ -596,7 +596,7 @@ func TestBuiltin(t *testing.T) {
 		{"claude", "acp:claude", "claude-code-acp", nil},
 		{"acp:codex", "acp:codex", "codex-acp", nil},
 		{"acp:opencode", "acp:opencode", "opencode", []string{"acp"}},
-		{"acp:gemini", "acp:gemini", "gemini", []string{"--experimental-acp"}},
+		{"acp:gemini", "acp:gemini", "gemini", []string{"--acp"}},
 	} {
 		c, ok := Builtin(tc.name)
 		if !ok || c.ID != tc.id || c.Command != tc.command || !slices.Equal(c.Args, tc.args) || c.Install == "" {

@@ -9,7 +9,7 @@
 //	acp:claude    claude-code-acp             npm i -g @zed-industries/claude-code-acp
 //	acp:codex     codex-acp                   npm i -g @zed-industries/codex-acp
 //	acp:opencode  opencode acp                npm i -g opencode-ai
-//	acp:gemini    gemini --experimental-acp   npm i -g @google/gemini-cli
+//	acp:gemini    gemini --acp                npm i -g @google/gemini-cli
 //
 // Each agent logs in with its own CLI; luft never handles its credentials. An agent that
 // answers "authentication required" fails the call with a message saying so.
@@ -71,6 +71,14 @@
 // Allowing picks the agent's allow_once option (never allow_always, which would let the
 // agent skip later questions); an agent that offers none is refused. The agent's own
 // writes through fs/write_text_file pass the same edit rule, and every file access goes
-// through an os.Root on the workspace, so symlinks cannot lead outside it. Terminal
-// methods are not offered and answer "method not found".
+// through an os.Root on the workspace, so symlinks cannot lead outside it. Reading a file
+// that does not exist answers ACP's -32002 (resource not found), which agents that create
+// files (Gemini CLI) expect. Terminal methods are not offered and answer "method not
+// found".
+//
+// Agents differ in what they do after a refusal: codex ends the prompt "cancelled",
+// opencode and Claude Code end their turn with no text, others go on. Whenever the agent
+// then stops without an answer, the call fails (status error) with an error naming each
+// refused request and why it was refused, the same for every agent; an agent that went on
+// and answered keeps its result.
 package acp

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/agent"
 )
 
 // session is the client side of one call's connection: it collects the reply, reports
@@ -35,6 +37,8 @@ type session struct {
 	toolGap    bool // a tool call came after the last text
 	tools      map[sdk.ToolCallId]toolState
 	approval   *tools.ApprovalError
+	refusals   []string       // the permissions refused during the prompt: "what (why)"
+	stop       sdk.StopReason // how the prompt ended
 }
 
 // toolState is what is known of one tool call, merged from its updates.
@@ -259,6 +263,9 @@ func (s *session) RequestPermission(_ context.Context, p sdk.RequestPermissionRe
 		s.report("tool_call", "allowed: "+name)
 	} else {
 		s.report("tool_call", "refused: "+name+" ("+why+")")
+		if !closed && !other && len(s.refusals) < maxRefusals {
+			s.refusals = append(s.refusals, name+" ("+why+")")
+		}
 	}
 	s.mu.Unlock()
 	if opt == nil {
@@ -449,6 +456,12 @@ func (s *session) ReadTextFile(_ context.Context, p sdk.ReadTextFileRequest) (sd
 		return sdk.ReadTextFileResponse{}, fmt.Errorf("read refused: %w", err)
 	}
 	data, err := s.root.ReadFile(rel)
+	if errors.Is(err, os.ErrNotExist) {
+		// ACP's own code: an agent creating a new file (Gemini CLI) reads it first and
+		// takes this answer, not an internal error, to mean "go ahead, it is new".
+		return sdk.ReadTextFileResponse{}, &sdk.RequestError{Code: codeResourceNotFound, Message: "Resource not found",
+			Data: map[string]any{"path": p.Path, "details": "no such file"}}
+	}
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, err
 	}
@@ -500,6 +513,36 @@ func (s *session) WriteTextFile(_ context.Context, p sdk.WriteTextFileRequest) (
 	s.report("edit", rel)
 	s.mu.Unlock()
 	return sdk.WriteTextFileResponse{}, nil
+}
+
+// codeResourceNotFound is ACP's error code for a resource, such as a file, that does not
+// exist (the SDK has no constructor for it).
+const codeResourceNotFound = -32002
+
+// maxRefusals bounds the refusals a call's error lists.
+const maxRefusals = 8
+
+// refusedOutcome makes the permissions refused during the prompt visible in the result
+// the same way for every agent: agents differ in what they do next (codex ends the
+// prompt "cancelled", opencode and Claude Code end their turn with no text), so when the
+// agent then stopped without an answer the call fails with an error naming what was
+// refused and why. An agent that went on and answered keeps its result.
+func (s *session) refusedOutcome(res agent.Result) agent.Result {
+	s.mu.Lock()
+	refused, stop := slices.Clone(s.refusals), s.stop
+	s.mu.Unlock()
+	if len(refused) == 0 || res.OK() && strings.TrimSpace(res.Text) != "" {
+		return res
+	}
+	how := "ended its turn without an answer"
+	if stop != sdk.StopReasonEndTurn {
+		how = fmt.Sprintf("stopped without finishing its turn (stop reason %q)", stop)
+	}
+	res.Status = agent.StatusError
+	res.Error = fmt.Sprintf("acp backend %q: luft refused the agent permission for %s, and the agent %s; "+
+		"if it should be allowed, widen [tools] in luft.toml (allow_commands, allow_edits, approval)",
+		s.b.cfg.ID, strings.Join(refused, "; "), how)
+	return res
 }
 
 // check refuses file requests for another session or after the call has ended.

@@ -29,6 +29,9 @@ type Backends struct {
 	Infos    []Info
 	// Auto is set when nothing chose a default backend and the mock stands in.
 	Auto bool
+	// Unchosen are the config's backends when there are several and default_backend
+	// names none of them (the mock stands in; the notice names them).
+	Unchosen []string
 	// tools are the tools agents may be given ([tools], [mcp_servers]).
 	tools *toolset
 }
@@ -59,7 +62,7 @@ func configName(cfg config.Config) string {
 // always; mockfile with a mock file; an "openai" backend when OPENAI_BASE_URL or
 // OPENAI_API_KEY is set (model from LUFT_MODEL); the built-in coding agents; and every
 // [backends.NAME] of the config. The default backend is the config's default_backend,
-// else mock. Every error is a mistake in the input (config, environment, a file).
+// else the config's only backend, else mock. Every error is a mistake in the input (config, environment, a file).
 func Open(o Options) (*Backends, error) {
 	cfg, mockFile, protected, getenv := o.Config, o.MockFile, o.Protected, o.Getenv
 	mcfg, err := adapters.ParseMockEnv(getenv)
@@ -159,13 +162,21 @@ func Open(o Options) (*Backends, error) {
 		set.Infos = append(set.Infos, info)
 	}
 	def := "mock"
-	if cfg.DefaultBackend != "" {
-		def = cfg.DefaultBackend
+	chosen := cfg.DefaultBackend
+	if chosen == "" && len(cfg.Backends) == 1 {
+		// The one backend a newcomer configured is the one they mean.
+		for id := range cfg.Backends {
+			chosen = id
+		}
+	}
+	if chosen != "" {
+		def = chosen
 		if b := cfg.Backends[def]; b.Type == "mock" || b.Type == "mockfile" && b.MockFile == "" {
 			def = b.Type
 		}
 	} else {
 		set.Auto = true
+		set.Unchosen = slices.Sorted(maps.Keys(cfg.Backends))
 	}
 	set.Registry = adapters.NewRegistry(def, bs...)
 	if _, err := set.Registry.Get(""); err != nil {

@@ -76,3 +76,37 @@ mock_file = "replies.json"
 var noCall = adapters.Call{}
 
 func agentReq(prompt string) agent.Request { return agent.Request{Prompt: prompt} }
+
+// The default backend: default_backend, else the config's only backend, else the mock —
+// with the config's backends named when there are several and none is chosen.
+func TestDefaultBackend(t *testing.T) {
+	cases := []struct {
+		name, toml, want string
+		auto             bool
+		unchosen         string
+	}{
+		{name: "none", toml: ``, want: "mock", auto: true},
+		{name: "one", toml: "[backends.local]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n", want: "local"},
+		{name: "one mock", toml: "[backends.m]\ntype = \"mock\"\n", want: "mock"},
+		{name: "several", toml: "[backends.b]\ntype = \"mock\"\n[backends.a]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n",
+			want: "mock", auto: true, unchosen: "a,b"},
+		{name: "several and chosen", toml: "default_backend = \"a\"\n[backends.b]\ntype = \"mock\"\n[backends.a]\ntype = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n",
+			want: "a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Parse("luft.toml", []byte(tc.toml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			set, err := Open(Options{Config: cfg, Getenv: noEnv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer set.Close()
+			if got := set.Registry.Default(); got != tc.want || set.Auto != tc.auto || strings.Join(set.Unchosen, ",") != tc.unchosen {
+				t.Fatalf("default %q auto %t unchosen %v; want %q %t %q", got, set.Auto, set.Unchosen, tc.want, tc.auto, tc.unchosen)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package setup
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -13,40 +14,43 @@ import (
 	"github.com/luft-run/luft/config"
 )
 
-// toolset resolves the tools agents ask for: the built-ins at once, and the tools of the
-// [mcp_servers] ("server__tool") once an agent first asks for one, so a run whose agents
-// use no upstream tool never starts those servers. Both go through one tools.Set, so the
-// approval policy covers upstream tools too.
+// toolset resolves the tools agents ask for: the built-ins at once, and the tools of an
+// [mcp_servers] server ("server__tool") once an agent first asks for one of that server's
+// tools, so a run whose agents use no upstream tool never starts any server, and a server
+// that cannot start fails only the agents that asked for its tools. Every tool goes
+// through one tools.Set, so the approval policy covers upstream tools too.
 type toolset struct {
 	cfg     tools.Config
-	servers []mcptools.Server
+	servers map[string]mcptools.Server // by name
 	base    *tools.Set
 
-	mu       sync.Mutex
-	full     *tools.Set
-	upstream *mcptools.Upstream
-	closed   bool
+	mu        sync.Mutex
+	full      *tools.Set // the built-ins and the started servers' tools; nil: none started
+	upstreams []*mcptools.Upstream
+	started   map[string]bool
+	upTools   []tools.Tool
+	closed    bool
 }
 
 func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
 		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout,
 		Protected: protected}
-	ts := &toolset{cfg: tc}
+	ts := &toolset{cfg: tc, servers: map[string]mcptools.Server{}, started: map[string]bool{}}
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		s := cfg.MCPServers[name]
-		ts.servers = append(ts.servers, mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL})
+		ts.servers[name] = mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL}
 	}
-	// Names in [tools] destructive may be upstream tools, which are not known before the
-	// servers are started: check only the built-in ones now.
-	builtin := tc
-	builtin.Destructive = nil
+	// Names in [tools] destructive may be upstream tools, which are not known before their
+	// server is started: check only that such a name's server is configured now.
 	for _, n := range tc.Destructive {
-		if !strings.Contains(n, "__") {
-			builtin.Destructive = append(builtin.Destructive, n)
+		if server, _, up := strings.Cut(n, "__"); up {
+			if _, ok := ts.servers[server]; !ok {
+				return nil, fmt.Errorf("tools: [tools] destructive names %q, but no [mcp_servers.%s] is configured", n, server)
+			}
 		}
 	}
-	base, err := tools.New(builtin)
+	base, err := tools.New(ts.toolConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -54,35 +58,57 @@ func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	return ts, nil
 }
 
-// Resolve implements adapters.ToolResolver. The servers start under ctx (the asking
-// call's: a cancelled run does not wait for them); a failure is not kept, so a later call
-// tries again.
+// toolConfig is the tools.Config of the built-ins and the started servers' tools: the
+// [tools] destructive names that belong to them.
+func (t *toolset) toolConfig() tools.Config {
+	c := t.cfg
+	c.Destructive = nil
+	for _, n := range t.cfg.Destructive {
+		if server, _, up := strings.Cut(n, "__"); !up || t.started[server] {
+			c.Destructive = append(c.Destructive, n)
+		}
+	}
+	return c
+}
+
+// Resolve implements adapters.ToolResolver. The servers whose tools are named and are not
+// running yet start under ctx (the asking call's: a cancelled run does not wait for
+// them); a failure is not kept, so a later call tries again.
 func (t *toolset) Resolve(ctx context.Context, names []string) ([]tools.Tool, error) {
-	upstream := false
-	for _, n := range names {
-		upstream = upstream || strings.Contains(n, "__")
-	}
-	if !upstream || len(t.servers) == 0 {
-		return t.base.Resolve(names)
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.full == nil {
+	var need []mcptools.Server
+	for _, n := range names {
+		server, _, up := strings.Cut(n, "__")
+		if s, ok := t.servers[server]; up && ok && !t.started[server] && !slices.ContainsFunc(need, func(x mcptools.Server) bool { return x.Name == server }) {
+			need = append(need, s)
+		}
+	}
+	if len(need) > 0 {
 		if t.closed {
 			return nil, errors.New("tools: the run has ended; its MCP servers are stopped")
 		}
 		cctx, cancel := context.WithTimeout(ctx, mcptools.ConnectTimeout)
 		defer cancel()
-		up, err := mcptools.Open(cctx, t.servers)
+		up, err := mcptools.Open(cctx, need)
 		if err != nil {
 			return nil, err
 		}
-		full, err := tools.New(t.cfg, up.Tools()...)
+		for _, s := range need {
+			t.started[s.Name] = true
+		}
+		full, err := tools.New(t.toolConfig(), append(slices.Clone(t.upTools), up.Tools()...)...)
 		if err != nil {
+			for _, s := range need {
+				delete(t.started, s.Name)
+			}
 			up.Close()
 			return nil, err
 		}
-		t.upstream, t.full = up, full
+		t.upstreams, t.upTools, t.full = append(t.upstreams, up), append(t.upTools, up.Tools()...), full
+	}
+	if t.full == nil {
+		return t.base.Resolve(names)
 	}
 	return t.full.Resolve(names)
 }
@@ -92,8 +118,9 @@ func (t *toolset) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.closed = true
-	if t.upstream != nil {
-		return t.upstream.Close()
+	errs := make([]error, len(t.upstreams))
+	for i, up := range t.upstreams {
+		errs[i] = up.Close()
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -37,7 +38,46 @@ func openBackends(e *env, g *globalFlags, cfg config.Config, mockFile string) (*
 }
 
 // autoNotice is the one line a run on the stand-in default prints.
-const autoNotice = "luft: no backend configured: agents run on the offline mock backend (configure one in luft.toml, or pass --backend; see `luft backend list`)"
+const autoNotice = "luft: no backend configured: agents run on the offline mock backend (add a [backends.NAME] to luft.toml, or pass --backend; see `luft backend list`)"
+
+// defaultNotice is the line a run prints when the mock stands in: none configured, or
+// several and default_backend names none.
+func defaultNotice(unchosen []string) string {
+	if len(unchosen) < 2 {
+		return autoNotice
+	}
+	return fmt.Sprintf("luft: %d backends are configured (%s) and none is the default: agents run on the offline mock backend; set default_backend = %q in luft.toml, or pass --backend",
+		len(unchosen), strings.Join(unchosen, ", "), unchosen[0])
+}
+
+// notConfigured is the error of `luft backend check ID` for an id nothing registers: what
+// to put in luft.toml.
+func notConfigured(cfg config.Config, id string, err error) error {
+	where := "luft.toml (in this folder; none was found)"
+	if cfg.Path != "" {
+		where = cfg.Path
+	}
+	return usageErr(`backend check: %v
+No backend %q is configured. Add one to %s, for example:
+
+  default_backend = %q
+  [backends.%s]
+  type = "openai"                          # any OpenAI-compatible endpoint; or "acp" with command = ...
+  base_url = "http://127.0.0.1:11434/v1"   # e.g. Ollama; the key comes from $OPENAI_API_KEY (api_key_env)
+  model = "llama3.2"
+
+then run: luft backend check %s`, err, id, where, id, tomlKey(id), id)
+}
+
+// tomlKey quotes a backend id that is not a bare TOML key.
+func tomlKey(id string) string {
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return strconv.Quote(id)
+		}
+	}
+	return id
+}
 
 func newBackendCmd(e *env, g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
@@ -80,13 +120,17 @@ configured model listed) and, when that response carries no rate-limit headers, 
 completion of a single token to read them. Exit 0 when the backend is usable, 1 when not.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			set, err := loadBackends(e, g)
+			cfg, err := loadConfig(e, g)
+			if err != nil {
+				return err
+			}
+			set, err := openBackends(e, g, cfg, "")
 			if err != nil {
 				return err
 			}
 			b, err := set.Registry.Get(args[0])
 			if err != nil {
-				return usageErr("backend check: %v", err)
+				return notConfigured(cfg, args[0], err)
 			}
 			c, ok := b.(adapters.Checker)
 			if !ok {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,6 +22,11 @@ func withService(cmd *cobra.Command, e *env, g *globalFlags, fn func(ctx context
 	ctx := cmd.Context()
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	// A broken config stops every command that reads it, these too: a mistake found
+	// only by the next run is found late.
+	if _, err := loadConfig(e, g); err != nil {
+		return err
 	}
 	st, err := openStore(ctx, e, g, true)
 	if err != nil {
@@ -75,7 +79,9 @@ type phaseJSON struct {
 	Failed      int    `json:"failed"`
 }
 
-func toJSON(r storage.Run, stale bool, phases []storage.Phase) runJSON {
+// toJSON is the JSON form of a run; its resume hint carries --state-dir when one was
+// given, so following it finds the run.
+func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) runJSON {
 	j := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Stale: stale, Error: r.Error, Attempt: r.Attempt,
 		Agents: r.Agents, Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost,
 		CreatedAt: r.CreatedAt, Args: r.Args, ScriptHash: r.ScriptHash, ProcessID: r.PID}
@@ -87,7 +93,7 @@ func toJSON(r storage.Run, stale bool, phases []storage.Phase) runJSON {
 		j.FinishedAt = &t
 	}
 	if r.Resumable() && (r.Status != storage.StatusRunning || stale) {
-		j.ResumeWith = "luft run --resume " + r.ID
+		j.ResumeWith = tui.ResumeCommand(r.ID, stateDir)
 	}
 	for _, p := range phases {
 		j.Phases = append(j.Phases, phaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
@@ -118,7 +124,7 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 				if asJSON {
 					out := make([]runJSON, 0, len(runs))
 					for _, r := range runs {
-						out = append(out, toJSON(r, false, nil))
+						out = append(out, toJSON(r, false, nil, g.stateDir))
 					}
 					return writeJSON(e.stdout, out)
 				}
@@ -154,7 +160,7 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				if err != nil {
 					return runRefError(err)
 				}
-				j := toJSON(info.Run, info.Stale, info.Phases)
+				j := toJSON(info.Run, info.Stale, info.Phases, g.stateDir)
 				if asJSON {
 					return writeJSON(e.stdout, j)
 				}
@@ -254,7 +260,7 @@ func newPhasesCmd(e *env, g *globalFlags) *cobra.Command {
 				if err := <-errc; err != nil {
 					return err
 				}
-				actual := toJSON(info.Run, info.Stale, info.Phases).Phases
+				actual := toJSON(info.Run, info.Stale, info.Phases, g.stateDir).Phases
 				if asJSON {
 					if planned == nil {
 						planned = []any{}
@@ -272,6 +278,9 @@ func newPhasesCmd(e *env, g *globalFlags) *cobra.Command {
 					m, _ := p.(map[string]any)
 					label, _ := m["label"].(string)
 					desc, _ := m["description"].(string)
+					if desc == "" {
+						desc, _ = m["detail"].(string) // Luft's meta.phases[].detail
+					}
 					seen := "not started"
 					for _, a := range actual {
 						if a.Label == label {
@@ -334,7 +343,7 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				enc := json.NewEncoder(e.stdout)
 				enc.SetEscapeHTML(false)
-				plain := tui.NewPlain(io.Discard, tui.PlainOptions{Level: level, Location: time.Local, ShowRunDone: true, Styles: tui.NoColor()})
+				lines := newPrettyLines(level)
 				for ev := range evs {
 					if asJSON {
 						if err := enc.Encode(ev); err != nil {
@@ -342,14 +351,9 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 						}
 						continue
 					}
-					line := plain.Line(ev)
-					if line == "" {
-						if ev.Type == event.Log {
-							continue // below --level
-						}
-						line = "  " + ev.Type
+					if line, ok := lines.line(ev); ok { // not ok: a log line below --level
+						fmt.Fprint(e.stdout, line)
 					}
-					fmt.Fprintf(e.stdout, "%5d %s %s\n", ev.Seq, ev.TS.Local().Format("15:04:05.000"), strings.TrimRight(line, "\n"))
 				}
 				return <-errc
 			})
@@ -379,9 +383,9 @@ func newCancelCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				if asJSON {
 					return writeJSON(e.stdout, map[string]any{"run_id": r.ID, "result": "cancel_requested",
-						"resume_with": "luft run --resume " + r.ID})
+						"resume_with": tui.ResumeCommand(r.ID, g.stateDir)})
 				}
-				fmt.Fprintf(e.stdout, "cancel requested for run %s (resume later with: luft run --resume %s)\n", r.ID, r.ID)
+				fmt.Fprintf(e.stdout, "cancel requested for run %s (resume later with: %s)\n", r.ID, tui.ResumeCommand(r.ID, g.stateDir))
 				return nil
 			})
 		},

@@ -157,7 +157,11 @@ func TestToolUsingAgent(t *testing.T) {
   local b = agent{prompt = "peek outside", tools = {"read_file", "list_dir"}}
   report({a = a.text, b = b.text})
 end`,
-		"write.lua": `function main() report(agent{prompt = "write it down", tools = {"write_file"}}.text) end`,
+		"write.lua": `function main()
+  local r = agent{prompt = "write it down", tools = {"write_file"}}
+  assert(r.ok, r.error) -- a failed call returns ok=false; this script stops on it
+  report(r.text)
+end`,
 	})
 	run := func(script string) (string, string, int) {
 		return luftIn(t, dir, []string{"OPENAI_API_KEY=k"}, "--state-dir", filepath.Join(dir, "st"), "run", "-q", "-w", script)

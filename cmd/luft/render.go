@@ -245,7 +245,7 @@ func (r *renderer) finish(res runtime.Result) error {
 	if err := errorExit(res); err != nil {
 		if r.mode == modeQuiet || r.mode == modeJSON {
 			// Errors are still shown in quiet and JSON modes.
-			fmt.Fprintf(r.e.stderr, "luft: %s\n", statusMessage(res))
+			fmt.Fprintf(r.e.stderr, "luft: %s\n", statusMessage(res, r.g.stateDir))
 		}
 		return err
 	}
@@ -271,8 +271,8 @@ func runDoneEvent(res runtime.Result, now time.Time) event.Event {
 	return ev
 }
 
-func statusMessage(res runtime.Result) string {
-	resume := fmt.Sprintf("; resume with: luft run --resume %s", res.RunID)
+func statusMessage(res runtime.Result, stateDir string) string {
+	resume := "; resume with: " + tui.ResumeCommand(res.RunID, stateDir)
 	switch res.Status {
 	case runtime.StatusCancelled:
 		return fmt.Sprintf("run %s cancelled%s", res.RunID, resume)
@@ -283,7 +283,7 @@ func statusMessage(res runtime.Result) string {
 	case lua.KindSyntax, lua.KindInvalid:
 		return fmt.Sprintf("run %s failed: %v", res.RunID, res.Err)
 	case lua.KindDivergence:
-		return fmt.Sprintf("run %s failed: %v; to run from that call on: luft run --resume %s --allow-changed-script --rerun-from-divergence", res.RunID, res.Err, res.RunID)
+		return fmt.Sprintf("run %s failed: %v; to run from that call on: %s --allow-changed-script --rerun-from-divergence", res.RunID, res.Err, tui.ResumeCommand(res.RunID, stateDir))
 	}
 	return fmt.Sprintf("run %s failed: %v%s", res.RunID, res.Err, resume)
 }

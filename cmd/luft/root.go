@@ -65,7 +65,11 @@ func newRootCmd(e *env) *cobra.Command {
 		return &exitError{code: exitUsage, err: err, usage: true}
 	})
 	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e), newBackendCmd(e, g),
-		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g))
+		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g),
+		newClearCmd(e, g))
+	// luft --version, as Luft has it; the same line as luft version.
+	root.Version = "-"
+	root.SetVersionTemplate(versionLine())
 	return root
 }
 
@@ -128,25 +132,30 @@ func newVersionCmd(e *env) *cobra.Command {
 		Short: "Print luft's version and commit",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, c := version, commit
-			if info, ok := debug.ReadBuildInfo(); ok {
-				if v == "" {
-					v = info.Main.Version
-				}
-				for _, s := range info.Settings {
-					if s.Key == "vcs.revision" && c == "" {
-						c = s.Value
-					}
-				}
-			}
-			if v == "" || v == "(devel)" {
-				v = "dev"
-			}
-			if c == "" {
-				c = "unknown"
-			}
-			fmt.Fprintf(e.stdout, "luft %s (commit %s)\n", v, c)
+			fmt.Fprint(e.stdout, versionLine())
 			return nil
 		},
 	}
+}
+
+// buildVersion is the version and commit: stamped at release, else from build info.
+func buildVersion() (string, string) {
+	v, c := version, commit
+	if info, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = info.Main.Version
+		}
+		for _, s := range info.Settings {
+			if s.Key == "vcs.revision" && c == "" {
+				c = s.Value
+			}
+		}
+	}
+	if v == "" || v == "(devel)" {
+		v = "dev"
+	}
+	if c == "" {
+		c = "unknown"
+	}
+	return v, c
 }

@@ -36,12 +36,19 @@ type runFlags struct {
 	quiet          bool
 	noTUI          bool
 	timeout        time.Duration
+	// Luft's flags
+	confirm      bool
+	yes          bool
+	logFile      string
+	logFormat    string
+	logFormatSet bool
+	plannerModel string
 }
 
 func newRunCmd(e *env, g *globalFlags) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
-		Use:   "run --workflow FILE [flags]",
+		Use:   "run --workflow FILE [ARGS_JSON] [flags]",
 		Short: "Run a workflow file",
 		Long: `Run a workflow file. Progress goes to stderr, the report to stdout (a string or an
 object's markdown field raw, anything else as JSON) and to -o FILE. With --json, stdout
@@ -51,6 +58,10 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 3 cancelled or suspended, 130 a second Ctrl-C.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.slotsFromFlag = cmd.Flags().Changed("max-concurrency")
+			f.logFormatSet = cmd.Flags().Changed("log-format")
+			if err := checkLogFlags(f); err != nil {
+				return err
+			}
 			if f.resume {
 				if f.workflow != "" || f.args != "" {
 					return usageErr("--resume runs the stored workflow with its stored args; drop --workflow and --args")
@@ -75,9 +86,18 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 			if f.allowChanged || f.rerunDiverged {
 				return usageErr("--allow-changed-script and --rerun-from-divergence only apply with --resume")
 			}
+			if ok, err := positionalArgs(f, args); ok || err != nil {
+				if err != nil {
+					return err
+				}
+				args = nil
+			}
 			if len(args) > 0 {
 				if f.workflow != "" {
 					return usageErr("give either --workflow FILE or a task in words, not both")
+				}
+				if err := bareWorkflowFile(args); err != nil {
+					return err
 				}
 				return usageErr("planning a workflow from a task in words is not available in this build; write a workflow and pass --workflow FILE")
 			}
@@ -94,7 +114,7 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 	fl.BoolVar(&f.rerunDiverged, "rerun-from-divergence", false, "with --resume: forget the journal from the first call whose inputs changed and run from there")
 	fl.StringVar(&f.args, "args", "", "arguments for the script as a JSON object (the script's `args`)")
 	fl.StringVarP(&f.output, "output", "o", "", "also write the report to this file")
-	fl.StringVar(&f.backend, "backend", "", "backend for agent calls that name none: mock, mockfile, openai (with OPENAI_BASE_URL/OPENAI_API_KEY) or a [backends.NAME] of the config file")
+	fl.StringVarP(&f.backend, "backend", "b", "", "backend for agent calls that name none: mock, mockfile, openai (with OPENAI_BASE_URL/OPENAI_API_KEY) or a [backends.NAME] of the config file")
 	fl.StringVar(&f.model, "model", "", "model for agent calls that name none")
 	fl.StringVar(&f.mockFile, "mock-file", "", "scripted replies for the mockfile backend (JSON)")
 	fl.IntVar(&f.maxConcurrency, "max-concurrency", 8, "model turns running at once per backend/model (the scheduler's slots), and the default pipeline max_inflight")
@@ -104,6 +124,11 @@ Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent ru
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print nothing but the report and errors")
 	fl.BoolVar(&f.noTUI, "no-tui", false, "plain progress lines even on a terminal (also with CI set or TERM=dumb)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop the run after this long (e.g. 90s, 10m); 0 = no limit")
+	fl.BoolVarP(&f.confirm, "confirm", "c", false, "print the script and ask before running it (needs a terminal, or --yes)")
+	fl.BoolVar(&f.yes, "yes", false, "with --confirm: answer yes without asking")
+	fl.StringVar(&f.logFile, "log", "", "also write every event of the run to this file")
+	fl.StringVar(&f.logFormat, "log-format", "jsonl", "format of --log FILE: jsonl (one JSON event per line) or pretty (the lines of luft logs)")
+	fl.StringVar(&f.plannerModel, "planner-model", "", "model for planning a workflow from a task in words (accepted for Luft's command lines; this build runs workflow files)")
 	return cmd
 }
 
@@ -151,13 +176,25 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	defer bset.Close()
 	reg := bset.Registry
 	if bset.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json {
-		fmt.Fprintln(e.stderr, autoNotice)
+		fmt.Fprintln(e.stderr, defaultNotice(bset.Unchosen))
 	}
 	if _, err := reg.Get(f.backend); err != nil {
 		return usageErr("--backend: %v", err)
 	}
 	if err := checkLevel(g.logLevel); err != nil {
 		return err
+	}
+	if f.confirm && !f.resume {
+		if err := confirm(e, f); err != nil {
+			return err
+		}
+	}
+	logFile, err := openLog(f)
+	if err != nil {
+		return err
+	}
+	if logFile != nil {
+		defer logFile.Close() // closed by the mirror once the run ends; this covers an early return
 	}
 	if f.output != "" {
 		// Refuse a report path that cannot be written before any agent runs.
@@ -225,13 +262,18 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}()
 
+	logDone := mirrorLog(ctx, f, logFile, run)
 	if err := r.show(ctx, run, run.SubscribeAttempt(ctx)); err != nil {
 		run.Cancel()
 		run.Wait()
 		return &exitError{code: exitFailed, err: err}
 	}
 	res := run.Wait()
-	return r.finish(res)
+	ferr := r.finish(res)
+	if err := logDone(); err != nil && ferr == nil {
+		return &exitError{code: exitFailed, err: err}
+	}
+	return ferr
 }
 
 // checkLevel refuses a log level the views do not know.

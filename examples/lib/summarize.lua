@@ -10,5 +10,7 @@ function main()
     name = "summarize " .. topic,
     prompt = "Summarise " .. topic .. " in " .. n .. " sentences.",
   }
+  -- A child's error() fails the workflow() call in the parent (its branch, here).
+  if not r.ok then error("summarize " .. topic .. ": " .. r.error) end
   report({ topic = topic, summary = r.output })
 end

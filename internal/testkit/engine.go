@@ -66,6 +66,9 @@ type Config struct {
 	// KeepRequests keeps each request's messages and tool names in its Record, so tests
 	// can assert on what the engine received (off by default: benchmarks send many).
 	KeepRequests bool
+	// NoMaxCompletionTokens refuses max_completion_tokens with a 400, as servers and API
+	// versions from before it do; max_tokens is still accepted.
+	NoMaxCompletionTokens bool
 }
 
 // DefaultModel is the model id /v1/models lists when Config.Models is empty.
@@ -103,9 +106,14 @@ type Record struct {
 	ChargedTokens int `json:"charged_tokens"`
 	ToolCalls     int `json:"tool_calls,omitempty"`
 
-	// Messages and Tools are what the request sent, with Config.KeepRequests only.
-	Messages []Message `json:"messages,omitempty"`
-	Tools    []string  `json:"tools,omitempty"`
+	// Messages and Tools are what the request sent, with Config.KeepRequests only, and
+	// so are its max_tokens and max_completion_tokens (0: not sent).
+	Messages            []Message `json:"messages,omitempty"`
+	Tools               []string  `json:"tools,omitempty"`
+	MaxTokens           int       `json:"max_tokens,omitempty"`
+	MaxCompletionTokens int       `json:"max_completion_tokens,omitempty"`
+	// FinishReason is the reply's finish_reason ("stop", "tool_calls", "length").
+	FinishReason string `json:"finish_reason,omitempty"`
 
 	RetryAfter time.Duration `json:"retry_after_ns,omitempty"` // on a 429
 }
@@ -312,6 +320,12 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 		for _, t := range req.Tools {
 			j.rec.Tools = append(j.rec.Tools, t.Function.Name)
 		}
+		if req.MaxTokens != nil {
+			j.rec.MaxTokens = *req.MaxTokens
+		}
+		if req.MaxCompletionTokens != nil {
+			j.rec.MaxCompletionTokens = *req.MaxCompletionTokens
+		}
 	}
 
 	if status, apiErr := e.validate(req, o); apiErr != nil {
@@ -329,14 +343,23 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 	} else if req.MaxTokens != nil {
 		maxTokens, explicit = *req.MaxTokens, true
 	}
-	out := maxTokens
+	out, capped := maxTokens, false
 	if e.cfg.Lengths.Median > 0 {
 		out = e.cfg.Lengths.draw(seedOf(req))
-		if explicit {
-			out = min(out, maxTokens)
+		if explicit && out > maxTokens {
+			out, capped = maxTokens, true
 		}
 	}
 	j.answer = decide(req, e.cfg.ToolRules, out)
+	if capped && j.answer.finish == "stop" && j.answer.tokens == out {
+		j.answer.finish = "length" // the drawn answer ran into the cap
+	}
+	if explicit && j.answer.content != "" && j.answer.tokens > maxTokens {
+		// A scripted or structured reply longer than the cap is cut there, as a model's
+		// would be.
+		j.answer.content, j.answer.tokens, j.answer.finish = cutTokens(j.answer.content, maxTokens), maxTokens, "length"
+	}
+	j.rec.FinishReason = j.answer.finish
 	j.rec.PromptTokens = j.prompt.tokens
 	j.rec.OutputTokens = j.answer.tokens
 	j.rec.ToolCalls = len(j.answer.toolCalls)
@@ -413,7 +436,11 @@ func (e *Engine) validate(req *ChatRequest, o callOpts) (int, *APIError) {
 		switch m.Role {
 		case "system", "developer", "user":
 		case "assistant":
-			for _, c := range m.ToolCalls {
+			for k, c := range m.ToolCalls {
+				if c.Function.missingArguments {
+					return bad(fmt.Sprintf("messages.[%d].tool_calls.[%d].function.arguments", i, k),
+						"Missing required parameter: 'messages[%d].tool_calls[%d].function.arguments'.", i, k)
+				}
 				called[c.ID] = true
 			}
 		case "tool":
@@ -424,6 +451,9 @@ func (e *Engine) validate(req *ChatRequest, o callOpts) (int, *APIError) {
 		default:
 			return bad(fmt.Sprintf("messages.[%d].role", i), "messages[%d].role: %q is not one of system, developer, user, assistant, tool", i, m.Role)
 		}
+	}
+	if req.MaxCompletionTokens != nil && e.cfg.NoMaxCompletionTokens {
+		return bad("max_completion_tokens", "Unrecognized request argument supplied: max_completion_tokens")
 	}
 	for _, p := range []*int{req.MaxTokens, req.MaxCompletionTokens} {
 		if p != nil && *p < 1 {

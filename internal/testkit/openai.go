@@ -135,6 +135,26 @@ type ToolCall struct {
 type FunctionCall struct {
 	Name      string `json:"name,omitempty"`
 	Arguments string `json:"arguments"`
+	// missingArguments is set when a request's call had no arguments member, which
+	// OpenAI refuses in an assistant message's tool calls.
+	missingArguments bool
+}
+
+// UnmarshalJSON reads a function call, noting a missing arguments member; arguments
+// must be a string (a JSON object there is refused, as OpenAI does).
+func (f *FunctionCall) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Name      string  `json:"name"`
+		Arguments *string `json:"arguments"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*f = FunctionCall{Name: raw.Name, missingArguments: raw.Arguments == nil}
+	if raw.Arguments != nil {
+		f.Arguments = *raw.Arguments
+	}
+	return nil
 }
 
 // ChatResponse is a non-streamed chat completion.

@@ -29,6 +29,9 @@ type ToolRule struct {
 type ScriptedCall struct {
 	Name      string
 	Arguments string
+	// Verbatim sends Arguments as they are, even "" (as some models do for a tool
+	// without parameters), instead of "{}" for an empty one.
+	Verbatim bool
 }
 
 func (r *ToolRule) matches(text string) bool {
@@ -155,7 +158,7 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 		a := answer{finish: "tool_calls"}
 		for i, c := range calls {
 			args := c.Arguments
-			if strings.TrimSpace(args) == "" {
+			if strings.TrimSpace(args) == "" && !c.Verbatim {
 				args = "{}"
 			}
 			a.toolCalls = append(a.toolCalls, ToolCall{

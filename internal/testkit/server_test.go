@@ -431,3 +431,44 @@ func (w signalWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// The engine is as strict as OpenAI where luft's requests were found wanting: an echoed
+// tool call needs its arguments string, max_completion_tokens is refused when the engine
+// models an older server, and a reply longer than the cap is cut with finish_reason
+// "length".
+func TestWireStrictness(t *testing.T) {
+	const call = `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f"%s}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"x"}`
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		body   string
+		status int
+		finish string
+		want   string
+	}{
+		{name: "arguments missing", body: `{"model":"m","messages":[{"role":"user","content":"hi"},` + strings.Replace(call, "%s", "", 1) + `]}`,
+			status: 400, want: "messages[1].tool_calls[0].function.arguments"},
+		{name: "arguments given", body: `{"model":"m","messages":[{"role":"user","content":"hi"},` + strings.Replace(call, "%s", `,"arguments":"{}"`, 1) + `]}`,
+			status: 200, finish: "stop"},
+		{name: "max_completion_tokens refused", cfg: Config{NoMaxCompletionTokens: true},
+			body: `{"model":"m","max_completion_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, status: 400, want: "max_completion_tokens"},
+		{name: "max_tokens on an older server", cfg: Config{NoMaxCompletionTokens: true},
+			body: `{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, status: 200, finish: "stop"},
+		{name: "reply cut at the cap", cfg: Config{ToolRules: []ToolRule{{Match: "story", Reply: "one two three four five"}}},
+			body: `{"model":"m","max_completion_tokens":2,"messages":[{"role":"user","content":"story"}]}`, status: 200, finish: "length", want: `"one two"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, base := startServer(t, tc.cfg)
+			resp, b := post(t, base+"/chat/completions", tc.body)
+			if resp.StatusCode != tc.status || !strings.Contains(string(b), tc.want) {
+				t.Fatalf("status %d, body %s; want %d with %q", resp.StatusCode, b, tc.status, tc.want)
+			}
+			if tc.finish != "" {
+				if got := path(decodeMap(t, b), "choices", 0, "finish_reason"); got != tc.finish {
+					t.Fatalf("finish_reason %v, want %s", got, tc.finish)
+				}
+			}
+		})
+	}
+}

@@ -30,6 +30,18 @@ func Tokenize(text string) []string {
 	return toks
 }
 
+// cutTokens returns text up to the end of its n-th token.
+func cutTokens(text string, n int) string {
+	end, count := 0, 0
+	eachToken(text, func(t string) {
+		if count < n {
+			end = end + strings.Index(text[end:], t) + len(t)
+			count++
+		}
+	})
+	return text[:end]
+}
+
 func eachToken(text string, f func(string)) {
 	for _, w := range strings.FieldsFunc(text, unicode.IsSpace) {
 		for len(w) > 0 {

@@ -25,6 +25,11 @@ const (
 	EnvLog    = "LUFT_FAKE_ACP_LOG"    // the ground-truth log file
 	EnvState  = "LUFT_FAKE_ACP_STATE"  // the session directory; unset: no loadSession
 	EnvModels = "LUFT_FAKE_ACP_MODELS" // comma-separated models offered; "none": no model selection
+	// EnvOnReject is what the agent does when a permission is refused: "" goes on,
+	// "cancel" ends the prompt with stopReason "cancelled" (as codex does), "quiet" ends
+	// it at once with stopReason "end_turn" and no reply text (as opencode and Claude
+	// Code do).
+	EnvOnReject = "LUFT_FAKE_ACP_ON_REJECT"
 )
 
 // DefaultModels are the models offered when Options.Models is nil; the first is current.
@@ -42,11 +47,12 @@ type Options struct {
 	StateDir string    // where sessions are kept; "" disables session/load
 	Models   []string  // nil: DefaultModels; empty: no model selection
 	Stderr   io.Writer // where CRASH writes; nil discards
+	OnReject string    // see EnvOnReject
 }
 
 // OptionsFromEnv reads EnvLog, EnvState and EnvModels through getenv.
 func OptionsFromEnv(getenv func(string) string) Options {
-	o := Options{LogPath: getenv(EnvLog), StateDir: getenv(EnvState)}
+	o := Options{LogPath: getenv(EnvLog), StateDir: getenv(EnvState), OnReject: getenv(EnvOnReject)}
 	switch m := strings.TrimSpace(getenv(EnvModels)); m {
 	case "":
 	case "none":

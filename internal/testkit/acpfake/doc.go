@@ -31,6 +31,11 @@
 //	              connection's end) and answers "cancelled"
 //	CRASH         writes a line to stderr and exits with status 3 without answering
 //
+// A refused permission is answered as EnvOnReject says: by default the agent reports the
+// tool call failed and goes on; "cancel" ends the prompt with stopReason "cancelled" (as
+// codex does); "quiet" ends it with "end_turn" and no further text (as opencode and
+// Claude Code do).
+//
 // Every prompt first streams a thought. When the word JSON appears anywhere (luft's
 // schema instruction contains it) the reply is one ```json fenced block holding
 // {"ok": true, "session": id, "turn": n, "model": m}; otherwise the reply echoes the

@@ -32,8 +32,12 @@ func directives(text string) []directive {
 	return out
 }
 
-// errCancelled ends a prompt whose session was cancelled.
-var errCancelled = fmt.Errorf("cancelled")
+// errCancelled ends a prompt whose session was cancelled, errQuiet one that stops after a
+// refused permission without a word (Options.OnReject "quiet").
+var (
+	errCancelled = fmt.Errorf("cancelled")
+	errQuiet     = fmt.Errorf("stopped quietly")
+)
 
 func (a *fakeAgent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.PromptResponse, error) {
 	sid := string(p.SessionId)
@@ -66,6 +70,9 @@ func (a *fakeAgent) Prompt(ctx context.Context, p sdk.PromptRequest) (sdk.Prompt
 	reply, err := t.run(text, n, model)
 	if err == errCancelled || ctx.Err() != nil {
 		return sdk.PromptResponse{StopReason: sdk.StopReasonCancelled}, nil
+	}
+	if err == errQuiet {
+		reply, err = t.reply.String(), nil
 	}
 	if err != nil {
 		return sdk.PromptResponse{}, err
@@ -175,7 +182,7 @@ func (t *turnRun) do(d directive) error {
 			return err
 		}
 		if !ok {
-			return t.finish(id, false, "edit "+d.arg+": rejected\n")
+			return t.rejected(id, "edit "+d.arg+": rejected\n")
 		}
 		if err := t.write(path); err != nil {
 			return t.finish(id, false, "edit "+d.arg+": write failed: "+err.Error()+"\n")
@@ -198,7 +205,7 @@ func (t *turnRun) do(d directive) error {
 		}
 		verb := strings.ToLower(d.word)
 		if !ok {
-			return t.finish(id, false, verb+" "+d.arg+": rejected\n")
+			return t.rejected(id, verb+" "+d.arg+": rejected\n")
 		}
 		return t.finish(id, true, verb+" "+d.arg+": allowed\n")
 	case "READ":
@@ -263,6 +270,24 @@ func (t *turnRun) permission(tc sdk.ToolCallUpdate) (bool, error) {
 	}
 	t.a.log(e)
 	return allowed, nil
+}
+
+// rejected ends a tool call whose permission was refused, then goes on or stops as
+// Options.OnReject says.
+func (t *turnRun) rejected(id sdk.ToolCallId, line string) error {
+	switch t.a.opts.OnReject {
+	case "cancel":
+		if err := t.a.update(t.ctx, t.sid, sdk.UpdateToolCall(id, sdk.WithUpdateStatus(sdk.ToolCallStatusFailed))); err != nil {
+			return err
+		}
+		return errCancelled
+	case "quiet":
+		if err := t.a.update(t.ctx, t.sid, sdk.UpdateToolCall(id, sdk.WithUpdateStatus(sdk.ToolCallStatusFailed))); err != nil {
+			return err
+		}
+		return errQuiet
+	}
+	return t.finish(id, false, line)
 }
 
 func (t *turnRun) finish(id sdk.ToolCallId, ok bool, line string) error {

@@ -108,3 +108,37 @@ func countBusy(ls []Lane) int {
 	}
 	return n
 }
+
+// SyncLanes makes the agents shown running agree with the scheduler's sample of its
+// lanes. Events say when an agent call starts and ends, not when each of its turns holds
+// a slot, so the board guesses; the sample knows. On every lane the sample covers, the
+// agents started last beyond its running count are shown queued, and queued agents fill
+// the running places it shows. Agents of other lanes are left as they are.
+func (s *State) SyncLanes(ls []Lane) {
+	for _, l := range ls {
+		var running []*Agent
+		for _, e := range s.running.items[s.running.head:] {
+			if e.live() && onLane(e.a, l.Name) {
+				running = append(running, e.a)
+			}
+		}
+		for i := len(running) - 1; i >= max(l.Running, 0); i-- {
+			a := running[i]
+			s.move(a, Queued)
+			s.queue(a.LaneName()).add(a)
+		}
+		for n := len(running); n < l.Running; n++ {
+			next := s.queue(l.Name).pop()
+			if next == nil {
+				break
+			}
+			s.move(next, Running)
+		}
+	}
+}
+
+// onLane reports whether a is on the scheduler lane named lane. An agent whose model is
+// not known yet (the backend's default) matches its backend's lane.
+func onLane(a *Agent, lane string) bool {
+	return a.LaneName() == lane || a.Lane == "" && a.Model == "" && strings.HasPrefix(lane, a.Backend+"/")
+}

@@ -53,3 +53,22 @@ func TestLanesInSummaryAndStatus(t *testing.T) {
 		t.Fatalf("status:\n%s", b.String())
 	}
 }
+
+// The agent rows follow the scheduler's sample: the lane line and the agent counts agree.
+func TestSyncLanesAgreesWithTheSample(t *testing.T) {
+	st := Fold(StateOptions{}, scenarioFanout().evs...)
+	if r, q := st.Count(Running), st.Count(Queued); r != 8 || q != 4 {
+		t.Fatalf("before: %d running, %d queued", r, q)
+	}
+	for _, tc := range []struct{ running, wantRunning, wantQueued int }{
+		{3, 3, 9},   // fewer slots held than the events suggest
+		{10, 10, 2}, // more: queued agents fill them
+		{20, 12, 0}, // more than there are agents: all run
+		{0, 0, 12},
+	} {
+		st.SyncLanes([]Lane{{Name: "openai/gpt-4o", Running: tc.running}, {Name: "other/m", Running: 5}})
+		if r, q := st.Count(Running), st.Count(Queued); r != tc.wantRunning || q != tc.wantQueued {
+			t.Errorf("lane running %d: %d running, %d queued; want %d and %d", tc.running, r, q, tc.wantRunning, tc.wantQueued)
+		}
+	}
+}

@@ -164,6 +164,9 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tea.Println(oneLine(string(msg)))
 	case LanesMsg:
 		m.lanes = []Lane(msg)
+		if !m.st.Done() {
+			m.st.SyncLanes(m.lanes) // the lane lines and the agent rows tell one story
+		}
 		return m, nil
 	}
 	return m, nil

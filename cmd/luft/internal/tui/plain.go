@@ -40,7 +40,12 @@ type Plain struct {
 }
 
 // SetLanes gives the next Status the scheduler's lanes as sampled now.
-func (p *Plain) SetLanes(ls []Lane) { p.lanes = ls }
+func (p *Plain) SetLanes(ls []Lane) {
+	p.lanes = ls
+	if !p.st.Done() {
+		p.st.SyncLanes(ls)
+	}
+}
 
 // NewPlain returns a plain renderer writing to w.
 func NewPlain(w io.Writer, o PlainOptions) *Plain {
@@ -177,6 +182,17 @@ func (p *Plain) text(ev event.Event) (string, lipgloss.Style) {
 			s += " · " + fmtDur(ph.EndedAt.Sub(ph.StartedAt))
 		}
 		return s, p.sty.Section
+	case event.AgentStarted:
+		// A line per start, so a long phase is not silent until its first agent ends.
+		a := st.Agent(str(d, "call_key"))
+		if a == nil {
+			return "", none
+		}
+		where := str(d, "backend")
+		if m := str(d, "model"); m != "" {
+			where += "/" + m
+		}
+		return "  ▸ " + join(a.Label(), oneLine(where)), p.sty.Dim
 	case event.AgentDone:
 		return p.agentDone(d)
 	case event.AgentRetry:
@@ -200,6 +216,14 @@ func (p *Plain) text(ev event.Event) (string, lipgloss.Style) {
 			intOf(d, "total_stages")), none
 	case event.PipelineDone:
 		return fmt.Sprintf("  ⇶ pipeline %s done · %d ok, %d failed", str(d, "span_id"), intOf(d, "ok"), intOf(d, "failed")), none
+	case event.ConvergeStarted:
+		return fmt.Sprintf("  ⟲ converge · %d items, up to %d rounds", intOf(d, "items"), intOf(d, "max_rounds")), none
+	case event.ConvergeDone:
+		state := "did not converge"
+		if d["converged"] == true {
+			state = "converged"
+		}
+		return fmt.Sprintf("  ⟲ converge %s after %d rounds · %d findings", state, intOf(d, "rounds"), intOf(d, "findings")), none
 	case event.WorkflowStarted:
 		return "  ↳ workflow " + oneLine(str(d, "path")), none
 	case event.WorkflowDone:
@@ -221,8 +245,12 @@ func (p *Plain) text(ev event.Event) (string, lipgloss.Style) {
 		}
 		return fmt.Sprintf("  [%s] %s", level, oneLine(str(d, "msg"))), style
 	case event.Budget:
-		return fmt.Sprintf("  budget set: time_ms=%s agents=%s tokens=%s usd=%s", str(d, "time_ms"), str(d, "agents"),
-			str(d, "tokens"), str(d, "usd")), none
+		s := fmt.Sprintf("  budget set: time_ms=%s agents=%s tokens=%s usd=%s", str(d, "time_ms"), str(d, "agents"),
+			str(d, "tokens"), str(d, "usd"))
+		if r := intOf(d, "rounds"); r > 0 {
+			s += fmt.Sprintf(" rounds=%d (a hint)", r)
+		}
+		return s, none
 	case event.RunSuspended:
 		s := "luft: run suspended: " + oneLine(str(d, "reason"))
 		if !st.ResumeAfter.IsZero() {

@@ -71,7 +71,8 @@ func TestPlainRateLimitOncePerRefill(t *testing.T) {
 	for _, ev := range s.evs {
 		_ = p.Event(ev)
 	}
-	want := "  ⧗ rate limit on l (tokens): a0 waits 9.0s\n  ⧗ rate limit on l (requests): a2 waits 5.0s\n"
+	want := "  ▸ a0 · openai/gpt-4o\n  ⧗ rate limit on l (tokens): a0 waits 9.0s\n  ▸ a1 · openai/gpt-4o\n  ▸ a2 · openai/gpt-4o\n" +
+		"  ⧗ rate limit on l (requests): a2 waits 5.0s\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}

@@ -58,8 +58,11 @@ type Agent struct {
 	Last     string // the latest progress line
 
 	out []byte // output so far (the tail when it grew past the cap)
-	cut bool   // the start of out was dropped
-	gen uint32 // bumped whenever the agent leaves a list, so stale entries are skipped
+	// retryUntil is when the back-off of its latest retry after a 429 ends: a rate_limit
+	// wait before then is that same wait (the lane paused by the 429), counted once.
+	retryUntil time.Time
+	cut        bool   // the start of out was dropped
+	gen        uint32 // bumped whenever the agent leaves a list, so stale entries are skipped
 }
 
 // Label is the agent's name, or its call key when it has none.
@@ -382,6 +385,9 @@ func (s *State) Apply(ev event.Event) {
 		}
 		if a := s.agents[str(d, "call_key")]; a != nil {
 			a.Attempt, a.Reason, a.Until = intOf(d, "attempt"), oneLine(reason), ev.TS.Add(wait)
+			if reason == "rate_limited" {
+				a.retryUntil = a.Until
+			}
 			s.move(a, Retrying)
 		}
 		s.log(ev.TS, "warn", join(s.label(str(d, "call_key"))+" retry "+str(d, "attempt")+" in "+fmtDur(wait), oneLine(reason)))
@@ -438,8 +444,11 @@ func (s *State) plan(d map[string]any) {
 		if label == "" {
 			label = oneLine(str(m, "name"))
 		}
-		s.Phases = append(s.Phases, &Phase{Label: label, Description: oneLine(str(m, "description")),
-			Planned: intOf(m, "planned")})
+		desc := str(m, "description")
+		if desc == "" {
+			desc = str(m, "detail") // Luft's meta.phases[].detail
+		}
+		s.Phases = append(s.Phases, &Phase{Label: label, Description: oneLine(desc), Planned: intOf(m, "planned")})
 	}
 }
 
@@ -501,7 +510,16 @@ func (s *State) rateLimit(ev event.Event) {
 		until = ev.TS.Add(wait)
 	}
 	a := s.agents[str(d, "call_key")]
+	// After a 429 the scheduler reports the retry (agent_retry) and then, when the turn
+	// reaches the head of its lane while the lane is still paused, the same wait again
+	// (rate_limit): that is one wait, extended at most.
+	sameWait := false
 	if a != nil {
+		sameWait = !a.retryUntil.IsZero() && !ev.TS.After(a.retryUntil)
+		if sameWait && until.After(a.retryUntil) {
+			s.Totals.RateWait += until.Sub(a.retryUntil)
+		}
+		a.retryUntil = time.Time{}
 		a.Lane, a.Reason, a.Until = str(d, "lane"), oneLine(str(d, "reason")), until
 	}
 	if str(d, "action") == "suspend" {
@@ -512,8 +530,10 @@ func (s *State) rateLimit(ev event.Event) {
 			fmtDur(wait)+" is too long, the run suspends")
 		return
 	}
-	s.Totals.RateWaits++
-	s.Totals.RateWait += wait
+	if !sameWait {
+		s.Totals.RateWaits++
+		s.Totals.RateWait += wait
+	}
 	if a != nil {
 		s.move(a, Waiting)
 	}
@@ -646,6 +666,14 @@ func (s *State) runDone(ev event.Event) {
 		s.Totals.Cost = num(d["cost"])
 	}
 	s.current = nil
+	// The run is over: nothing of it runs or waits any more, whatever events did not come
+	// (a call cut off when the run stopped, a viewer that joined late), and the final frame
+	// says so.
+	for key, a := range s.agents {
+		s.leave(a)
+		a.Status, a.Result, a.Ended = Failed, "cancelled", ev.TS
+		delete(s.agents, key)
+	}
 }
 
 func (s *State) log(ts time.Time, level, msg string) {

@@ -246,3 +246,56 @@ func BenchmarkViewManyAgents(b *testing.B) {
 		})
 	}
 }
+
+// After a 429 the scheduler sends agent_retry (rate_limited) and then, as the turn meets
+// its still-paused lane, rate_limit (retry_after) for the same wait: the summary counts
+// one wait, not two. A wait that comes after the back-off has ended is a wait of its own.
+func TestStateCountsA429WaitOnce(t *testing.T) {
+	retry := map[string]any{"call_key": "k", "attempt": 2, "reason": "rate_limited", "wait_ms": 3910}
+	pause := func(ms int) map[string]any {
+		return map[string]any{"call_key": "k", "lane": "local/m", "action": "wait", "reason": "retry_after", "wait_ms": ms}
+	}
+	for _, tc := range []struct {
+		name  string
+		build func(s *script)
+		waits int
+		wait  time.Duration
+	}{
+		{"429 then its pause", func(s *script) { s.add(event.AgentRetry, retry).add(event.RateLimit, pause(3910)) }, 1, 3910 * time.Millisecond},
+		{"429, its pause a little longer", func(s *script) {
+			s.add(event.AgentRetry, retry).wait(0.01).add(event.RateLimit, pause(4000))
+		}, 1, 4010 * time.Millisecond},
+		{"429 alone", func(s *script) { s.add(event.AgentRetry, retry) }, 1, 3910 * time.Millisecond},
+		{"a later wait of its own", func(s *script) {
+			s.add(event.AgentRetry, retry).add(event.RateLimit, pause(3910)).wait(10).add(event.RateLimit, pause(2000))
+		}, 2, 5910 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &script{}
+			s.started().agent("k", "a", 0)
+			tc.build(s)
+			st := Fold(StateOptions{}, s.evs...)
+			if st.Totals.RateWaits != tc.waits || st.Totals.RateWait != tc.wait {
+				t.Fatalf("%d waits, %v in all; want %d, %v", st.Totals.RateWaits, st.Totals.RateWait, tc.waits, tc.wait)
+			}
+		})
+	}
+}
+
+// The final frame shows no running or queued agents, even when the run ended without
+// their agent_done (a stop, a crash, a viewer that joined late).
+func TestRunDoneLeavesNothingRunning(t *testing.T) {
+	s := scenarioFanout()
+	s.wait(1).runDone("cancelled", "", 6, 0, 0, 17500, 2900, 0.07)
+	st := Fold(StateOptions{}, s.evs...)
+	if r, q := st.Count(Running), st.Count(Queued); r != 0 || q != 0 {
+		t.Fatalf("%d running, %d queued after run_done; want none", r, q)
+	}
+	if a := st.Agent("main/2/par[9]/1"); a != nil {
+		t.Fatalf("an agent is still listed as active: %+v", a)
+	}
+	m := live(s, 100, 40)
+	if frame := m.View(); strings.Contains(frame, "running") && !strings.Contains(frame, "0 running") {
+		t.Fatalf("the final frame shows running agents:\n%s", frame)
+	}
+}

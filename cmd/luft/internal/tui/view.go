@@ -268,6 +268,9 @@ func (b *board) plan(rows int) {
 		if len(extra) > 0 {
 			text += "  " + join(extra...)
 		}
+		if p.Description != "" { // meta.phases[].description (or Luft's detail)
+			text += "  — " + p.Description
+		}
 		b.line(style, text)
 	}
 	if before, after := from, len(phases)-to; before+after > 0 && rows > 1 {

@@ -1,0 +1,86 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/storage"
+)
+
+// interruptedTool is what the model gets for a tool call that an earlier attempt began
+// and never finished (the process stopped, or the call was cancelled, while it ran): the
+// tool is not run a second time, since its effect may be partly or wholly done.
+const interruptedTool = "error: this tool call was begun in an earlier attempt of the agent call and " +
+	"interrupted before it finished, so it is not run again: its effect may be partly or wholly done; " +
+	"check the result before repeating it"
+
+// toolJournal is the adapters.ToolFunc of the conversation req begins in agent call c
+// (its first attempt's, a retry's, or a schema re-prompt's): each tool call is journaled
+// under (call key, conversation, turn, tool call id) before it runs and with its output
+// after, and a call the journal already holds is answered from it (SPEC §4: a retry or a
+// resume must not run write_file or run_command twice). The conversation is named by the
+// request's hash and the length of the session transcript it continues, so every attempt
+// numbers its turns alike while two schema re-prompts with the same words do not share
+// their tool calls.
+//
+// A model asked the same thing again may give its tool call a fresh id (real providers
+// draw ids at random), so a call is also matched by turn, tool name and arguments when
+// no recorded call has its id.
+func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
+	conversation := req.Hash() + "/" + strconv.Itoa(len(h.session(req.SessionID)))
+	return func(ctx context.Context, tc adapters.ToolCall, run func(context.Context) (string, error)) (string, bool, error) {
+		rec := storage.ToolCall{RunID: h.run.ID, CallKey: c.Key, Conversation: conversation, Turn: tc.Turn,
+			ID: tc.ID, Name: tc.Name, ArgsHash: sha([]byte(tc.Arguments))}
+		known, err := h.store().ToolCalls(ctx, h.run.ID, c.Key)
+		if err != nil {
+			return "", false, fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err)
+		}
+		if prev, ok := matchTool(known, rec); ok {
+			if !prev.Done {
+				return interruptedTool, true, nil
+			}
+			return prev.Output, true, nil
+		}
+		if err := h.store().ToolStarted(ctx, rec); err != nil {
+			return "", false, fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err)
+		}
+		out, err := run(ctx)
+		if err != nil || ctx.Err() != nil {
+			// Not recorded as done: a tool cut short by the call's end counts as
+			// interrupted if it is asked for again.
+			return out, false, err
+		}
+		rec.Done, rec.Output = true, out
+		// Committed even when the run is being cancelled: the tool has had its effect.
+		if err := h.store().ToolDone(context.WithoutCancel(ctx), rec); err != nil {
+			return "", false, fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err)
+		}
+		return out, false, nil
+	}
+}
+
+// matchTool finds the recorded call that want repeats: the one with its conversation,
+// turn and id, else one of the same conversation and turn with the same tool and
+// arguments.
+func matchTool(known []storage.ToolCall, want storage.ToolCall) (storage.ToolCall, bool) {
+	var same *storage.ToolCall
+	for i, k := range known {
+		if k.Conversation != want.Conversation || k.Turn != want.Turn {
+			continue
+		}
+		if k.ID == want.ID {
+			return k, true
+		}
+		if same == nil && k.Name == want.Name && k.ArgsHash == want.ArgsHash {
+			same = &known[i]
+		}
+	}
+	if same != nil {
+		return *same, true
+	}
+	return storage.ToolCall{}, false
+}
