@@ -10,6 +10,12 @@
 // the tool twice, and a tool begun but never finished is reported to the model as
 // interrupted rather than run again.
 //
+// Token and USD budgets are reserved turn by turn before the scheduler sees a turn
+// (runtime/budget.go), so parallel calls cannot overshoot them by more than one turn's
+// estimation error, and the time budget counts every attempt's driven time. Every wait —
+// timeout_ms, the time budget, --timeout, retry backoff, polls — runs on Options.Clock,
+// so tests drive them on a virtual clock.
+//
 // runtime does not know how a backend speaks or how turns are ordered; it asks an
 // adapters.Backend and a scheduler.Scheduler.
 package runtime
