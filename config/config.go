@@ -56,6 +56,7 @@ type Backend struct {
 	Stream             *bool         // openai: stream replies (default true)
 	IdleTimeout        time.Duration // acp: no update from the agent for this long ends the call; 0 = default
 	StructuredOutput   string        // openai: "auto" (default), "json_schema" or "instructions"
+	Env                []string      // acp: names of luft's environment variables the agent also gets
 }
 
 // Tools is the [tools] table.
@@ -65,6 +66,8 @@ type Tools struct {
 	Approval       string        // destructive tools: "allow", "deny" or "ask" ("" = ask)
 	Destructive    []string      // tool names treated as destructive besides those that say so
 	CommandTimeout time.Duration // run_command; 0 = the tool's default
+	Env            []string      // names of luft's environment variables commands also get
+	Writable       []string      // folders commands may write besides the workspace
 }
 
 // StructuredOutputs are the valid values of a backend's structured_output.
@@ -79,6 +82,7 @@ type MCPServer struct {
 	Args    []string
 	URL     string
 	Env     map[string]string
+	PassEnv []string // names of luft's environment variables the server also gets
 }
 
 // Scheduler is the [scheduler] table.
@@ -197,6 +201,7 @@ type rawBackend struct {
 	Stream             *bool    `toml:"stream"`
 	IdleTimeout        string   `toml:"idle_timeout"`
 	StructuredOutput   string   `toml:"structured_output"`
+	Env                []string `toml:"env"`
 }
 
 type rawTools struct {
@@ -205,6 +210,8 @@ type rawTools struct {
 	Approval       string   `toml:"approval"`
 	Destructive    []string `toml:"destructive"`
 	CommandTimeout string   `toml:"command_timeout"`
+	Env            []string `toml:"env"`
+	Writable       []string `toml:"writable"`
 }
 
 type rawMCP struct {
@@ -212,6 +219,7 @@ type rawMCP struct {
 	Args    []string          `toml:"args"`
 	URL     string            `toml:"url"`
 	Env     map[string]string `toml:"env"`
+	PassEnv []string          `toml:"pass_env"`
 }
 
 type rawScheduler struct {
@@ -254,6 +262,7 @@ func Parse(path string, data []byte) (Config, error) {
 	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, Tools: Tools{
 		Workspace: raw.Tools.Workspace, AllowCommands: raw.Tools.AllowCommands,
 		Approval: raw.Tools.Approval, Destructive: raw.Tools.Destructive,
+		Env: raw.Tools.Env, Writable: raw.Tools.Writable,
 	}}
 	if a := raw.Tools.Approval; a != "" && !slices.Contains(Approvals, a) {
 		v.errf(toml.Key{"tools", "approval"}, "unknown policy %q (one of %s)", a, strings.Join(Approvals, ", "))
@@ -273,14 +282,18 @@ func Parse(path string, data []byte) (Config, error) {
 		case !slices.Contains(Types, b.Type) && !(strings.HasPrefix(b.Type, "acp:") && len(b.Type) > 4):
 			v.errf(k("type"), "unknown backend type %q (one of %s)", b.Type, strings.Join(Types, ", "))
 		}
-		for name, n := range map[string]int{"max_concurrency": b.MaxConcurrency, "tpm": b.TPM, "rpm": b.RPM, "max_turns": b.MaxTurns} {
-			if n < 0 {
-				v.errf(k(name), "must not be negative (got %d)", n)
-			}
+		v.check(k("max_concurrency"), CheckRange(b.MaxConcurrency, 0, MaxSlots))
+		v.check(k("tpm"), CheckRange(b.TPM, 0, MaxTPM))
+		v.check(k("rpm"), CheckRange(b.RPM, 0, MaxRPM))
+		v.check(k("max_turns"), CheckRange(b.MaxTurns, 0, MaxTurns))
+		v.check(k("price_input_per_mtok"), CheckRange(b.PriceInputPerMTok, 0, MaxPricePerMTok))
+		v.check(k("price_output_per_mtok"), CheckRange(b.PriceOutputPerMTok, 0, MaxPricePerMTok))
+		if b.BaseURL != "" {
+			v.check(k("base_url"), CheckURL(b.BaseURL))
 		}
-		for name, f := range map[string]float64{"price_input_per_mtok": b.PriceInputPerMTok, "price_output_per_mtok": b.PriceOutputPerMTok} {
-			if f < 0 {
-				v.errf(k(name), "must not be negative (got %g)", f)
+		for i, r := range b.Replicas {
+			if err := CheckURL(r); err != nil {
+				v.check(k("replicas"), fmt.Errorf("replica %d: %w", i+1, err))
 			}
 		}
 		if b.Fallback != "" {
@@ -300,7 +313,7 @@ func Parse(path string, data []byte) (Config, error) {
 			MaxConcurrency: b.MaxConcurrency, TPM: b.TPM, RPM: b.RPM, Replicas: b.Replicas, Fallback: b.Fallback,
 			PriceInputPerMTok: b.PriceInputPerMTok, PriceOutputPerMTok: b.PriceOutputPerMTok, MockFile: b.MockFile,
 			MaxTurns: b.MaxTurns, Stream: b.Stream, IdleTimeout: v.duration(k("idle_timeout"), b.IdleTimeout),
-			StructuredOutput: b.StructuredOutput,
+			StructuredOutput: b.StructuredOutput, Env: b.Env,
 		}
 		if so := b.StructuredOutput; so != "" && !slices.Contains(StructuredOutputs, so) {
 			v.errf(k("structured_output"), "unknown mode %q (one of %s)", so, strings.Join(StructuredOutputs, ", "))
@@ -313,18 +326,25 @@ func Parse(path string, data []byte) (Config, error) {
 			v.errf(toml.Key{"mcp_servers", id}, "needs command or url")
 		case s.Command != "" && s.URL != "":
 			v.errf(toml.Key{"mcp_servers", id, "url"}, "set command (a stdio server) or url (streamable HTTP), not both")
-		case s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0):
-			v.errf(toml.Key{"mcp_servers", id, "url"}, "args and env start a command; a url server takes neither")
+		case s.URL != "" && (len(s.Args) > 0 || len(s.Env) > 0 || len(s.PassEnv) > 0):
+			v.errf(toml.Key{"mcp_servers", id, "url"}, "args, env and pass_env start a command; a url server takes none of them")
+		case s.URL != "":
+			v.check(toml.Key{"mcp_servers", id, "url"}, CheckURL(s.URL))
 		}
 		if c.MCPServers == nil {
 			c.MCPServers = map[string]MCPServer{}
 		}
 		c.MCPServers[id] = MCPServer(s)
 	}
-	c.Scheduler.SuspendAfter = v.duration(toml.Key{"scheduler", "suspend_after"}, raw.Scheduler.SuspendAfter)
-	if raw.Scheduler.Slots < 0 {
-		v.errf(toml.Key{"scheduler", "slots"}, "must not be negative (got %d)", raw.Scheduler.Slots)
+	v.envNames(toml.Key{"tools", "env"}, raw.Tools.Env)
+	for _, id := range slices.Sorted(maps.Keys(raw.Backends)) {
+		v.envNames(toml.Key{"backends", id, "env"}, raw.Backends[id].Env)
 	}
+	for _, id := range slices.Sorted(maps.Keys(raw.MCPServers)) {
+		v.envNames(toml.Key{"mcp_servers", id, "pass_env"}, raw.MCPServers[id].PassEnv)
+	}
+	c.Scheduler.SuspendAfter = v.duration(toml.Key{"scheduler", "suspend_after"}, raw.Scheduler.SuspendAfter)
+	v.check(toml.Key{"scheduler", "slots"}, CheckRange(raw.Scheduler.Slots, 0, MaxSlots))
 	c.Scheduler.Slots = raw.Scheduler.Slots
 	if e := v.first(); e != nil {
 		return Config{}, e
@@ -395,6 +415,25 @@ func (v *validator) duration(k toml.Key, s string) time.Duration {
 		v.errf(k, "must not be negative (got %s)", s)
 	}
 	return d
+}
+
+// envNameRE is an environment variable name, optionally ending in "*" (a prefix).
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\*?$`)
+
+// envNames checks a list of variable names given to child processes.
+func (v *validator) envNames(k toml.Key, names []string) {
+	for _, n := range names {
+		if !envNameRE.MatchString(n) {
+			v.errf(k, "%q is not an environment variable name (give names such as \"GOPATH\", or a prefix such as \"GO*\")", n)
+		}
+	}
+}
+
+// check records err, when not nil, as the error of k.
+func (v *validator) check(k toml.Key, err error) {
+	if err != nil {
+		v.errf(k, "%v", err)
+	}
 }
 
 func (v *validator) errf(k toml.Key, format string, args ...any) {

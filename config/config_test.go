@@ -85,7 +85,8 @@ func TestFull(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
-		{"mcp_url_env.toml", "testdata/mcp_url_env.toml:2: mcp_servers.s.url: args and env start a command; a url server takes neither"},
+		{"mcp_url_env.toml", "testdata/mcp_url_env.toml:2: mcp_servers.s.url: args, env and pass_env start a command; a url server takes none of them"},
+		{"env_names.toml", `testdata/env_names.toml:5: mcp_servers.gh.pass_env: "GITHUB TOKEN" is not an environment variable name (give names such as "GOPATH", or a prefix such as "GO*")`},
 		{"bad_approval.toml", `testdata/bad_approval.toml:3: tools.approval: unknown policy "sometimes" (one of allow, deny, ask)`},
 		{"bad_idle.toml", `testdata/bad_idle.toml:3: backends.claude.idle_timeout: not a duration: "forever" (e.g. "2m", "90s")`},
 		{"bad_type.toml", `testdata/bad_type.toml:2: backends.local.type: unknown backend type "anthropic" (one of openai, mock, mockfile, acp)`},
@@ -119,7 +120,7 @@ func TestErrors(t *testing.T) {
 // Unknown keys are warned about, not fatal: a newer luft's config still loads.
 func TestUnknownKeysWarn(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
-		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key, ignored (known: api_key_env, args, base_url, command, fallback, idle_timeout, max_concurrency, max_turns, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, stream, structured_output, tpm, type)"},
+		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key, ignored (known: api_key_env, args, base_url, command, env, fallback, idle_timeout, max_concurrency, max_turns, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, stream, structured_output, tpm, type)"},
 		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, mcp_servers, scheduler, tools)"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -21,9 +21,8 @@ import (
 // its two events are in Go. The chunk is named "<converge>", and positions skip it, so an
 // error or an agent call inside converge is reported at the script line that called it.
 const convergeSrc = `
-local agent, parallel, check, emit, encode, array = ...
+local agent, parallel, check, emit, encode, array, gsub = ...
 local ipairs, pairs, type = ipairs, pairs, type
-local gsub = string.gsub
 
 local function text_of(v)
   if type(v) == "string" then return v end
@@ -167,7 +166,9 @@ func (v *vm) loadConverge(json *glua.LTable) (*glua.LFunction, error) {
 	L.Push(L.NewFunction(v.convergeEvent))
 	L.Push(json.RawGetString("encode"))
 	L.Push(json.RawGetString("array"))
-	if err := L.PCall(6, 1, nil); err != nil {
+	// The sandbox's own (interruptible) gsub: the stock string globals are gone by now.
+	L.Push(v.libs["string"].RawGetString("gsub"))
+	if err := L.PCall(7, 1, nil); err != nil {
 		return nil, fmt.Errorf("lua: converge: %w", err)
 	}
 	conv := L.Get(-1).(*glua.LFunction)

@@ -28,18 +28,30 @@
 //     luft.now/random/uuid and the primitives. There is no io, os, debug, package,
 //     require, load*, dofile, collectgarbage, coroutine or print-to-terminal: print and
 //     log emit log events.
+//   - Each workflow() has its own string, table and math tables. ("x"):upper() resolves
+//     in the running workflow's own string table, and getmetatable("") returns that
+//     workflow's view {__index = string}; the state's real string metatable is
+//     unreachable. setmetatable takes tables only, as in Lua 5.1.
+//   - string.format is Lua 5.1's (d i u c x X o e E f g G q s %%; width and precision
+//     of at most two digits); %s accepts any value through tostring. unpack and
+//     string.byte return at most 8000 values, as Lua 5.1.
+//   - workflow(path) loads a .lua file inside the calling script's folder: no absolute
+//     path, no ".." out of it, no symlink out of it.
 //   - Determinism: a run can be re-executed, so anything that varies must come from the
 //     host: use luft.now(), luft.random() and luft.uuid(), never a value from the
 //     environment. pairs() visits keys in insertion order; tables luft builds (args,
 //     decoded JSON, agent results) insert keys sorted, so their order is stable.
-//     tostring(table) prints an address: do not build prompts from it.
+//     tostring(table) prints a reference name ("table: 9c2f41d07a3e", a keyed hash of
+//     the address, never the address itself): the same for the same table within a
+//     run, different from run to run, so do not build prompts from it.
 //   - Branches talk through return values, not shared upvalues: their interleaving
 //     depends on when results arrive.
 //   - Every effect has a call key: the branch path plus a counter of effects issued in
 //     that branch ("main/3", "main/2/par[4]/1", "main/5/item[2]/stage[1]/1",
 //     "main/4/wf/2"), so the order in which calls finish never changes the keys.
-//   - Limits: call depth, pcall nesting, string size, agent calls per run and (when set)
-//     process memory. A limit violation ends the run with a message naming the limit and
+//   - Limits: call depth, pcall nesting, nesting of workflow/parallel/pmap/pipeline
+//     calls, string size, values in one JSON conversion, agent calls per run and (when
+//     set) process memory. A limit violation ends the run with a message naming the limit and
 //     the script position; pcall cannot catch it. Cancellation and timeouts interrupt
 //     even a pure-Lua loop.
 //   - Failures: an agent call that fails after its retries returns its result with

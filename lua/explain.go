@@ -68,6 +68,9 @@ func (v *vm) explain(msg string) string {
 	if line == "" {
 		return msg
 	}
+	// Names inside string literals and comments are not the callee: `f("x")` must never
+	// be read as a call of x.
+	line = blankLiterals(line)
 	// A name declared as a local, a parameter or a loop variable up to this line is not a
 	// global: its message stays as it is.
 	local := func(name string) bool {
@@ -112,6 +115,33 @@ func (v *vm) explain(msg string) string {
 		}
 	}
 	return msg
+}
+
+// blankLiterals returns line with the contents of its string literals ("…", '…', [[…]])
+// replaced by spaces and a trailing -- comment removed, so the name patterns only see code.
+func blankLiterals(line string) string {
+	b := []byte(line)
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == '"' || b[i] == '\'':
+			q := b[i]
+			for i++; i < len(b) && b[i] != q; i++ {
+				if b[i] == '\\' && i+1 < len(b) {
+					b[i] = ' '
+					i++
+				}
+				b[i] = ' '
+			}
+		case b[i] == '[' && i+1 < len(b) && b[i+1] == '[':
+			for i += 2; i < len(b) && !(b[i] == ']' && i+1 < len(b) && b[i+1] == ']'); i++ {
+				b[i] = ' '
+			}
+			i++
+		case b[i] == '-' && i+1 < len(b) && b[i+1] == '-':
+			return string(b[:i])
+		}
+	}
+	return string(b)
 }
 
 // fieldMissing reports whether a dotted name a.b.c ends in nil when looked up from env.
@@ -169,15 +199,4 @@ func (v *vm) sourceLine(where string) (line, before string) {
 		}
 		s = rest
 	}
-}
-
-// explainFn is go.explain(msg) of the prelude: pcall passes caught messages through it.
-func (v *vm) explainFn(L *glua.LState) int {
-	val := L.Get(1)
-	if s, ok := val.(glua.LString); ok {
-		L.Push(glua.LString(v.explain(string(s))))
-		return 1
-	}
-	L.Push(val)
-	return 1
 }

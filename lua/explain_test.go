@@ -29,3 +29,15 @@ end`, want: "\"test.lua:2: `nope` is not defined (attempt to call a nil value; a
 		{name: "a nil local keeps the plain message", src: `function main() local f f() end`, kind: KindRuntime, errSub: "attempt to call a non-function object"},
 	})
 }
+
+func TestBlankLiterals(t *testing.T) {
+	for in, want := range map[string]string{
+		`local s = getmetatable("").rep("x", 3e9)`: `local s = getmetatable("").rep(" ", 3e9)`,
+		`f('a\'b') -- g()`:                         `f('    ') `,
+		`h([[x(]]) .. y"z"`:                        `h([[  ]]) .. y" "`,
+	} {
+		if got := blankLiterals(in); got != want {
+			t.Errorf("blankLiterals(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

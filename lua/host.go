@@ -40,9 +40,13 @@ type Host interface {
 	// Value returns the recorded value of a deterministic effect (luft.now/random/uuid),
 	// or computes it with fresh and records it. The value is plain JSON-able Go data.
 	Value(c Call, fresh func() any) (any, error)
-	// LoadWorkflow returns the source of a workflow file named by workflow(); path is
-	// already resolved against the calling script's folder.
-	LoadWorkflow(c Call, path string) ([]byte, error)
+	// LoadWorkflow returns the source of the workflow file name inside dir, the calling
+	// script's folder. The VM has already refused absolute paths, paths that climb out
+	// of dir with "..", and names that do not end in ".lua"; the host must refuse a name
+	// that leaves dir through a symlink, and anything but a regular file. Its errors must
+	// never quote the file's contents. The file's path in calls and events is
+	// filepath.Join(dir, name).
+	LoadWorkflow(c Call, dir, name string) ([]byte, error)
 	// SetBudget applies budget{} limits to the run.
 	SetBudget(b Budget) error
 	// Emit accepts one event of the run.

@@ -3,6 +3,7 @@ package lua
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -94,7 +95,8 @@ func (h *fakeHost) Value(c Call, fresh func() any) (any, error) {
 	return v, nil
 }
 
-func (h *fakeHost) LoadWorkflow(_ Call, path string) ([]byte, error) {
+func (h *fakeHost) LoadWorkflow(_ Call, dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
 	src, ok := h.files[path]
 	if !ok {
 		return nil, fmt.Errorf("no such file %s", path)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/internal/schema"
+	"github.com/luft-run/luft/lua/luaval"
 	glua "github.com/yuin/gopher-lua"
 )
 
@@ -313,6 +315,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 	}
 	return func(L *glua.LState) int {
 		t := v.checkEffect(L, name+"()")
+		v.checkNesting(L, t, name+"()")
 		where := v.where(L)
 		items, ok := L.Get(1).(*glua.LTable)
 		if !ok {
@@ -333,8 +336,8 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 				switch k.String() {
 				case "max_concurrency":
 					f, ok := val.(glua.LNumber)
-					if !ok || f < 1 || float64(f) != math.Trunc(float64(f)) {
-						err = fmt.Errorf("option max_concurrency must be a whole number of at least 1, got %s", val.String())
+					if !ok || !wholeIn(float64(f), 1, maxWidth) {
+						err = fmt.Errorf("option max_concurrency must be a whole number from 1 to %d, got %s", maxWidth, v.tostring(L, val))
 					}
 					maxConc, explicitMax = int(f), true
 				case "fail_fast":
@@ -484,15 +487,21 @@ func (v *vm) errMessage(err error) string {
 func (v *vm) errorText(obj glua.LValue) string {
 	tbl, ok := obj.(*glua.LTable)
 	if !ok {
-		return obj.String()
+		if s, isStr := obj.(glua.LString); isStr {
+			return scrubAddrs(string(s))
+		}
+		return refName(obj)
 	}
 	if m := tbl.RawGetString("message"); m != glua.LNil {
-		return m.String()
+		if s, isStr := m.(glua.LString); isStr {
+			return scrubAddrs(string(s))
+		}
+		return refName(m)
 	}
 	if b, err := v.codec.Encode(tbl, ""); err == nil {
 		return string(b)
 	}
-	return obj.String()
+	return refName(obj)
 }
 
 type stageDef struct {
@@ -512,6 +521,7 @@ type pipeItem struct {
 // pipeline(items, stages [, opts]).
 func (v *vm) pipelineFn(L *glua.LState) int {
 	t := v.checkEffect(L, "pipeline()")
+	v.checkNesting(L, t, "pipeline()")
 	where := v.where(L)
 	var items, stages *glua.LTable
 	var opts *glua.LTable
@@ -570,8 +580,8 @@ func (v *vm) pipelineFn(L *glua.LState) int {
 	if opts != nil {
 		if mv := opts.RawGetString("max_inflight"); mv != glua.LNil {
 			f, ok := mv.(glua.LNumber)
-			if !ok || f < 1 || float64(f) != math.Trunc(float64(f)) {
-				return fail(L, where, "pipeline: max_inflight must be a whole number of at least 1, got %s", mv.String())
+			if !ok || !wholeIn(float64(f), 1, maxWidth) {
+				return fail(L, where, "pipeline: max_inflight must be a whole number from 1 to %d, got %s", maxWidth, v.tostring(L, mv))
 			}
 			maxInflight = int(f)
 		}
@@ -723,23 +733,32 @@ func (v *vm) workflowFn(L *glua.LState) int {
 			return fail(L, where, "workflow: args: %s", err)
 		}
 	}
-	path := resolvePath(t.wf.prog, string(p))
+	name, err := workflowName(string(p))
+	if err != nil {
+		return fail(L, where, "workflow %q: %s", string(p), err)
+	}
+	v.checkNesting(L, t, "workflow()")
+	dir := scriptDir(t.wf.prog)
+	path := filepath.Join(dir, name)
 	key := t.br.next()
 	c := Call{Key: key, Kind: KindWorkflow, Hash: hashStrings("workflow", path), Where: where, PhaseID: v.phaseID()}
 	prog, ok := v.protos[path]
 	if !ok {
-		src, err := v.host.LoadWorkflow(c, path)
+		src, err := v.host.LoadWorkflow(c, dir, name)
 		if err != nil {
 			v.hostError(L, err)
 			return fail(L, where, "workflow %q: %s", string(p), err)
 		}
-		prog, err = Compile(path, path, src)
+		prog, err = compileWorkflow(path, src)
 		if err != nil {
 			return fail(L, where, "workflow %q: %s", string(p), err)
 		}
 		v.protos[path] = prog
 	}
-	child := v.newWorkflow(prog, args)
+	child, err := v.newWorkflow(prog, args)
+	if err != nil {
+		return fail(L, where, "workflow %q: %s", string(p), err)
+	}
 	start := v.cfg.Now()
 	v.emit(event.WorkflowStarted, map[string]any{"span_id": key, "path": path, "args": args})
 	done := func(err error) {
@@ -858,7 +877,7 @@ func (v *vm) phaseFn(L *glua.LState) int {
 var logLevels = map[string]bool{"trace": true, "debug": true, "info": true, "warn": true, "error": true}
 
 func (v *vm) logFn(L *glua.LState) int {
-	msg := L.ToStringMeta(L.Get(1)).String()
+	msg := v.tostring(L, L.Get(1))
 	level := L.OptString(2, "info")
 	if !logLevels[level] {
 		L.RaiseError("log: unknown level %q (use trace, debug, info, warn or error)", level)
@@ -870,10 +889,25 @@ func (v *vm) logFn(L *glua.LState) int {
 func (v *vm) printFn(L *glua.LState) int {
 	parts := make([]string, L.GetTop())
 	for i := range parts {
-		parts[i] = L.ToStringMeta(L.Get(i + 1)).String()
+		parts[i] = v.tostring(L, L.Get(i+1))
 	}
 	v.emit(event.Log, map[string]any{"level": "info", "msg": strings.Join(parts, "\t")})
 	return 0
+}
+
+// Upper bounds of numeric options: large enough for any real use, small enough that the
+// conversions to Go integers and durations cannot overflow.
+const (
+	maxWidth        = 1_000_000        // max_concurrency, max_inflight
+	maxBudgetTimeMS = 1e12             // about 31 years
+	maxBudgetCount  = 1 << 53          // agents, tokens: exact in a float
+	maxBudgetUSD    = 1e12             // dollars
+	maxRandom       = float64(1 << 53) // |m|, |n| of luft.random: exact in a float
+)
+
+// wholeIn reports whether f is a whole number in [lo, hi] (false for NaN and ±inf).
+func wholeIn(f, lo, hi float64) bool {
+	return f >= lo && f <= hi && f == math.Trunc(f)
 }
 
 func (v *vm) budgetFn(L *glua.LState, wf *workflowState) int {
@@ -882,11 +916,23 @@ func (v *vm) budgetFn(L *glua.LState, wf *workflowState) int {
 		if val == glua.LNil {
 			return 0
 		}
-		n, ok := val.(glua.LNumber)
-		if !ok || n < 0 || math.IsNaN(float64(n)) {
-			L.RaiseError("budget: %s must be a number of at least 0, got %s", name, val.String())
+		hi, whole := float64(maxBudgetCount), true
+		switch name {
+		case "time_ms":
+			hi, whole = maxBudgetTimeMS, false
+		case "usd":
+			hi, whole = maxBudgetUSD, false
 		}
-		return float64(n)
+		n, ok := val.(glua.LNumber)
+		f := float64(n)
+		if !ok || !(f >= 0 && f <= hi) || whole && f != math.Trunc(f) {
+			kind := "a number"
+			if whole {
+				kind = "a whole number"
+			}
+			L.RaiseError("budget: %s must be %s from 0 to %.0f (0 means no limit), got %s", name, kind, hi, v.tostring(L, val))
+		}
+		return f
 	}
 	switch a := L.Get(1).(type) {
 	case *glua.LTable:
@@ -948,6 +994,9 @@ func (v *vm) reportFn(L *glua.LState, wf *workflowState) int {
 	}
 	val, err := v.codec.FromLua(L.Get(1))
 	if err != nil {
+		if errors.Is(err, luaval.ErrTooLarge) {
+			return v.raiseFatal(L, "report: the value is too large to store: %s", err)
+		}
 		L.RaiseError("report: the value cannot be stored as JSON: %s", err)
 	}
 	wf.report, wf.hasReport, wf.reportWhere = val, true, where
@@ -982,25 +1031,37 @@ func (v *vm) nowFn(L *glua.LState) int {
 	return 1
 }
 
+// randomFn is luft.random(), luft.random(n) and luft.random(m, n): m and n must be whole
+// numbers within ±2^53 with m <= n, so the interval and its size are exact.
 func (v *vm) randomFn(L *glua.LState) int {
 	top := L.GetTop()
-	lo, hi := 0, 0
+	bound := func(i int, name string) int64 {
+		n, ok := L.Get(i).(glua.LNumber)
+		if !ok || !wholeIn(float64(n), -maxRandom, maxRandom) {
+			L.RaiseError("luft.random: %s must be a whole number from -2^53 to 2^53, got %s", name, v.tostring(L, L.Get(i)))
+		}
+		return int64(n)
+	}
+	lo, hi := int64(0), int64(0)
 	switch top {
 	case 0:
 	case 1:
-		lo, hi = 1, L.CheckInt(1)
+		lo, hi = 1, bound(1, "n")
 	default:
-		lo, hi = L.CheckInt(1), L.CheckInt(2)
+		lo, hi = bound(1, "m"), bound(2, "n")
 	}
 	if top > 0 && lo > hi {
-		L.ArgError(top, "interval is empty")
+		L.RaiseError("luft.random: the interval [%d, %d] is empty (m must be at most n)", lo, hi)
 	}
-	L.Push(v.valueEffect(L, KindRandom, hashStrings(KindRandom, strconv.Itoa(top), strconv.Itoa(lo), strconv.Itoa(hi)), func() any {
+	L.Push(v.valueEffect(L, KindRandom, hashStrings(KindRandom, strconv.Itoa(top), strconv.FormatInt(lo, 10), strconv.FormatInt(hi, 10)), func() any {
 		r := v.cfg.Rand()
 		if top == 0 {
 			return r
 		}
-		return float64(lo + int(math.Floor(r*float64(hi-lo+1))))
+		// The size may be 2^54+1, beyond an int64's exactness in a float: pick in
+		// floats and clamp, since r*size can round up to size itself.
+		size := float64(hi) - float64(lo) + 1
+		return math.Min(float64(lo)+math.Floor(r*size), float64(hi))
 	}))
 	return 1
 }

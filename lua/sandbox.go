@@ -3,8 +3,10 @@ package lua
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime/metrics"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,11 +54,17 @@ local function protected(handler, f, ...)
   local r = pack(co_resume(co, ...))
   while true do
     if not r[1] then
-      go.pcall_leave()
-      if go.is_fatal() then error(r[2], 0) end
-      local msg = go.explain(r[2])
-      if handler then return false, handler(msg) end
-      return false, msg
+      -- caught leaves the pcall level, raises limit errors again and hides Go
+      -- addresses in the message.
+      local e = go.caught(r[2], co)
+      if handler then
+        -- An error inside the handler stays inside xpcall, as in Lua 5.1.
+        local hr = pack(protected(nil, handler, e))
+        if hr[1] then return false, hr[2] end
+        if type(hr[2]) == "string" then return false, "error in error handling: " .. hr[2] end
+        return false, "error in error handling"
+      end
+      return false, e
     end
     if co_status(co) == "dead" then
       go.pcall_leave()
@@ -132,32 +140,41 @@ func (v *vm) openSandbox() error {
 	}
 	co := g.RawGetString("coroutine").(*glua.LTable)
 
-	str := copyTable(L, g.RawGetString("string").(*glua.LTable))
-	str.RawSetString("dump", glua.LNil)
-	v.capStrings(str)
-	tbl := copyTable(L, g.RawGetString("table").(*glua.LTable))
-	tbl.RawSetString("concat", L.NewFunction(v.tableConcat))
-	mth := copyTable(L, g.RawGetString("math").(*glua.LTable))
-	mth.RawSetString("random", glua.LNil)
-	mth.RawSetString("randomseed", glua.LNil)
-	v.libs = map[string]*glua.LTable{"string": str, "table": tbl, "math": mth}
-
-	// Method calls on strings ("x"):rep(n) go through the string metatable; point it at
-	// the capped library so the caps cannot be side-stepped.
-	if mt, ok := L.GetMetatable(glua.LString("")).(*glua.LTable); ok {
-		mt.RawSetString("__index", str)
+	v.libs = map[string]*glua.LTable{
+		"string": v.stringLib(g.RawGetString("string").(*glua.LTable)),
+		"table":  copyTable(L, g.RawGetString("table").(*glua.LTable)),
+		"math":   copyTable(L, g.RawGetString("math").(*glua.LTable)),
 	}
+	v.libs["table"].RawSetString("concat", L.NewFunction(v.tableConcat))
+	v.libs["math"].RawSetString("random", glua.LNil)
+	v.libs["math"].RawSetString("randomseed", glua.LNil)
+
+	// The string metatable is one per Lua state, shared by every workflow of the run, so
+	// it holds no library: its __index asks the running workflow's own string library
+	// (see stringIndex). gopher-lua's stock module, which is its own metatable and
+	// __index, is no longer reachable from anywhere a script can look. __metatable makes
+	// the real metatable impossible to replace with setmetatable.
+	strMT := L.CreateTable(0, 2)
+	strMT.RawSetString("__index", L.NewFunction(v.stringIndex))
+	strMT.RawSetString("__metatable", glua.LFalse)
+	L.SetMetatable(glua.LString(""), strMT)
+	v.base["getmetatable"] = L.NewFunction(v.getmetatable)
+	v.base["setmetatable"] = L.NewFunction(setmetatable)
+	v.base["tostring"] = L.NewFunction(v.tostringFn)
+	v.base["unpack"] = L.NewFunction(unpack)
+	v.orphanMeta = L.CreateTable(0, 1)
+	v.orphanMeta.RawSetString("__index", copyTable(L, v.libs["string"]))
 
 	// Nothing a script can reach may refer to the stock globals any more.
 	for _, name := range []string{"io", "os", "debug", "package", "require", "load", "loadstring",
 		"loadfile", "dofile", "collectgarbage", "module", "getfenv", "setfenv", "newproxy",
-		"_printregs", "print", "coroutine", "channel"} {
+		"_printregs", "print", "coroutine", "channel", "string", "table", "math", "_G"} {
 		g.RawSetString(name, glua.LNil)
 	}
 
 	goFns := L.CreateTable(0, 8)
 	for name, fn := range map[string]glua.LGFunction{
-		"pcall_enter": v.pcallEnter, "pcall_leave": v.pcallLeave, "is_fatal": v.isFatal, "explain": v.explainFn,
+		"pcall_enter": v.pcallEnter, "pcall_leave": v.pcallLeave, "caught": v.caught,
 		"agent": v.agentFn, "parallel": v.parallelFn(false), "pmap": v.parallelFn(true),
 		"pipeline": v.pipelineFn, "workflow": v.workflowFn,
 	} {
@@ -194,7 +211,7 @@ func copyTable(L *glua.LState, src *glua.LTable) *glua.LTable {
 
 // newEnv builds the global table of one workflow: the allowed libraries (fresh copies, so
 // a child workflow cannot patch its parent's) and the primitives.
-func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
+func (v *vm) newEnv(wf *workflowState, args any) (*glua.LTable, error) {
 	L := v.L
 	env := L.CreateTable(0, 48)
 	for _, name := range allowedBase {
@@ -203,9 +220,14 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	for name, lib := range v.libs {
 		env.RawSetString(name, copyTable(L, lib))
 	}
+	// The metatable view getmetatable("") returns here, and through which this
+	// workflow's ("x"):method() calls resolve (stringIndex).
+	wf.strMeta = L.CreateTable(0, 1)
+	wf.strMeta.RawSetString("__index", env.RawGetString("string"))
 	for _, name := range []string{"pcall", "xpcall", "agent", "parallel", "pmap", "pipeline", "workflow", "converge"} {
 		env.RawSetString(name, v.wrap.RawGetString(name))
 	}
+	env.RawSetString(concatGlobal, L.NewFunction(v.concatFn))
 	for name, fn := range map[string]glua.LGFunction{
 		"phase": v.phaseFn, "log": v.logFn, "print": v.printFn,
 		"budget": func(L *glua.LState) int { return v.budgetFn(L, wf) },
@@ -221,7 +243,11 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	env.RawSetString("luft", lt)
 
 	a, err := v.codec.ToLua(args)
-	if err != nil || a == glua.LNil {
+	if err != nil {
+		// Never a silent {}: args the script cannot see whole are refused.
+		return nil, fmt.Errorf("args: %w", err)
+	}
+	if a == glua.LNil {
 		a = L.CreateTable(0, 0)
 	}
 	env.RawSetString("args", a)
@@ -231,7 +257,7 @@ func (v *vm) newEnv(wf *workflowState, args any) *glua.LTable {
 	c.RawSetString("resumed", glua.LBool(v.cfg.Resumed))
 	c.RawSetString("attempt", glua.LNumber(max(v.cfg.Attempt, 1)))
 	env.RawSetString("ctx", c)
-	return env
+	return env, nil
 }
 
 func (v *vm) pcallEnter(L *glua.LState) int {
@@ -252,36 +278,53 @@ func (v *vm) pcallLeave(L *glua.LState) int {
 	return 0
 }
 
-func (v *vm) isFatal(L *glua.LState) int {
-	L.Push(glua.LBool(v.fatal != nil || v.ctx.Err() != nil))
+// caught is called by the yield-safe pcall with the error it caught: it leaves the pcall
+// level, raises the error again when it is a limit or the run is ending (pcall cannot
+// catch those), and returns the error with any Go address replaced by a reference name and
+// a nil call or index explained (explain).
+func (v *vm) caught(L *glua.LState) int {
+	v.pcallLeave(L)
+	e := L.Get(1)
+	if th, ok := L.Get(2).(*glua.LState); ok && v.fatal == nil {
+		// The call depth limit is a limit: pcall cannot catch it either.
+		if se := v.overflowError(th, &glua.ApiError{Object: e}); se != nil {
+			v.fatal = se
+		}
+	}
+	if v.fatal != nil || v.ctx.Err() != nil {
+		L.Error(e, 0)
+	}
+	if s, ok := e.(glua.LString); ok {
+		e = glua.LString(v.explain(scrubAddrs(string(s))))
+	}
+	L.Push(e)
 	return 1
 }
 
-// capStrings replaces the string builders whose output size a script controls.
-func (v *vm) capStrings(str *glua.LTable) {
+// stockStringFuncs are the functions of gopher-lua's string module a script may use as
+// they are: their results are never larger than their arguments. Everything else is
+// luft's own (see stringLib); dump is absent.
+var stockStringFuncs = []string{"char", "len", "lower", "reverse", "sub", "upper"}
+
+// maxResults is how many values unpack and string.byte may push, Lua 5.1's
+// LUAI_MAXCSTACK: gopher-lua would push until its registry overflows, growing it in small
+// steps (seconds of copying) for a script that asks for 10^8 values.
+const maxResults = 8000
+
+// stringLib builds the sandbox's string library from an allow-list: the stock functions
+// that cannot build large strings, and luft's own rep and format (output size checked
+// before anything is allocated) and find, match, gmatch and gsub (an interruptible,
+// bounded matcher). It has no __index field: that was gopher-lua's way of making the
+// module its own metatable, and would hand a script the stock table.
+func (v *vm) stringLib(stock *glua.LTable) *glua.LTable {
 	L := v.L
-	max := v.lim.MaxStringBytes
-	rep := str.RawGetString("rep").(*glua.LFunction)
-	str.RawSetString("rep", L.NewFunction(func(L *glua.LState) int {
-		s := L.CheckString(1)
-		n := L.CheckInt(2)
-		if n > 0 && int64(len(s))*int64(n) > int64(max) {
-			return v.raiseFatal(L, "string limit (%d bytes) exceeded: string.rep would build %d bytes", max, int64(len(s))*int64(n))
-		}
-		return callGo(L, rep)
-	}))
-	format := str.RawGetString("format").(*glua.LFunction)
-	str.RawSetString("format", L.NewFunction(func(L *glua.LState) int {
-		f := L.CheckString(1)
-		if err := checkFormatWidths(f); err != nil {
-			L.RaiseError("string.format: %s", err)
-		}
-		n := callGo(L, format)
-		if s, ok := L.Get(-1).(glua.LString); ok && len(s) > max {
-			return v.raiseFatal(L, "string limit (%d bytes) exceeded by string.format", max)
-		}
-		return n
-	}))
+	str := L.CreateTable(0, 16)
+	for _, name := range stockStringFuncs {
+		str.RawSetString(name, stock.RawGetString(name))
+	}
+	str.RawSetString("byte", L.NewFunction(strByte))
+	str.RawSetString("rep", L.NewFunction(v.strRep))
+	str.RawSetString("format", L.NewFunction(v.strFormat))
 	// Pattern matching runs on an interruptible matcher: gopher-lua's backtracks
 	// exponentially inside one Go call that no cancel or timeout could stop.
 	ctxOf := func() context.Context {
@@ -290,90 +333,173 @@ func (v *vm) capStrings(str *glua.LTable) {
 		}
 		return v.ctx
 	}
-	for name, fn := range patternLib(ctxOf, max, v.raiseFatal) {
+	for name, fn := range patternLib(ctxOf, v.lim.MaxStringBytes, v.raiseFatal) {
 		str.RawSetString(name, L.NewFunction(fn))
 	}
+	str.RawSetString("gfind", str.RawGetString("gmatch")) // Lua 5.1's old name
+	return str
 }
 
-// callGo calls a stock Go library function with the current arguments and leaves its
-// results on the stack.
-func callGo(L *glua.LState, fn *glua.LFunction) int {
-	top := L.GetTop()
-	L.Push(fn)
-	for i := 1; i <= top; i++ {
-		L.Push(L.Get(i))
+// strRep is string.rep(s, n [, sep]) with the result size checked, without overflow,
+// before it is built. sep is Lua 5.2's; Lua 5.1 ignores a third argument, so scripts
+// written for it are unaffected.
+func (v *vm) strRep(L *glua.LState) int {
+	s := L.CheckString(1)
+	n := L.CheckNumber(2)
+	sep := L.OptString(3, "")
+	if !(n >= 1) { // also NaN
+		L.Push(glua.LString(""))
+		return 1
 	}
-	L.Call(top, glua.MultRet)
-	n := L.GetTop() - top
-	return n
-}
-
-// checkFormatWidths refuses widths and precisions of more than two digits, as C Lua does;
-// Go's fmt would otherwise allocate whatever width a script asks for.
-func checkFormatWidths(f string) error {
-	for i := 0; i < len(f); i++ {
-		if f[i] != '%' {
-			continue
-		}
-		i++
-		if i < len(f) && f[i] == '%' {
-			continue
-		}
-		for i < len(f) && strings.IndexByte("-+ #0", f[i]) >= 0 {
-			i++
-		}
-		digits := 0
-		for i < len(f) && f[i] >= '0' && f[i] <= '9' {
-			digits++
-			i++
-		}
-		if i < len(f) && f[i] == '.' {
-			i++
-			pd := 0
-			for i < len(f) && f[i] >= '0' && f[i] <= '9' {
-				pd++
-				i++
-			}
-			if pd > 2 {
-				return fmt.Errorf("invalid format (precision of more than 2 digits)")
-			}
-		}
-		if digits > 2 {
-			return fmt.Errorf("invalid format (width of more than 2 digits)")
-		}
+	limit := int64(v.lim.MaxStringBytes)
+	unit := int64(len(s)) + int64(len(sep))
+	// n can be any float; compare in floats first so the multiplication cannot wrap.
+	if unit > 0 && float64(n) > float64(limit+int64(len(sep)))/float64(unit) {
+		return v.raiseFatal(L, "string limit (%d bytes) exceeded: string.rep would build %s bytes", limit, repSize(len(s), len(sep), float64(n)))
 	}
-	return nil
+	count := int(n)
+	if sep == "" {
+		L.Push(glua.LString(strings.Repeat(s, count)))
+		return 1
+	}
+	var b strings.Builder
+	b.Grow(count*len(s) + (count-1)*len(sep))
+	for i := range count {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(s)
+	}
+	L.Push(glua.LString(b.String()))
+	return 1
 }
 
-// tableConcat is table.concat with the result size checked before it is built.
+// repSize is the size string.rep would build, as text (it may not fit an int64).
+func repSize(s, sep int, n float64) string {
+	if math.IsInf(n, 1) {
+		return "infinitely many"
+	}
+	size := float64(s)*math.Floor(n) + float64(sep)*(math.Floor(n)-1)
+	if size < 1e18 {
+		return strconv.FormatInt(int64(size), 10)
+	}
+	return strconv.FormatFloat(size, 'g', 4, 64)
+}
+
+// tableConcat is table.concat(t [, sep [, i [, j]]]) with the result size checked
+// before it is built: the first pass only measures (and stops at the first value that is
+// not a string or a number, or when the limit is passed), so a huge i..j range costs
+// nothing but the values that are really there.
 func (v *vm) tableConcat(L *glua.LState) int {
 	tbl := L.CheckTable(1)
 	sep := L.OptString(2, "")
-	i := L.OptInt(3, 1)
-	j := L.OptInt(4, tbl.Len())
+	i := optIndex(L, 3, 1)
+	j := optIndex(L, 4, int64(tbl.Len()))
 	if i > j {
 		L.Push(glua.LString(""))
 		return 1
 	}
-	parts := make([]string, 0, j-i+1)
-	size := 0
-	for k := i; k <= j; k++ {
-		val := tbl.RawGetInt(k)
-		switch s := val.(type) {
+	limit := int64(v.lim.MaxStringBytes)
+	size := int64(0)
+	for k := i; ; k++ {
+		switch s := tbl.RawGetInt(int(k)).(type) {
 		case glua.LString:
-			parts = append(parts, string(s))
+			size += int64(len(s))
 		case glua.LNumber:
-			parts = append(parts, s.String())
+			size += int64(len(s.String()))
 		default:
-			L.RaiseError("table.concat: invalid value (at index %d) in table for 'concat' (a %s; only strings and numbers can be joined)", k, val.Type())
+			L.RaiseError("invalid value (at index %d) in table for 'concat' (a %s; only strings and numbers can be joined)", k, s.Type())
 		}
-		size += len(parts[len(parts)-1]) + len(sep)
-		if size > v.lim.MaxStringBytes {
-			return v.raiseFatal(L, "string limit (%d bytes) exceeded by table.concat", v.lim.MaxStringBytes)
+		if k == j {
+			break
+		}
+		size += int64(len(sep))
+		if size > limit {
+			break
 		}
 	}
-	L.Push(glua.LString(strings.Join(parts, sep)))
+	if size > limit {
+		return v.raiseFatal(L, "string limit (%d bytes) exceeded by table.concat", limit)
+	}
+	var b strings.Builder
+	b.Grow(int(size))
+	for k := i; ; k++ {
+		switch s := tbl.RawGetInt(int(k)).(type) {
+		case glua.LString:
+			b.WriteString(string(s))
+		case glua.LNumber:
+			b.WriteString(s.String())
+		}
+		if k == j {
+			break
+		}
+		b.WriteString(sep)
+	}
+	L.Push(glua.LString(b.String()))
 	return 1
+}
+
+// unpack is Lua 5.1's unpack(t [, i [, j]]), refusing more than maxResults values as
+// Lua 5.1 does.
+func unpack(L *glua.LState) int {
+	t := L.CheckTable(1)
+	i := optIndex(L, 2, 1)
+	j := optIndex(L, 3, int64(t.Len()))
+	if i > j {
+		return 0
+	}
+	if j-i+1 > maxResults {
+		L.RaiseError("too many results to unpack (%d; at most %d)", j-i+1, maxResults)
+	}
+	for k := i; k <= j; k++ {
+		L.Push(t.RawGetInt(int(k)))
+	}
+	return int(j - i + 1)
+}
+
+// strByte is Lua 5.1's string.byte(s [, i [, j]]), refusing more than maxResults values
+// as Lua 5.1 does.
+func strByte(L *glua.LState) int {
+	s := L.CheckString(1)
+	n := int64(len(s))
+	i := optIndex(L, 2, 1)
+	j := optIndex(L, 3, i)
+	if i < 0 {
+		i += n + 1
+	}
+	if j < 0 {
+		j += n + 1
+	}
+	i, j = max(i, 1), min(j, n)
+	if i > j {
+		return 0
+	}
+	if j-i+1 > maxResults {
+		L.RaiseError("string slice too long (%d bytes; string.byte returns at most %d)", j-i+1, maxResults)
+	}
+	for k := i; k <= j; k++ {
+		L.Push(glua.LNumber(s[k-1]))
+	}
+	return int(j - i + 1)
+}
+
+// optIndex reads an optional integer argument as Lua 5.1 does (a float is truncated),
+// clamped into the int32 range so loops over it cannot overflow; a table cannot hold
+// more elements than that anyway.
+func optIndex(L *glua.LState, n int, def int64) int64 {
+	if L.Get(n) == glua.LNil {
+		return def
+	}
+	f := float64(L.CheckNumber(n))
+	switch {
+	case math.IsNaN(f):
+		return 0
+	case f > math.MaxInt32:
+		return math.MaxInt32
+	case f < math.MinInt32:
+		return math.MinInt32
+	}
+	return int64(f)
 }
 
 // watchMemory stops the run when the process heap passes limit. String concatenation with

@@ -35,10 +35,10 @@ func TestSandboxGlobals(t *testing.T) {
   if n < 3 then goto again end
   report(n)
 end`, want: `3`},
-		scriptCase{name: "a child cannot patch the parent's libraries", src: `function main()
+		scriptCase{name: "a workflow's own patch is its own", src: `function main()
   string.upper = nil
   report(type(("x").upper))
-end`, want: `"function"`},
+end`, want: `"nil"`},
 	)
 	runCases(t, cases)
 }
@@ -48,7 +48,7 @@ func TestSandboxLimits(t *testing.T) {
 		{name: "string.rep", src: `function main() local s = string.rep("x", 1e9) end`, kind: KindLimit, errSub: "test.lua:1: string limit"},
 		{name: "string.rep as a method", src: `function main() local s = ("xx"):rep(1e9) end`, kind: KindLimit, errSub: "string.rep would build"},
 		{name: "string.rep within the limit", src: `function main() report(#string.rep("ab", 1000)) end`, want: `2000`},
-		{name: "string.format width", src: `function main() string.format("%999999999d", 1) end`, kind: KindRuntime, errSub: "width of more than 2 digits"},
+		{name: "string.format width", src: `function main() string.format("%999999999d", 1) end`, kind: KindRuntime, errSub: "test.lua:1: invalid format (width or precision too long)"},
 		{name: "string.format ok", src: `function main() report(string.format("%5.2f|%-3s|%%", 3.14159, "a")) end`, want: `" 3.14|a  |%"`},
 		{name: "table.concat", src: `function main()
   local s = string.rep("x", 1000000)
@@ -171,16 +171,87 @@ end`, want: `["AbC",3]`},
 	})
 }
 
-func TestMemoryLimitStopsConcatenation(t *testing.T) {
-	// `..` builds strings inside the VM where no cap can sit; the heap watchdog stops it.
+func TestConcatenationIsCapped(t *testing.T) {
+	// `..` is compiled to a call that checks the result's size before building it, so a
+	// doubling loop stops at the string limit instead of copying gigabytes (it reached
+	// 16 GB of RSS before the heap watchdog could stop it).
 	h := newFakeHost()
 	_, err := runScript(t, h, `function main()
   local s = string.rep("x", 1024 * 1024)
   while #s < 2^31 do
     s = s .. s
   end
+end`, nil)
+	if ErrorKindOf(err) != KindLimit || !strings.Contains(err.Error(), "string limit (16777216 bytes) exceeded: `..` would build 33554432 bytes") || !strings.HasPrefix(err.Error(), "test.lua:4:") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestMemoryLimitStopsGrowth(t *testing.T) {
+	// Many strings under the string limit still add up: the heap watchdog stops them.
+	h := newFakeHost()
+	_, err := runScript(t, h, `function main()
+  local t, s = {}, string.rep("x", 1024 * 1024)
+  for i = 1, 1e6 do t[i] = s .. i end
 end`, func(c *Config) { c.Limits.MaxMemoryBytes = 64 << 20 })
 	if ErrorKindOf(err) != KindLimit || !strings.Contains(err.Error(), "memory limit (64 MiB)") || !strings.HasPrefix(err.Error(), "test.lua:") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// Concatenation keeps Lua's meaning: numbers as text, right-to-left grouping, __concat
+// on either side, clear errors for other values, and positions on the right line.
+func TestConcatSemantics(t *testing.T) {
+	runCases(t, []scriptCase{
+		{name: "strings and numbers", src: `function main() report("a" .. 1 .. "b" .. 2.5 .. 10) end`, want: `"a1b2.510"`},
+		{name: "nested and in expressions", src: `function main()
+  local function f(x) return "<" .. x .. ">" end
+  local t = {k = "v" .. "w", ["x" .. "y"] = f("z" .. 1)}
+  report(t.k .. t.xy .. (#("ab" .. "c")) .. (("p" .. "q")):upper())
+end`, want: `"vw<z1>3PQ"`},
+		{name: "metamethod", src: `function main()
+  local mt = {__concat = function(a, b)
+    local x = type(a) == "table" and a.n or a
+    local y = type(b) == "table" and b.n or b
+    return x .. "+" .. y
+  end}
+  local o = setmetatable({n = "o"}, mt)
+  report({"a" .. o, o .. "b", "x" .. "y" .. o})
+end`, want: `["a+o","o+b","xy+o"]`},
+	})
+	long := strings.Repeat(`"ab" .. `, 999) + `"c"`
+	runCases(t, []scriptCase{{name: "a chain longer than a call's registers", src: "function main() report(#(" + long + ")) end", want: "1999"}})
+	h := newFakeHost()
+	_, err := runScript(t, h, `function main()
+  local x
+  return "a" .. x
+end`, nil)
+	if err == nil || !strings.Contains(err.Error(), "test.lua:3:") || !strings.Contains(err.Error(), "attempt to concatenate a nil value") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// Args nested deeper than the conversion limit are refused as invalid input for every
+// caller (not only the CLI), never handed to the script as an empty table.
+func TestArgsTooDeepAreRefused(t *testing.T) {
+	var deep any = "leaf"
+	for range 200 {
+		deep = map[string]any{"a": deep}
+	}
+	for _, validate := range []bool{false, true} {
+		h := newFakeHost()
+		prog, err := Compile("test.lua", "test.lua", []byte(`function main() report(args) end`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := Config{Host: h, RunID: "run-1", Now: fixedClock(), Args: map[string]any{"x": deep}}
+		if validate {
+			_, err = Validate(t.Context(), cfg, prog)
+		} else {
+			_, err = Run(t.Context(), cfg, prog)
+		}
+		if ErrorKindOf(err) != KindInvalid || !strings.Contains(err.Error(), "args:") || !strings.Contains(err.Error(), "deep") {
+			t.Fatalf("validate=%t: err = %v, want invalid args naming the depth", validate, err)
+		}
 	}
 }

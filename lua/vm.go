@@ -24,6 +24,7 @@ type Limits struct {
 	MaxStringBytes int   // largest string a builder may make; default 16 MiB
 	MaxCallDepth   int   // Lua call frames per coroutine; default 200
 	MaxPcallDepth  int   // nested pcall/xpcall per branch; default 64
+	MaxNesting     int   // nested workflow/parallel/pmap/pipeline calls; default 32
 	MaxMemoryBytes int64 // Go heap at which the run is stopped; default 4 GiB, < 0 = off
 	JSON           luaval.Limits
 }
@@ -40,6 +41,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxPcallDepth <= 0 {
 		l.MaxPcallDepth = 64
+	}
+	if l.MaxNesting <= 0 {
+		l.MaxNesting = 32
 	}
 	if l.MaxMemoryBytes == 0 {
 		l.MaxMemoryBytes = 4 << 30
@@ -82,22 +86,36 @@ type Program struct {
 // Compile parses and compiles a workflow script. name is used in messages; path is the
 // file the script came from (workflow() paths are relative to its folder).
 func Compile(name, path string, src []byte) (*Program, error) {
+	return compile(name, path, src, true)
+}
+
+// compileWorkflow compiles a file loaded by workflow(). Its syntax errors give the line
+// and column but never quote the file: errors must not echo a file's contents.
+func compileWorkflow(path string, src []byte) (*Program, error) {
+	return compile(path, path, src, false)
+}
+
+func compile(name, path string, src []byte, quote bool) (*Program, error) {
 	chunk, err := parse.Parse(bytes.NewReader(src), name)
 	if err != nil {
-		return nil, syntaxError(name, err)
+		return nil, syntaxError(name, err, quote)
 	}
+	rewriteConcat(chunk)
 	proto, err := glua.Compile(chunk, name)
 	if err != nil {
-		return nil, syntaxError(name, err)
+		return nil, syntaxError(name, err, quote)
 	}
 	return &Program{Name: name, Path: path, proto: proto, src: string(src)}, nil
 }
 
 var parseErrRe = regexp.MustCompile(`line:(\d+)\(column:(\d+)\) near '(.*)':\s*(.*)`)
 
-func syntaxError(name string, err error) error {
+func syntaxError(name string, err error, quote bool) error {
 	msg := strings.TrimSpace(err.Error())
 	if m := parseErrRe.FindStringSubmatch(msg); m != nil {
+		if !quote {
+			return &ScriptError{Kind: KindSyntax, Where: name + ":" + m[1], Msg: fmt.Sprintf("syntax error (column %s)", m[2])}
+		}
 		near := m[3]
 		if near == "" || near == "EOF" || near == "<EOF>" {
 			near = "end of file"
@@ -105,6 +123,9 @@ func syntaxError(name string, err error) error {
 			near = "'" + near + "'"
 		}
 		return &ScriptError{Kind: KindSyntax, Where: name + ":" + m[1], Msg: fmt.Sprintf("syntax error near %s (column %s): %s", near, m[2], m[4])}
+	}
+	if !quote {
+		return &ScriptError{Kind: KindSyntax, Where: name, Msg: "syntax error (the file cannot be compiled as Lua)"}
 	}
 	return &ScriptError{Kind: KindSyntax, Where: name, Msg: "syntax error: " + msg}
 }
@@ -136,7 +157,10 @@ func Validate(ctx context.Context, cfg Config, prog *Program) (Outcome, error) {
 		return Outcome{}, err
 	}
 	defer vm.close()
-	wf := vm.newWorkflow(prog, vm.cfg.Args)
+	wf, err := vm.newRoot(prog)
+	if err != nil {
+		return Outcome{}, err
+	}
 	if err := vm.loadTop(wf); err != nil {
 		return Outcome{}, err
 	}
@@ -153,20 +177,22 @@ type vm struct {
 	codec  *luaval.Codec
 	host   Host
 
-	marker    *glua.LUserData // the only value primitives yield to the driver
-	wrap      *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
-	trampo    *glua.LFunction // calls f(...) in non-tail position and returns its results
-	base      map[string]glua.LValue
-	libs      map[string]*glua.LTable
-	protos    map[string]*Program // compiled sub-workflows by path
-	srcs      map[string]string   // sources of the workflows loaded, by name (explain)
-	explained map[string]string   // messages explain has rewritten, by original
-	current   *task
-	runq      []*task
-	pending   int // async effects started and not yet delivered
-	done      chan struct{}
-	compl     chan completion
-	fatal     error
+	marker *glua.LUserData // the only value primitives yield to the driver
+	wrap   *glua.LTable    // Lua wrappers of the yielding primitives (from the prelude)
+	trampo *glua.LFunction // calls f(...) in non-tail position and returns its results
+	base   map[string]glua.LValue
+	libs   map[string]*glua.LTable
+	// orphanMeta is the string metatable seen when no task runs (never by a script).
+	orphanMeta *glua.LTable
+	protos     map[string]*Program // compiled sub-workflows by path
+	srcs       map[string]string   // sources of the workflows loaded, by name (explain)
+	explained  map[string]string   // messages explain has rewritten, by original
+	current    *task
+	runq       []*task
+	pending    int // async effects started and not yet delivered
+	done       chan struct{}
+	compl      chan completion
+	fatal      error
 
 	agentCalls int
 	rounds     int // the rounds hint of budget(time_ms, rounds): converge's default max_rounds
@@ -216,6 +242,7 @@ func (b *branch) next() string {
 type workflowState struct {
 	prog        *Program
 	env         *glua.LTable
+	strMeta     *glua.LTable // this workflow's view of the string metatable
 	report      any
 	hasReport   bool
 	reportWhere string // the position of the report() call that set report
@@ -258,6 +285,19 @@ func newVM(ctx context.Context, cfg Config) (*vm, error) {
 		compl: make(chan completion, 256),
 	}
 	v.codec = luaval.NewCodec(L, lim.JSON)
+	// A conversion of a huge value stops on cancel and timeout, and one too large for
+	// its limit ends the run at the script line (a builder limit, like the string limit).
+	v.codec.Interrupt = func() error {
+		ctx := v.ctx
+		if v.current != nil {
+			ctx = v.current.ctx
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return nil
+	}
+	v.codec.OnTooLarge = func(L *glua.LState, msg string) { v.raiseFatal(L, "%s", msg) }
 	v.marker = L.NewUserData()
 	if err := v.openSandbox(); err != nil {
 		L.Close()
@@ -279,7 +319,10 @@ func (v *vm) close() {
 // run loads the workflow's top level, then drives main() and every branch it starts until
 // main returns.
 func (v *vm) run(prog *Program) (Outcome, error) {
-	wf := v.newWorkflow(prog, v.cfg.Args)
+	wf, err := v.newRoot(prog)
+	if err != nil {
+		return Outcome{}, err
+	}
 	v.root = wf
 	if err := v.loadTop(wf); err != nil {
 		return Outcome{}, err
@@ -424,11 +467,24 @@ func (v *vm) readMeta(mv glua.LValue) (any, []metaPhase, error) {
 	return obj, phases, nil
 }
 
-func (v *vm) newWorkflow(prog *Program, args any) *workflowState {
+func (v *vm) newWorkflow(prog *Program, args any) (*workflowState, error) {
 	wf := &workflowState{prog: prog}
-	wf.env = v.newEnv(wf, args)
+	env, err := v.newEnv(wf, args)
+	if err != nil {
+		return nil, err
+	}
+	wf.env = env
 	v.srcs[prog.Name] = prog.src
-	return wf
+	return wf, nil
+}
+
+// newRoot is the run's own workflow; args it cannot convert are invalid input.
+func (v *vm) newRoot(prog *Program) (*workflowState, error) {
+	wf, err := v.newWorkflow(prog, v.cfg.Args)
+	if err != nil {
+		return nil, &ScriptError{Kind: KindInvalid, Where: prog.Name, Msg: err.Error()}
+	}
+	return wf, nil
 }
 
 // newTask makes a coroutine that will run fn(args...) through the trampoline, so that a
@@ -555,8 +611,38 @@ func (v *vm) step(t *task) {
 		}
 		v.finish(t, rets, nil)
 	default:
+		if se := v.overflowError(t.th, err); se != nil && v.fatal == nil {
+			v.fatal = se
+		}
 		v.finish(t, nil, err)
 	}
+}
+
+// overflowError turns gopher-lua's call stack overflow, raised without a script position
+// (and as a Go panic inside the VM), into the call depth limit error at the script line
+// of the innermost frame of th, the coroutine that overflowed. It returns nil for any
+// other error.
+func (v *vm) overflowError(th *glua.LState, err error) *ScriptError {
+	var ae *glua.ApiError
+	if !errors.As(err, &ae) {
+		return nil
+	}
+	// The exact text of gopher-lua's panic: a script's own error("... stack overflow")
+	// stays an ordinary error that pcall may catch.
+	if msg, ok := ae.Object.(glua.LString); !ok || msg != "lua callstack overflow" {
+		return nil
+	}
+	where := ""
+	for level := 0; where == "" && level < 8; level++ {
+		dbg, ok := th.GetStack(level)
+		if !ok {
+			break
+		}
+		if _, err := th.GetInfo("Sl", dbg, glua.LNil); err == nil && dbg.CurrentLine > 0 && dbg.Source != "<prelude>" {
+			where = fmt.Sprintf("%s:%d", dbg.Source, dbg.CurrentLine)
+		}
+	}
+	return &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf("call depth limit (%d frames) exceeded: unbounded recursion?", v.lim.MaxCallDepth)}
 }
 
 func (v *vm) finish(t *task, rets []glua.LValue, err error) {
@@ -667,6 +753,23 @@ func (v *vm) vmLoops() int {
 	return count
 }
 
+// checkNesting ends the run when a primitive that starts child tasks (parallel, pmap,
+// pipeline, workflow) is called more than MaxNesting levels deep: a workflow that calls
+// itself, or a branch that starts a parallel of itself, would otherwise nest until memory
+// runs out. The depth is read from the branch path, which gains one "par[i]", "item[i]"
+// or "wf" segment per level, so no per-task state is needed.
+func (v *vm) checkNesting(L *glua.LState, t *task, what string) {
+	depth := 0
+	for seg := range strings.SplitSeq(t.br.path, "/") {
+		if seg == "wf" || strings.HasPrefix(seg, "par[") || strings.HasPrefix(seg, "item[") {
+			depth++
+		}
+	}
+	if depth >= v.lim.MaxNesting {
+		v.raiseFatal(L, "nesting limit (%d levels of workflow/parallel/pmap/pipeline) exceeded by %s at depth %d: does a workflow or a branch call itself without end?", v.lim.MaxNesting, what, depth+1)
+	}
+}
+
 func (v *vm) checkEffect(L *glua.LState, what string) *task {
 	t := v.current
 	if t == nil {
@@ -725,6 +828,13 @@ func (v *vm) scriptError(err error, kind ErrorKind) error {
 	var ae *glua.ApiError
 	if errors.As(err, &ae) {
 		where, rest := splitWhere(v.errorText(ae.Object))
+		if where == "" {
+			// gopher-lua raises its depth errors ("stack overflow") without a
+			// position; the traceback's innermost script frame has it.
+			if m := traceWhereRe.FindStringSubmatch(ae.StackTrace); m != nil {
+				where = m[1]
+			}
+		}
 		if strings.Contains(rest, "stack overflow") {
 			return &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf("call depth limit (%d frames) exceeded: unbounded recursion?", v.lim.MaxCallDepth), Trace: ae.StackTrace}
 		}
@@ -739,6 +849,8 @@ func (v *vm) scriptError(err error, kind ErrorKind) error {
 	return &ScriptError{Kind: kind, Msg: err.Error()}
 }
 
+var traceWhereRe = regexp.MustCompile(`(?m)^\s*([^\s:]+\.lua:\d+):`)
+
 var whereRe = regexp.MustCompile(`^([^\s:]+\.lua:\d+):\s?(.*)$`)
 
 // splitWhere separates a "file.lua:12: message" prefix from a Lua error message.
@@ -749,14 +861,30 @@ func splitWhere(msg string) (string, string) {
 	return "", msg
 }
 
-// resolvePath resolves a workflow() path against the calling script's folder.
-func resolvePath(caller *Program, p string) string {
-	if filepath.IsAbs(p) {
-		return filepath.Clean(p)
+// workflowName checks the path a script gave workflow() and returns it cleaned: a .lua
+// file inside the calling script's folder, named relative to it. Symlinks are the host's
+// to check (Host.LoadWorkflow); everything that can be refused without the file system
+// is refused here.
+func workflowName(p string) (string, error) {
+	switch {
+	case strings.IndexByte(p, 0) >= 0:
+		return "", errors.New("the path contains a NUL byte")
+	case filepath.IsAbs(p) || strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`):
+		return "", errors.New("absolute paths are not allowed: give a path relative to the calling script's folder")
+	case !strings.HasSuffix(p, ".lua"):
+		return "", errors.New("only .lua files can be loaded as workflows")
 	}
-	dir := "."
-	if caller.Path != "" {
-		dir = filepath.Dir(caller.Path)
+	name := filepath.Clean(p)
+	if name == ".." || strings.HasPrefix(name, "../") || strings.HasPrefix(name, `..\`) {
+		return "", errors.New("the path leaves the calling script's folder (..): only files inside it can be loaded")
 	}
-	return filepath.Join(dir, p)
+	return name, nil
+}
+
+// scriptDir is the folder workflow() paths of prog are relative to.
+func scriptDir(prog *Program) string {
+	if prog.Path == "" {
+		return "."
+	}
+	return filepath.Dir(prog.Path)
 }

@@ -31,6 +31,7 @@ type bus struct {
 	closed  bool
 	err     error // the first failure to store an event
 	running bool
+	fail    func(error) // if set, told of every failure to store events
 }
 
 func newBus(log storage.EventLog, runID string, now func() time.Time) *bus {
@@ -71,6 +72,9 @@ func (b *bus) writer() {
 			if err := commit(); err != nil && first == nil {
 				first = err
 			}
+		}
+		if first != nil && b.fail != nil {
+			b.fail(first)
 		}
 		b.mu.Lock()
 		if first != nil && b.err == nil {

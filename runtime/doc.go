@@ -16,6 +16,14 @@
 // timeout_ms, the time budget, --timeout, retry backoff, polls — runs on Options.Clock,
 // so tests drive them on a virtual clock.
 //
+// A failure of the state dir itself (storage.Broken: a full or failing disk, a corrupt
+// database) met while journaling a call, pinning a file or storing events stops the run
+// with that cause before the script sees the call's result, so pcall cannot catch it: the
+// run ends suspended (unwritable: resumable as it is once there is space) or failed
+// (corrupt), never as a script error. A run stored as running whose process is gone is
+// shown as interrupted by Status and List; Resume of a completed run runs nothing and
+// returns its stored result.
+//
 // runtime does not know how a backend speaks or how turns are ordered; it asks an
 // adapters.Backend and a scheduler.Scheduler.
 package runtime

@@ -5,9 +5,16 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/luft-run/luft/adapters"
@@ -134,7 +141,7 @@ func (h *host) recorded(c lua.Call, hash string) (storage.Entry, bool, error) {
 		if !h.diverged {
 			h.diverged = true
 			if _, err := h.store().InvalidateFrom(h.ctx, h.run.ID, e.CompletedSeq); err != nil {
-				return e, false, fmt.Errorf("rerun from divergence at %s: %w", c.Key, err)
+				return e, false, h.stopIfBroken(fmt.Errorf("rerun from divergence at %s: %w", c.Key, err))
 			}
 			for k, x := range h.journal {
 				if x.Status != storage.EntryCompleted || x.CompletedSeq >= e.CompletedSeq {
@@ -184,26 +191,39 @@ func (h *host) Value(c lua.Call, fresh func() any) (any, error) {
 func (h *host) journalDone(c lua.Call, result []byte) error {
 	if _, err := h.store().JournalFinish(h.ctx, storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind,
 		InputHash: c.Hash, Status: storage.EntryCompleted, Result: result, WherePos: c.Where, Attempts: 1}); err != nil {
-		return fmt.Errorf("journal %s: %w", c.Key, err)
+		return h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	return nil
 }
 
-// LoadWorkflow implements lua.Host: it reads a sub-workflow, pins its content to the run
-// and journals the call with the file's hash. A file that is gone from disk is read from
-// the run's pinned copy.
-func (h *host) LoadWorkflow(c lua.Call, path string) ([]byte, error) {
-	b, err := h.e.opts.ReadFile(path)
+// stopIfBroken passes err on; when it is a failure of the state dir (a full or failing
+// disk, a corrupt database) it first stops the run with it as the cause. The script never
+// sees such a failure as an ordinary one: the run's context is done, so pcall does not
+// catch it and a pipeline does not mark items failed, and the run ends as the disk's
+// failure, not a script line's (see classify).
+func (h *host) stopIfBroken(err error) error {
+	if storage.Broken(err) {
+		h.run.cancel(err)
+	}
+	return err
+}
+
+// LoadWorkflow implements lua.Host: it reads a sub-workflow inside the calling script's
+// folder (readWorkflowFile), pins its content to the run and journals the call with the
+// file's hash. A file that is gone from disk is read from the run's pinned copy.
+func (h *host) LoadWorkflow(c lua.Call, dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
+	b, err := readWorkflowFile(dir, name)
 	if err != nil {
 		f, ok := h.pinned[path]
-		if !ok {
-			return nil, fmt.Errorf("cannot read %s: %w", path, err)
+		if !ok || !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
 		}
 		b = f.Content
 	}
 	if f, ok := h.pinned[path]; !ok || f.SHA256 != sha(b) {
 		if err := h.e.pin(h.ctx, h.run.ID, path, b); err != nil {
-			return nil, err
+			return nil, h.stopIfBroken(err)
 		}
 		h.pinned[path] = storage.File{RunID: h.run.ID, Path: path, SHA256: sha(b), Content: b}
 	}
@@ -334,7 +354,7 @@ func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b a
 	entry := storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind, InputHash: c.Hash,
 		Status: storage.EntryScheduled, WherePos: c.Where}
 	if err := h.store().JournalScheduled(ctx, entry); err != nil {
-		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, fmt.Errorf("journal %s: %w", c.Key, err)
+		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	res, callErr := h.call(ctx, c, req, b)
 	entry.Status, entry.Attempts, entry.Usage = storage.EntryCompleted, res.Attempts, storage.Usage(res.Usage)
@@ -354,7 +374,9 @@ func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b a
 	// The entry is written even when the run is being cancelled: a finished call must not
 	// run again.
 	if _, err := h.store().JournalFinish(context.WithoutCancel(ctx), entry); err != nil {
-		return res, fmt.Errorf("journal %s: %w", c.Key, err)
+		// Not journaled, so not done: a resume runs the call again.
+		res.Status, res.Error = agent.StatusError, err.Error()
+		return res, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	return res, callErr
 }
@@ -394,4 +416,59 @@ func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, 
 		data["error"] = msg
 	}
 	h.emit(event.AgentDone, data)
+}
+
+// maxWorkflowFile is the largest file workflow() loads.
+const maxWorkflowFile = 16 << 20
+
+// readWorkflowFile reads the workflow file name inside dir. The file is opened through an
+// os.Root on dir, which follows symlinks only while they stay inside dir (the kernel's
+// openat2 RESOLVE_BENEATH where there is one), so no link can lead a script to
+// /etc/passwd or /proc/self/environ; it must be a regular file (not a FIFO that would
+// block, nor a device) of at most 16 MiB. Errors name the file, never its contents.
+func readWorkflowFile(dir, name string) ([]byte, error) {
+	path := filepath.Join(dir, name)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	defer root.Close()
+	// O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if strings.Contains(err.Error(), "path escapes from parent") {
+			return nil, fmt.Errorf("cannot read %s: it leads outside the calling script's folder %s (through a symlink?); workflow() loads only files inside that folder", path, dir)
+		}
+		return nil, fmt.Errorf("cannot read %s: %w", path, errors.Unwrap(err))
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("cannot read %s: not a regular file (%s); workflow() loads only .lua files", path, info.Mode().Type())
+	}
+	if info.Size() > maxWorkflowFile {
+		return nil, fmt.Errorf("cannot read %s: %d bytes, more than the limit of %d bytes for a workflow file", path, info.Size(), maxWorkflowFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxWorkflowFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	if len(b) > maxWorkflowFile {
+		return nil, fmt.Errorf("cannot read %s: more than the limit of %d bytes for a workflow file", path, maxWorkflowFile)
+	}
+	return b, nil
+}
+
+// readPinnedWorkflow reads a sub-workflow a run pinned, at path, with readWorkflowFile's
+// confinement to dir, the main script's folder (every file workflow() loads lies inside
+// it, since each lies inside its caller's folder).
+func readPinnedWorkflow(dir, path string) ([]byte, error) {
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return nil, fmt.Errorf("cannot read %s: it is outside the script's folder %s", path, dir)
+	}
+	return readWorkflowFile(dir, rel)
 }

@@ -14,10 +14,23 @@ import (
 type RunInfo struct {
 	storage.Run
 	Phases []storage.Phase
-	// Live is true when this process drives the run; a run in status running whose
-	// process is gone is Stale.
+	// Live is true when this process drives the run. A run stored as running whose
+	// process is gone is Stale, and its Status is shown as interrupted.
 	Live  bool
 	Stale bool
+}
+
+// StatusInterrupted is the status shown for a run stored as running whose process is gone
+// (SPEC §4: it resumes). Status and List show it; the store keeps running.
+const StatusInterrupted Status = storage.StatusInterrupted
+
+// shown returns r as users are shown it: interrupted instead of running when no live
+// process drives it.
+func (s *Service) shown(r storage.Run) storage.Run {
+	if r.Status == storage.StatusRunning && !s.driven(r) {
+		r.Status = storage.StatusInterrupted
+	}
+	return r
 }
 
 // Resolve finds a run by id or unique id prefix.
@@ -39,19 +52,37 @@ func (s *Service) Status(ctx context.Context, idOrPrefix string) (RunInfo, error
 	if err != nil {
 		return RunInfo{}, fmt.Errorf("run %s: phases: %w", r.ID, err)
 	}
-	info := RunInfo{Run: r, Phases: phases}
+	info := RunInfo{Run: s.shown(r), Phases: phases}
 	s.mu.Lock()
 	_, info.Live = s.live[r.ID]
 	s.mu.Unlock()
-	if r.Status == storage.StatusRunning && !info.Live {
-		info.Stale = r.PID == 0 || !s.alive(r.ID, r.PID)
-	}
+	info.Stale = info.Status == storage.StatusInterrupted
 	return info, nil
 }
 
-// List returns runs, newest first.
+// List returns runs, newest first, as Status shows them: a run whose process is gone is
+// interrupted, and opts.Status may ask for interrupted runs (or for running ones, which
+// then leaves them out).
 func (s *Service) List(ctx context.Context, opts storage.ListOptions) ([]storage.Run, error) {
-	return s.opts.Store.ListRuns(ctx, opts)
+	want, limit := opts.Status, opts.Limit
+	if want == storage.StatusInterrupted || want == storage.StatusRunning {
+		// Both are stored as running: read them all, then keep the asked-for ones.
+		opts.Status, opts.Limit = storage.StatusRunning, 0
+	}
+	runs, err := s.opts.Store.ListRuns(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	out := runs[:0]
+	for _, r := range runs {
+		if r = s.shown(r); want == "" || r.Status == want {
+			out = append(out, r)
+		}
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
 }
 
 // Cancel stops a run: at once when this process drives it, otherwise by a request the
@@ -162,7 +193,7 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 // running reports whether a process, this one or another, still drives the run.
 func (s *Service) running(ctx context.Context, id string) bool {
 	info, err := s.Status(ctx, id)
-	return err == nil && info.Status == storage.StatusRunning && !info.Stale
+	return err == nil && info.Status == storage.StatusRunning
 }
 
 // Wait blocks until the run is no longer running and returns its final row.
@@ -187,7 +218,7 @@ func (s *Service) Wait(ctx context.Context, idOrPrefix string) (storage.Run, err
 		if err != nil {
 			return r, err
 		}
-		if info.Status != storage.StatusRunning || info.Stale {
+		if info.Status != storage.StatusRunning {
 			return info.Run, nil
 		}
 		if !sleepOn(ctx, s.opts.Clock, 200*time.Millisecond) {

@@ -616,8 +616,6 @@ func TestResumeRefusals(t *testing.T) {
 		want error
 		msg  string
 	}{
-		{name: "completed", ref: done1, want: ErrNotResumable, msg: "it is completed"},
-		{name: "completed by prefix", ref: done2[:13], want: ErrNotResumable, msg: done2},
 		{name: "unknown id", ref: "ffffffff-dead", want: storage.ErrRunNotFound, msg: "ffffffff-dead"},
 		{name: "ambiguous prefix", ref: done1[:common], want: storage.ErrAmbiguousRun, msg: done1},
 		{name: "newest unfinished when every run finished", ref: "", want: storage.ErrRunNotFound, msg: "no unfinished run"},
@@ -633,6 +631,28 @@ func TestResumeRefusals(t *testing.T) {
 				t.Fatal("a refused resume ran calls")
 			}
 		})
+	}
+	// A completed run resumes idempotently: nothing runs, its stored result comes back.
+	for _, ref := range []string{done1, done2[:13]} {
+		admits := e.sched.admits.Load()
+		r, err := e.svc.Resume(t.Context(), ResumeSpec{Run: ref})
+		if err != nil || !r.AlreadyCompleted() {
+			t.Fatalf("resume of completed run %q: %v", ref, err)
+		}
+		res := r.Wait()
+		if res.Status != StatusCompleted || !res.HasReport || res.Report != "re: x" || res.Agents.OK != 1 {
+			t.Fatalf("resume of completed run %q: %+v", ref, res)
+		}
+		var evs []event.Event
+		for ev := range r.SubscribeAttempt(t.Context()) {
+			evs = append(evs, ev)
+		}
+		if len(evs) == 0 || evs[len(evs)-1].Type != event.RunDone {
+			t.Fatalf("replayed events of completed run %q: %v", ref, evs)
+		}
+		if e.sched.admits.Load() != admits {
+			t.Fatal("resume of a completed run ran calls")
+		}
 	}
 	var amb *storage.AmbiguousRunError
 	if _, err := e.svc.Resume(t.Context(), ResumeSpec{Run: done1[:common]}); !errors.As(err, &amb) ||
@@ -840,6 +860,41 @@ end`)
 	res := resume(t, e, ResumeSpec{Run: r.ID, AllowChangedScript: true}).Wait()
 	if res.Status != StatusCompleted || res.Report != "re: inner|re: block" || asked(b, "inner") != 1 {
 		t.Fatalf("resume with --allow-changed-script: %s %v %v (inner asked %d times)", res.Status, res.Report, res.Err, asked(b, "inner"))
+	}
+}
+
+// A sub-workflow swapped for a symlink out of the script's folder after the run started is
+// neither read nor pinned on resume, even with --allow-changed-script.
+func TestResumeRefusesASubWorkflowSymlinkedOut(t *testing.T) {
+	dir := t.TempDir()
+	path := writeScript(t, dir, "proj/main.lua", `function main()
+  local s = workflow("parts/sub.lua")
+  local z = agent{prompt="block"}
+  report(s .. "|" .. z.output)
+end`)
+	sub := writeScript(t, dir, "proj/parts/sub.lua", `function main() report(agent{prompt="inner"}.output) end`)
+	outside := writeScript(t, dir, "outside.lua", `function main() report("SECRET-OUTSIDE") end`)
+	b, k := blockingBackend("block", "")
+	e := openResumeEnv(t, filepath.Join(dir, "state"), b, 0)
+	r, _, _ := startAndCancel(t, e, path, k)
+	if err := os.Remove(sub); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, sub); err != nil {
+		t.Fatal(err)
+	}
+	res := resume(t, e, ResumeSpec{Run: r.ID, AllowChangedScript: true}).Wait()
+	if res.Status == StatusCompleted || res.Err == nil || !strings.Contains(res.Err.Error(), "leads outside the calling script's folder") {
+		t.Fatalf("resume: %s %v %v, want the run to fail on the symlink", res.Status, res.Report, res.Err)
+	}
+	files, err := e.st.Files(t.Context(), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.Contains(string(f.Content), "SECRET-OUTSIDE") {
+			t.Fatalf("the file outside was pinned as %s", f.Path)
+		}
 	}
 }
 
@@ -1076,10 +1131,10 @@ end`)
 	// (Not asked of a: its Service may still list the run as live for a moment after the
 	// run ended.)
 	info, err := other.svc.Status(t.Context(), r.ID)
-	if err != nil || info.Status != storage.StatusRunning || !info.Stale || info.Live {
-		t.Errorf("status of a running row with a dead pid: stale %v live %v %v", info.Stale, info.Live, err)
+	if err != nil || info.Status != storage.StatusInterrupted || !info.Stale || info.Live {
+		t.Errorf("status of a running row with a dead pid: %s stale %v live %v %v", info.Status, info.Stale, info.Live, err)
 	}
-	if row, err := other.svc.Wait(ctx, r.ID); err != nil || row.Status != storage.StatusRunning {
+	if row, err := other.svc.Wait(ctx, r.ID); err != nil || row.Status != storage.StatusInterrupted {
 		t.Fatalf("wait on a stale run: %+v %v", row, err)
 	}
 	evs, errc, err = other.svc.Events(ctx, r.ID, EventsOptions{Follow: true, Poll: 5 * time.Millisecond, Since: lastSeq(got) - 1})

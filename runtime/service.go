@@ -39,7 +39,9 @@ type Options struct {
 	// polls); default: the wall clock, reading the time from Now when that is set.
 	Clock  scheduler.Clock
 	Caller string // who starts runs ("cli", an MCP session id, ...)
-	// ReadFile reads workflow files; default os.ReadFile.
+	// ReadFile reads the main workflow file and, on resume, the files a run pinned;
+	// default os.ReadFile. Files loaded by workflow() are always read from inside the
+	// calling script's folder (readWorkflowFile), never through this.
 	ReadFile func(path string) ([]byte, error)
 	// Backoff is the wait before retry attempt n (n >= 2) of a failed call; default
 	// exponential from 200 ms with jitter, capped at 10 s.
@@ -183,6 +185,7 @@ type Run struct {
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 	result  Result
+	already bool // completed before this process resumed it: nothing ran
 }
 
 // Subscribe streams the run's events with seq > since, in order, ending after run_done.
@@ -297,17 +300,19 @@ func (s *Service) pin(ctx context.Context, id, path string, src []byte) error {
 	}
 	dir := filepath.Join(s.opts.StateDir, "runs", id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("run %s: pin %s: %w", id, path, err)
+		return storage.Unwritable(s.opts.StateDir, fmt.Sprintf("run %s: pin %s", id, path), err)
 	}
 	name := strings.NewReplacer("/", "__", `\`, "__", "..", "up").Replace(filepath.ToSlash(filepath.Clean(path)))
 	if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
-		return fmt.Errorf("run %s: pin %s: %w", id, path, err)
+		return storage.Unwritable(s.opts.StateDir, fmt.Sprintf("run %s: pin %s", id, path), err)
 	}
 	return nil
 }
 
 // Resume runs a stopped run again from the top: every call the journal has completed
-// returns its recorded result without the scheduler or a backend.
+// returns its recorded result without the scheduler or a backend. A run that has already
+// completed is not run again: the returned Run has ended with the stored result
+// (AlreadyCompleted).
 func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	st := s.opts.Store
 	var (
@@ -332,6 +337,9 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 			return nil, err
 		}
 	}
+	if row.Status == storage.StatusCompleted {
+		return s.completed(row), nil
+	}
 	if !row.Resumable() {
 		return nil, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
 	}
@@ -354,7 +362,16 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	// Every file the run loaded must be unchanged, unless the caller accepts changes.
 	var src []byte
 	for _, f := range files {
-		cur, rerr := s.opts.ReadFile(f.Path)
+		var cur []byte
+		var rerr error
+		if f.Path == spec.Path {
+			cur, rerr = s.opts.ReadFile(f.Path)
+		} else {
+			// A sub-workflow is read as workflow() reads it: from inside the main
+			// script's folder, so a file swapped for a symlink out of it since the
+			// run started is never read, let alone pinned.
+			cur, rerr = readPinnedWorkflow(filepath.Dir(spec.Path), f.Path)
+		}
 		switch {
 		case rerr != nil:
 			cur = f.Content // gone from disk: the pinned copy is the script
@@ -408,6 +425,29 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	}
 	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
 }
+
+// completed is a run that has already completed, as a *Run that has ended: resuming it
+// again runs nothing (SPEC §1: a resume is idempotent). Wait returns its stored result and
+// report; Subscribe replays its stored events.
+func (s *Service) completed(row storage.Run) *Run {
+	r := &Run{ID: row.ID, Attempt: row.Attempt, cancel: func(error) {}, done: make(chan struct{}),
+		bus: newBus(s.opts.Store, row.ID, s.opts.Now), already: true}
+	r.bus.close()
+	r.result = Result{RunID: row.ID, Status: StatusCompleted, Usage: agent.Usage(row.Usage), Cost: row.Cost,
+		Agents: row.Agents, Attempt: row.Attempt}
+	if !row.FinishedAt.IsZero() {
+		r.result.Elapsed = row.FinishedAt.Sub(row.CreatedAt)
+	}
+	if row.HasReport && json.Unmarshal(row.Report, &r.result.Report) == nil {
+		r.result.HasReport = true
+	}
+	close(r.done)
+	return r
+}
+
+// AlreadyCompleted reports whether the run had completed before Resume was asked for it,
+// so nothing ran: its result is the stored one.
+func (r *Run) AlreadyCompleted() bool { return r.already }
 
 // settle finishes the record of a run whose process stored its run_done but died before
 // it updated the run's row: the last attempt's outcome is in run_done.
@@ -492,6 +532,12 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	}
 	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{}),
 		bus: newBus(s.opts.Store, id, s.opts.Now)}
+	// Events that cannot be stored stop the run as the journal's failures do.
+	r.bus.fail = func(err error) {
+		if storage.Broken(err) {
+			cancel(err)
+		}
+	}
 	s.mu.Lock()
 	s.live[id] = r
 	s.mu.Unlock()
@@ -556,17 +602,17 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 		done["error"] = res.Err.Error()
 	}
 	if err := r.bus.flush(); err != nil && res.Err == nil {
-		res.Status, res.Err = StatusFailed, fmt.Errorf("record events: %w", err)
+		res.Status, res.Err = unrecorded(fmt.Errorf("record events: %w", err))
 		done["status"], done["error"] = string(res.Status), res.Err.Error()
 	}
 	// run_done is stored before the run's row says it ended, so a reader in another
 	// process that sees the run finished finds every event of it.
 	r.bus.emit(event.New(event.RunDone, done))
 	if err := r.bus.flush(); err != nil && res.Err == nil {
-		res.Status, res.Err = StatusFailed, fmt.Errorf("record events: %w", err)
+		res.Status, res.Err = unrecorded(fmt.Errorf("record events: %w", err))
 	}
 	if err := s.finishRow(res); err != nil && res.Err == nil {
-		res.Status, res.Err = StatusFailed, err
+		res.Status, res.Err = unrecorded(err)
 	}
 	r.result = res
 	r.bus.close()
@@ -615,8 +661,27 @@ func (r *Run) pollCancel(ctx context.Context, s *Service, done <-chan struct{}) 
 	}
 }
 
-// classify maps how the VM ended to a run status.
+// unrecorded is the outcome of a run whose end could not be stored: suspended when the
+// state dir could not be written (the journal holds every finished call, so a resume once
+// there is space again completes the record), failed otherwise.
+func unrecorded(err error) (Status, error) {
+	if errors.Is(err, storage.ErrUnwritable) {
+		return StatusSuspended, err
+	}
+	return StatusFailed, err
+}
+
+// classify maps how the VM ended to a run status. A run stopped because the state dir
+// failed ends as that failure whatever the script did meanwhile: suspended when the disk
+// could not be written (resumable as it is once there is space), failed when the database
+// is corrupt.
 func classify(err error, ctx context.Context) (Status, error) {
+	if cause := context.Cause(ctx); storage.Broken(cause) {
+		if errors.Is(cause, storage.ErrUnwritable) {
+			return StatusSuspended, cause
+		}
+		return StatusFailed, cause
+	}
 	// A budget that a running turn found exceeded ends the run, even when the script
 	// finished before it noticed the cancel.
 	if se := (*lua.ScriptError)(nil); ctx.Err() != nil && errors.As(context.Cause(ctx), &se) {

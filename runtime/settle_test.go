@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,9 +26,12 @@ func TestResumeSettlesARunWhoseRunDoneIsStored(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	_, err := svc.Resume(ctx, ResumeSpec{Run: "run-a"})
-	if !errors.Is(err, ErrNotResumable) {
+	r, err := svc.Resume(ctx, ResumeSpec{Run: "run-a"})
+	if err != nil || !r.AlreadyCompleted() {
 		t.Fatalf("resume: %v", err)
+	}
+	if res := r.Wait(); res.Status != StatusCompleted || res.Report != "done" {
+		t.Fatalf("result of the settled run: %+v", res)
 	}
 	row, _ := st.GetRun(ctx, "run-a")
 	if row.Status != storage.StatusCompleted || string(row.Report) != `"done"` || row.Usage.Output != 4 || row.Agents.OK != 2 || row.Cost != 0.5 {

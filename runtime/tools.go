@@ -37,7 +37,7 @@ func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
 			ID: tc.ID, Name: tc.Name, ArgsHash: sha([]byte(tc.Arguments))}
 		known, err := h.store().ToolCalls(ctx, h.run.ID, c.Key)
 		if err != nil {
-			return "", false, fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err)
+			return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))
 		}
 		if prev, ok := matchTool(known, rec); ok {
 			if !prev.Done {
@@ -46,7 +46,7 @@ func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
 			return prev.Output, true, nil
 		}
 		if err := h.store().ToolStarted(ctx, rec); err != nil {
-			return "", false, fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err)
+			return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))
 		}
 		out, err := run(ctx)
 		if err != nil || ctx.Err() != nil {
@@ -57,7 +57,7 @@ func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
 		rec.Done, rec.Output = true, out
 		// Committed even when the run is being cancelled: the tool has had its effect.
 		if err := h.store().ToolDone(context.WithoutCancel(ctx), rec); err != nil {
-			return "", false, fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err)
+			return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))
 		}
 		return out, false, nil
 	}

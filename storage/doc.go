@@ -37,9 +37,13 @@
 // Migrations are numbered files in migrations/ (embedded), applied in one BEGIN IMMEDIATE
 // transaction and recorded in schema_migrations, so concurrent first opens apply them
 // once. A database from a newer luft is refused (ErrSchemaTooNew); a file that is not a
-// SQLite database, or a schema with tables or columns missing, gives a *CorruptError
-// (ErrCorruptState) naming the file and asking the user to move it aside. Nothing here ever
-// deletes a database.
+// SQLite database, a schema with tables or columns missing, pages found malformed by any
+// later read or write, or a luft.db of zero bytes beside a runs/ folder with runs or a
+// non-empty -wal (truncated, not new) give a *CorruptError (ErrCorruptState) naming the
+// file and asking the user to move it aside. A write or read the disk refuses (SQLite's
+// full, I/O, read-only and cannot-open errors; ENOSPC, EDQUOT, EFBIG, EROFS, EIO) gives an
+// *UnwritableError (ErrUnwritable) naming the state dir and what to do; Broken tells both
+// apart from a refused operation. Nothing here ever deletes a database.
 //
 // # Connections
 //

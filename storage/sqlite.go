@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"modernc.org/sqlite"
@@ -81,6 +82,9 @@ func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
 		return nil, fmt.Errorf("storage: create state dir: %w", err)
 	}
 	path := filepath.Join(dir, DBFile)
+	if err := checkNotEmptied(dir, path); err != nil {
+		return nil, err
+	}
 	s := &SQLite{dir: dir, path: path, now: cfg.now, hold: cfg.hold,
 		queue: make(chan *op, queueSize), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
 
@@ -118,6 +122,29 @@ func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
 	return s, nil
 }
 
+// checkNotEmptied refuses a luft.db of zero bytes in a state dir that has held runs: SQLite
+// would take the empty file for a new database and every run would silently vanish. An
+// empty file with nothing beside it is a state dir whose first open was cut short, and is
+// used as new. The files are only looked at, never changed.
+func checkNotEmptied(dir, path string) error {
+	st, err := os.Stat(path)
+	if err != nil || st.Size() > 0 || !st.Mode().IsRegular() {
+		return nil // missing (a new state dir) or with content: SQLite judges it
+	}
+	var held []string
+	if runs, err := os.ReadDir(filepath.Join(dir, "runs")); err == nil && len(runs) > 0 {
+		held = append(held, fmt.Sprintf("%s holds %d runs", filepath.Join(dir, "runs"), len(runs)))
+	}
+	if wal, err := os.Stat(path + "-wal"); err == nil && wal.Size() > 0 {
+		held = append(held, fmt.Sprintf("%s-wal holds %d bytes", path, wal.Size()))
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	return &CorruptError{Dir: dir, File: path, Err: fmt.Errorf("the file is empty (0 bytes) but %s: it was truncated",
+		strings.Join(held, " and "))}
+}
+
 // fileURI turns a path into a SQLite URI filename: '?', '#' and '%' are escaped, and a
 // Windows drive path gets its leading slash.
 func fileURI(path string) string {
@@ -149,16 +176,65 @@ func (s *SQLite) isClosed() bool {
 	return s.closed
 }
 
-// classify turns SQLite's "not a database" and "malformed" errors into a *CorruptError
-// and names the operation otherwise.
+// classify turns SQLite's "not a database" and "malformed" errors into a *CorruptError,
+// a full or failing disk into an *UnwritableError, and names the operation otherwise.
 func (s *SQLite) classify(what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if isCorrupt(err) {
+		return s.typed(err)
+	}
+	return s.typed(fmt.Errorf("storage: %s %s: %w", what, s.path, err))
+}
+
+// typed is classify for errors already named by their operation: a corrupt database or a
+// failing disk anywhere in err's chain gives the typed error users act on; any other error,
+// and one already typed, is returned as it is. Every error the store returns passes here.
+func (s *SQLite) typed(err error) error {
+	switch {
+	case err == nil || errors.Is(err, ErrCorruptState) || errors.Is(err, ErrUnwritable):
+		return err
+	case isCorrupt(err):
 		return &CorruptError{Dir: s.dir, File: s.path, Err: err}
 	}
-	return fmt.Errorf("storage: %s %s: %w", what, s.path, err)
+	return Unwritable(s.dir, "", err) // err names its operation and the file
+}
+
+// typedErr is typed for a method's named error result, in a defer.
+func (s *SQLite) typedErr(err *error) { *err = s.typed(*err) }
+
+// diskFailure says in words what went wrong when err is a failure of the disk (SQLite's
+// full, I/O, read-only and cannot-open errors, or the same from the file system), and ""
+// otherwise. SQLite reports a write cut short by the file size limit (EFBIG) as an I/O
+// error.
+func diskFailure(err error) string {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_FULL:
+			return "the disk is full"
+		case sqlite3.SQLITE_IOERR:
+			return "a write or read failed: the disk is full, a file reached the size limit (ulimit -f) or the disk is failing"
+		case sqlite3.SQLITE_READONLY:
+			return "the database cannot be written (a read-only disk or file)"
+		case sqlite3.SQLITE_CANTOPEN:
+			return "the database file cannot be opened or created (permissions, or a full or read-only disk)"
+		}
+	}
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return "the disk is full"
+	case errors.Is(err, syscall.EDQUOT):
+		return "the disk quota is used up"
+	case errors.Is(err, syscall.EFBIG):
+		return "a file reached the size limit (ulimit -f)"
+	case errors.Is(err, syscall.EROFS):
+		return "the disk is read-only"
+	case errors.Is(err, syscall.EIO):
+		return "the disk is failing (I/O error)"
+	}
+	return ""
 }
 
 func isCorrupt(err error) bool {

@@ -168,7 +168,7 @@ func (s *SQLite) AppendAsync(ctx context.Context, runID string, evs ...event.Eve
 	}
 	return sync.OnceValues(func() ([]event.Event, error) {
 		if err := <-o.done; err != nil {
-			return nil, err
+			return nil, s.typed(err)
 		}
 		return out, nil
 	})
@@ -201,7 +201,8 @@ func (s *SQLite) Events(ctx context.Context, runID string, since int64, limit in
 
 // EventsOfType implements EventLog. Event fields come back as encoding/json decodes them
 // (numbers are float64), as event.Event.UnmarshalJSON does.
-func (s *SQLite) EventsOfType(ctx context.Context, runID string, since int64, limit int, types []string) ([]event.Event, error) {
+func (s *SQLite) EventsOfType(ctx context.Context, runID string, since int64, limit int, types []string) (_ []event.Event, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return nil, err

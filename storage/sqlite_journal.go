@@ -83,7 +83,8 @@ func (s *SQLite) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 }
 
 // Journal implements Store.
-func (s *SQLite) Journal(ctx context.Context, runID string) ([]Entry, error) {
+func (s *SQLite) Journal(ctx context.Context, runID string) (_ []Entry, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return nil, err

@@ -229,7 +229,8 @@ func (s *SQLite) reader() (*sql.DB, error) {
 }
 
 // GetRun implements Store.
-func (s *SQLite) GetRun(ctx context.Context, id string) (Run, error) {
+func (s *SQLite) GetRun(ctx context.Context, id string) (_ Run, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return Run{}, err
@@ -244,7 +245,8 @@ func (s *SQLite) GetRun(ctx context.Context, id string) (Run, error) {
 	return r, nil
 }
 
-func (s *SQLite) queryRuns(ctx context.Context, q string, args ...any) ([]Run, error) {
+func (s *SQLite) queryRuns(ctx context.Context, q string, args ...any) (_ []Run, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return nil, err
@@ -346,7 +348,8 @@ func (s *SQLite) RequestCancel(ctx context.Context, runID string) error {
 }
 
 // CancelRequested implements Store.
-func (s *SQLite) CancelRequested(ctx context.Context, runID string) (bool, error) {
+func (s *SQLite) CancelRequested(ctx context.Context, runID string) (_ bool, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return false, err
@@ -386,7 +389,8 @@ func (s *SQLite) SaveFile(ctx context.Context, runID, path string, content []byt
 }
 
 // Files implements Store.
-func (s *SQLite) Files(ctx context.Context, runID string) ([]File, error) {
+func (s *SQLite) Files(ctx context.Context, runID string) (_ []File, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return nil, err
@@ -415,7 +419,8 @@ func (s *SQLite) Files(ctx context.Context, runID string) ([]File, error) {
 }
 
 // Phases implements Store.
-func (s *SQLite) Phases(ctx context.Context, runID string) ([]Phase, error) {
+func (s *SQLite) Phases(ctx context.Context, runID string) (_ []Phase, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return nil, err

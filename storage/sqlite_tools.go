@@ -64,7 +64,8 @@ func toolErr(what string, tc ToolCall, err error) error {
 }
 
 // ToolCalls implements Store.
-func (s *SQLite) ToolCalls(ctx context.Context, runID, callKey string) ([]ToolCall, error) {
+func (s *SQLite) ToolCalls(ctx context.Context, runID, callKey string) (_ []ToolCall, err error) {
+	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return nil, err

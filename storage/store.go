@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -20,6 +21,10 @@ const (
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
 	StatusSuspended = "suspended"
+	// StatusInterrupted is never stored: it is how a run stored as running is shown once
+	// the process that drove it is gone (killed, crashed, or it could not record its end).
+	// Such a run is resumable (SPEC §4); the runtime's queries apply the word.
+	StatusInterrupted = "interrupted"
 )
 
 // Journal entry statuses.
@@ -52,7 +57,18 @@ var (
 	ErrCorruptState = errors.New("state dir is corrupt")
 	// ErrSchemaTooNew means luft.db was written by a newer luft.
 	ErrSchemaTooNew = errors.New("database schema is newer than this luft")
+	// ErrUnwritable means the state dir could not be written: the disk is full, a file
+	// reached the size limit, the disk failed or is read-only. The error that wraps it is
+	// a *UnwritableError naming the dir. Nothing stored is lost: what was committed stays.
+	ErrUnwritable = errors.New("state dir cannot be written")
 )
+
+// Broken reports whether err means the state dir itself failed (ErrUnwritable or
+// ErrCorruptState), as opposed to a refused operation: a run must stop on it rather than
+// let its script go on as if a call had failed.
+func Broken(err error) bool {
+	return errors.Is(err, ErrUnwritable) || errors.Is(err, ErrCorruptState)
+}
 
 // AmbiguousRunError is returned by ResolveRun when a prefix matches several runs.
 // errors.Is(err, ErrAmbiguousRun) holds.
@@ -91,6 +107,43 @@ func (e *CorruptError) Error() string {
 // Unwrap returns ErrCorruptState and the cause.
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorruptState, e.Err} }
 
+// UnwritableError says which state dir could not be written and why. errors.Is finds both
+// ErrUnwritable and the underlying error.
+type UnwritableError struct {
+	Dir    string // the state dir
+	Reason string // what most likely happened, in words: "the disk is full", ...
+	Err    error  // the failed operation and what the system said
+}
+
+func (e *UnwritableError) Error() string {
+	return fmt.Sprintf("%v: %s: %s (%v); free space on the disk that holds %s "+
+		"(or raise the file size limit, or use another --state-dir), then try again",
+		ErrUnwritable, e.Dir, e.Reason, e.Err, e.Dir)
+}
+
+// Unwrap returns ErrUnwritable and the cause.
+func (e *UnwritableError) Unwrap() []error { return []error{ErrUnwritable, e.Err} }
+
+// Unwritable returns err as an *UnwritableError of dir when it is a failure of the disk
+// under dir (no space, file size limit, quota, I/O error, read-only) from SQLite or from the
+// file system, and err unchanged otherwise. what names the operation ("" when err does).
+func Unwritable(dir, what string, err error) error {
+	if err == nil || errors.Is(err, ErrUnwritable) || errors.Is(err, ErrCorruptState) {
+		return err
+	}
+	reason := diskFailure(err)
+	if reason == "" {
+		return err
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs // the message names the disk to free: no relative path
+	}
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	return &UnwritableError{Dir: dir, Reason: reason, Err: err}
+}
+
 // Usage counts tokens. Its fields match agent.Usage, so the two convert directly.
 type Usage struct {
 	Input  int `json:"input"`
@@ -128,10 +181,11 @@ type Run struct {
 	Spec            json.RawMessage // whatever the runtime needs to resume
 }
 
-// Resumable reports whether a run in this status may be resumed.
+// Resumable reports whether a run in this status may be resumed (a running one only once
+// its process is gone, which the caller checks).
 func (r Run) Resumable() bool {
 	switch r.Status {
-	case StatusRunning, StatusFailed, StatusCancelled, StatusSuspended:
+	case StatusRunning, StatusInterrupted, StatusFailed, StatusCancelled, StatusSuspended:
 		return true
 	}
 	return false

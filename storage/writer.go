@@ -100,7 +100,7 @@ func (s *SQLite) write(ctx context.Context, fn func(tx *wtx) error) error {
 	if err != nil {
 		return err
 	}
-	return <-o.done
+	return s.typed(<-o.done)
 }
 
 // submit queues fn and returns without waiting. Ops run in the order they were queued.

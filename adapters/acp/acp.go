@@ -41,8 +41,15 @@ type Config struct {
 	// Command and Args start the agent, which speaks ACP on its stdin and stdout.
 	Command string
 	Args    []string
-	// Env is the agent's whole environment; nil inherits luft's.
+	// Env is the agent's whole environment. nil gives it AgentEnv: luft's environment
+	// filtered to tools.BaseEnv, AgentBaseEnv, Credentials and PassEnv.
 	Env []string
+	// Credentials name the variables the agent logs in with (a built-in agent's are
+	// preset, see the package doc); a name ending in "*" is a prefix.
+	Credentials []string
+	// PassEnv names further variables of luft's environment the agent gets
+	// ([backends.NAME] env).
+	PassEnv []string
 	// Dir is the workspace: the agent's working directory and session cwd, and the only
 	// tree its edits and file requests may touch. Default the current directory.
 	Dir string
@@ -70,10 +77,28 @@ type Config struct {
 
 // builtins are the agents luft knows by name (see the package doc).
 var builtins = map[string]Config{
-	"acp:claude":   {Command: "claude-code-acp", Install: "npm i -g @zed-industries/claude-code-acp"},
-	"acp:codex":    {Command: "codex-acp", Install: "npm i -g @zed-industries/codex-acp"},
-	"acp:opencode": {Command: "opencode", Args: []string{"acp"}, Install: "npm i -g opencode-ai"},
-	"acp:gemini":   {Command: "gemini", Args: []string{"--acp"}, Install: "npm i -g @google/gemini-cli"},
+	"acp:claude": {Command: "claude-code-acp", Install: "npm i -g @zed-industries/claude-code-acp",
+		Credentials: []string{"ANTHROPIC_*", "CLAUDE_*"}},
+	"acp:codex": {Command: "codex-acp", Install: "npm i -g @zed-industries/codex-acp",
+		Credentials: []string{"OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_*"}},
+	"acp:opencode": {Command: "opencode", Args: []string{"acp"}, Install: "npm i -g opencode-ai",
+		Credentials: []string{"OPENCODE_*"}},
+	"acp:gemini": {Command: "gemini", Args: []string{"--acp"}, Install: "npm i -g @google/gemini-cli",
+		Credentials: []string{"GEMINI_*", "GOOGLE_API_KEY", "GOOGLE_CLOUD_*", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI"}},
+}
+
+// AgentBaseEnv are the variables every coding agent gets besides tools.BaseEnv: where
+// its own config and caches live, and how it reaches the network (proxies, CA
+// certificates).
+var AgentBaseEnv = []string{"XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+	"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+	"NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+
+// AgentEnv is the environment an agent with cfg gets when cfg.Env is nil, from environ
+// (luft's, as os.Environ gives it).
+func AgentEnv(cfg Config, environ []string) []string {
+	pass := slices.Concat(AgentBaseEnv, cfg.Credentials, cfg.PassEnv)
+	return tools.ChildEnv(environ, pass, nil)
 }
 
 // BuiltinNames lists the known agents' ids, sorted.
@@ -94,17 +119,18 @@ func Builtin(name string) (Config, bool) {
 	}
 	c.ID = id
 	c.Args = slices.Clone(c.Args)
+	c.Credentials = slices.Clone(c.Credentials)
 	return c, true
 }
 
 // Backend is an acp:* backend. It is safe for concurrent use: every call runs its own
 // agent process.
 type Backend struct {
-	cfg       Config
-	ws        string     // the workspace, absolute and clean
-	realWS    string     // the workspace with symlinks resolved
-	protected []string   // Config.Protected, absolute with symlinks resolved
-	allow     [][]string // Config.AllowCommands, split into words (tools.ParseAllowList)
+	cfg    Config
+	ws     string      // the workspace, absolute and clean
+	realWS string      // the workspace with symlinks resolved
+	guard  tools.Guard // what the agent may write: Config.Protected and tools.ProtectedNames
+	allow  [][]string  // Config.AllowCommands, split into words (tools.ParseAllowList)
 }
 
 // New checks cfg and returns its backend. The workspace must exist.
@@ -131,6 +157,9 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("acp backend %q: %w", cfg.ID, err)
 	}
+	if err := tools.CheckEnvNames(fmt.Sprintf("acp backend %q: env", cfg.ID), cfg.PassEnv); err != nil {
+		return nil, err
+	}
 	if cfg.Dir == "" {
 		cfg.Dir = "."
 	}
@@ -148,12 +177,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("acp backend %q: workspace: %w", cfg.ID, err)
 	}
 	cfg.Dir = ws
-	b := &Backend{cfg: cfg, ws: ws, realWS: realWS, allow: allow}
-	for _, p := range cfg.Protected {
-		if abs, err := filepath.Abs(p); err == nil {
-			b.protected = append(b.protected, tools.ResolveExisting(abs))
-		}
-	}
+	b := &Backend{cfg: cfg, ws: ws, realWS: realWS, allow: allow, guard: tools.NewGuard(ws, cfg.Protected)}
 	return b, nil
 }
 

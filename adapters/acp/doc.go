@@ -14,6 +14,25 @@
 // Each agent logs in with its own CLI; luft never handles its credentials. An agent that
 // answers "authentication required" fails the call with a message saying so.
 //
+// # Environment
+//
+// An agent does not inherit luft's environment, which may hold keys for other services
+// (luft's own OPENAI_API_KEY, cloud credentials, tokens). It gets tools.BaseEnv (PATH,
+// HOME, USER, LOGNAME, LANG, LC_*, TERM, TZ, TMPDIR), AgentBaseEnv (XDG_* folders,
+// HTTP(S)_PROXY/NO_PROXY, NODE_EXTRA_CA_CERTS, SSL_CERT_FILE/DIR), the variables its
+// own login reads, and what its [backends.NAME] env list names:
+//
+//	acp:claude    ANTHROPIC_*, CLAUDE_*
+//	acp:codex     OPENAI_API_KEY, OPENAI_BASE_URL, CODEX_*
+//	acp:opencode  OPENCODE_*
+//	acp:gemini    GEMINI_*, GOOGLE_API_KEY, GOOGLE_CLOUD_*, GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_GENAI_USE_VERTEXAI
+//
+// An agent that logs in through a file under HOME (claude login, codex login) needs
+// nothing more; one that takes a provider's key from the environment (opencode with
+// ANTHROPIC_API_KEY, claude on Bedrock with AWS_*) gets it by naming it in env. The
+// agent runs its own tools in its own process, which luft cannot confine with the
+// kernel as it does run_command: what it may do is the permission policy below.
+//
 // # One call
 //
 // Every call spawns the agent afresh (its stderr kept, bounded, for error messages),
@@ -70,11 +89,14 @@
 //
 // Allowing picks the agent's allow_once option (never allow_always, which would let the
 // agent skip later questions); an agent that offers none is refused. The agent's own
-// writes through fs/write_text_file pass the same edit rule, and every file access goes
-// through an os.Root on the workspace, so symlinks cannot lead outside it. Reading a file
-// that does not exist answers ACP's -32002 (resource not found), which agents that create
-// files (Gemini CLI) expect. Terminal methods are not offered and answer "method not
-// found".
+// writes through fs/write_text_file pass the same edit rule and write_file's
+// tools.Guard (version control's folders and luft.toml/.luft anywhere in the workspace,
+// files with more than one hard link and dangling links are refused, and the file
+// opened is the file checked), and every file access goes through an os.Root on the
+// workspace, so symlinks cannot lead outside it. Edit, delete and move requests that
+// name a protected file are refused likewise. Reading a file that does not exist answers
+// ACP's -32002 (resource not found), which agents that create files (Gemini CLI) expect.
+// Terminal methods are not offered and answer "method not found".
 //
 // Agents differ in what they do after a refusal: codex ends the prompt "cancelled",
 // opencode and Claude Code end their turn with no text, others go on. Whenever the agent

@@ -37,6 +37,9 @@ func (b *Backend) spawn() (*proc, error) {
 	}
 	cmd.Dir = b.ws
 	cmd.Env = b.cfg.Env
+	if cmd.Env == nil {
+		cmd.Env = AgentEnv(b.cfg, os.Environ())
+	}
 	cmd.WaitDelay = exitGrace
 	ownGroup(cmd)
 	stdin, err := cmd.StdinPipe()

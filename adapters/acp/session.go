@@ -318,7 +318,7 @@ func (s *session) decide(st toolState) (allow bool, why string, ask bool) {
 		}
 		for _, p := range paths {
 			if s.b.protects(p) {
-				return false, fmt.Sprintf("%s is luft's own config or state, which agents may not change", p), false
+				return false, fmt.Sprintf("%s is luft's own config or state, or version control's, which agents may not change", p), false
 			}
 		}
 		if cfg.AllowEdits || cfg.Approval == tools.ApprovalAllow {
@@ -423,18 +423,17 @@ func (b *Backend) inside(path string) bool {
 }
 
 // protects reports whether path (relative paths are taken from the workspace) is one of
-// the protected files or folders, or inside one, symlinks resolved.
+// the files agents may not change (tools.Guard: luft's config and state, version
+// control's folders), or inside one, symlinks resolved.
 func (b *Backend) protects(path string) bool {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(b.ws, path)
 	}
-	real := tools.ResolveExisting(filepath.Clean(path))
-	for _, p := range b.protected {
-		if tools.Within(p, real) {
-			return true
-		}
+	rel, err := b.rel(path)
+	if err != nil {
+		return false // outside: refused as such
 	}
-	return false
+	return errors.Is(b.guard.Check(rel), tools.ErrProtected)
 }
 
 // display is path relative to the workspace when it is inside it.
@@ -498,16 +497,10 @@ func (s *session) WriteTextFile(_ context.Context, p sdk.WriteTextFileRequest) (
 	if err != nil {
 		return sdk.WriteTextFileResponse{}, fmt.Errorf("write refused: %w", err)
 	}
-	if s.b.protects(p.Path) {
-		return sdk.WriteTextFileResponse{}, fmt.Errorf("write refused: %s is luft's own config or state, which agents may not change", rel)
-	}
-	if dir := filepath.Dir(rel); dir != "." {
-		if err := s.root.MkdirAll(dir, 0o755); err != nil {
-			return sdk.WriteTextFileResponse{}, err
-		}
-	}
-	if err := s.root.WriteFile(rel, []byte(p.Content), 0o644); err != nil {
-		return sdk.WriteTextFileResponse{}, err
+	// The same Guard as write_file's: protected files, hard links and links swapped in
+	// are refused, and the file checked is the file written.
+	if _, err := s.b.guard.WriteFile(s.root, rel, []byte(p.Content)); err != nil {
+		return sdk.WriteTextFileResponse{}, fmt.Errorf("write refused: %w", err)
 	}
 	s.mu.Lock()
 	s.report("edit", rel)

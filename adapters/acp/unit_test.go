@@ -117,6 +117,9 @@ func TestDecide(t *testing.T) {
 		{"edit luft's config", toolState{kind: "edit", paths: []string{"luft.toml"}}, false, false},
 		{"edit luft's state", toolState{kind: "edit", paths: []string{filepath.Join(ws, ".luft", "luft.db")}}, false, false},
 		{"edit luft's state through a link", toolState{kind: "edit", paths: []string{"state-link/luft.db"}}, false, false},
+		{"edit git's config", toolState{kind: "edit", paths: []string{filepath.Join(ws, ".git", "config")}}, false, false},
+		{"write a hook", toolState{kind: "edit", rawInput: map[string]any{"file_path": "sub/.git/hooks/pre-commit"}}, false, false},
+		{"plant a config deeper", toolState{kind: "move", paths: []string{in}, rawInput: map[string]any{"destination": filepath.Join(ws, "pkg", "luft.toml")}}, false, false},
 		{"other asks", toolState{kind: "other", title: "mystery"}, false, true},
 		{"no kind asks", toolState{title: "mystery"}, false, true},
 	} {
@@ -166,3 +169,36 @@ func TestInsideResolvesSymlinks(t *testing.T) {
 }
 
 func adaptersCall() adapters.Call { return adapters.Call{} }
+
+// TestAgentEnv: an agent started without an explicit Env gets the base variables, its
+// own credentials and what its config names, and no other secret of luft's.
+func TestAgentEnv(t *testing.T) {
+	environ := []string{"PATH=/bin", "HOME=/h", "HTTPS_PROXY=http://proxy:3128",
+		"ANTHROPIC_API_KEY=sk-ant", "OPENAI_API_KEY=sk-openai", "GITHUB_TOKEN=ghp", "AWS_SECRET_ACCESS_KEY=aws", "MY_AGENT_FLAG=1"}
+	claude, _ := Builtin("claude")
+	codex, _ := Builtin("codex")
+	custom := Config{Command: "my-agent", PassEnv: []string{"MY_AGENT_*"}}
+	for _, tc := range []struct {
+		cfg        Config
+		want, deny []string
+	}{
+		{claude, []string{"PATH=/bin", "HOME=/h", "HTTPS_PROXY=http://proxy:3128", "ANTHROPIC_API_KEY=sk-ant"}, []string{"sk-openai", "ghp", "aws", "MY_AGENT"}},
+		{codex, []string{"OPENAI_API_KEY=sk-openai"}, []string{"sk-ant", "ghp", "aws"}},
+		{custom, []string{"MY_AGENT_FLAG=1", "PATH=/bin"}, []string{"sk-ant", "sk-openai", "ghp", "aws"}},
+	} {
+		got := strings.Join(AgentEnv(tc.cfg, environ), "\n")
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: env lacks %s:\n%s", tc.cfg.Command, w, got)
+			}
+		}
+		for _, d := range tc.deny {
+			if strings.Contains(got, d) {
+				t.Errorf("%s: env has %s:\n%s", tc.cfg.Command, d, got)
+			}
+		}
+	}
+	if _, err := New(Config{Command: "x", Dir: t.TempDir(), PassEnv: []string{"A=B"}}); err == nil || !strings.Contains(err.Error(), "not an environment variable name") {
+		t.Errorf("a bad env name: %v", err)
+	}
+}

@@ -12,7 +12,10 @@
 // and what to check. Upstream.Close closes every client and ends every subprocess: stdin
 // is closed first, then SIGTERM, then SIGKILL, as mcp-go's stdio transport does.
 //
-// A subprocess inherits luft's environment plus the server's env table. Its stderr is
+// A subprocess does not inherit luft's environment, which holds API keys: it gets
+// tools.BaseEnv (PATH, HOME, USER, LOGNAME, LANG, LC_*, TERM, TZ, TMPDIR) from it plus the
+// server's env table and the variables its pass_env list names (the way to hand a server
+// its own token without writing it into the config file). Its stderr is
 // kept (the last few KiB) only to explain failures; it is never copied to luft's own
 // output.
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/url"
+	"os"
 	"os/exec"
 	"regexp"
 	"runtime/debug"
@@ -29,9 +30,13 @@ type Server struct {
 	Name    string
 	Command string
 	Args    []string
-	// Env is added to the environment the subprocess inherits.
+	// Env is added to the subprocess's environment, which is otherwise only
+	// tools.BaseEnv taken from luft's (no API keys or tokens).
 	Env map[string]string
-	URL string
+	// PassEnv names variables of luft's environment the subprocess also gets (a token
+	// the server needs, kept out of the config file); "NAME*" is a prefix.
+	PassEnv []string
+	URL     string
 }
 
 // ConnectTimeout bounds how long Open waits for one server to start, answer the MCP
@@ -151,10 +156,13 @@ func validate(servers []Server) error {
 				errs = append(errs, fmt.Errorf("%s: url %q is not an http:// or https:// URL (fix url in [mcp_servers.%s])",
 					where, s.URL, s.Name))
 			}
-			if len(s.Args) > 0 || len(s.Env) > 0 {
-				errs = append(errs, fmt.Errorf("%s: args and env apply to a command, not a url (remove them from [mcp_servers.%s])",
+			if len(s.Args) > 0 || len(s.Env) > 0 || len(s.PassEnv) > 0 {
+				errs = append(errs, fmt.Errorf("%s: args, env and pass_env apply to a command, not a url (remove them from [mcp_servers.%s])",
 					where, s.Name))
 			}
+		}
+		if err := tools.CheckEnvNames(fmt.Sprintf("%s: pass_env (fix it in [mcp_servers.%s])", where, s.Name), s.PassEnv); err != nil {
+			errs = append(errs, err)
 		}
 		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -221,7 +229,10 @@ func connect(ctx context.Context, s Server) (*conn, []tools.Tool, error) {
 			// outlive Open's context, and its stderr is kept for error messages.
 			transport.WithCommandFunc(func(_ context.Context, command string, env, args []string) (*exec.Cmd, error) {
 				cmd := exec.Command(command, args...)
-				cmd.Env = append(cmd.Environ(), env...)
+				// Not luft's environment, which holds API keys: the base variables and
+				// the server's own env table (env is that table, as KEY=VALUE).
+				cmd.Env = tools.ChildEnv(os.Environ(), s.PassEnv, nil)
+				cmd.Env = append(cmd.Env, env...)
 				cmd.Stderr = c.stderr
 				// A grandchild holding stderr open must not stall Wait forever.
 				cmd.WaitDelay = 2 * time.Second

@@ -102,8 +102,8 @@ func TestOpenListsTools(t *testing.T) {
 					t.Errorf("%s has no description", s.Name)
 				}
 			}
-			// Six tools, two to a page: all of them means the cursors were followed.
-			want := []string{"fake__add", "fake__delete_record", "fake__fail", "fake__lookup", "fake__snapshot", "fake__wait"}
+			// Seven tools, two to a page: all of them means the cursors were followed.
+			want := []string{"fake__add", "fake__delete_record", "fake__env", "fake__fail", "fake__lookup", "fake__snapshot", "fake__wait"}
 			if !slices.Equal(names, want) {
 				t.Fatalf("tools = %v, want %v", names, want)
 			}
@@ -364,8 +364,10 @@ func TestOpenErrors(t *testing.T) {
 		{"neither command nor url", []Server{{Name: "s"}}, nil, []string{"neither command nor url"}},
 		{"both command and url", []Server{{Name: "s", Command: "x", URL: "http://127.0.0.1:1/"}}, nil, []string{"both command and url"}},
 		{"url not http", []Server{{Name: "s", URL: "ftp://example.com/"}}, nil, []string{`url "ftp://example.com/" is not an http://`}},
-		{"args with url", []Server{{Name: "s", URL: "http://127.0.0.1:1/", Args: []string{"x"}}}, nil, []string{"args and env apply to a command"}},
+		{"args with url", []Server{{Name: "s", URL: "http://127.0.0.1:1/", Args: []string{"x"}}}, nil, []string{"args, env and pass_env apply to a command"}},
 		{"bad env name", []Server{{Name: "s", Command: "x", Env: map[string]string{"A=B": "c"}}}, nil, []string{`env name "A=B"`}},
+		{"bad pass_env name", []Server{{Name: "s", Command: "x", PassEnv: []string{"A B"}}}, nil, []string{`pass_env`, `"A B" is not an environment variable name`}},
+		{"pass_env with url", []Server{{Name: "s", URL: "http://127.0.0.1:1/", PassEnv: []string{"TOKEN"}}}, nil, []string{"pass_env apply to a command"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -417,8 +419,8 @@ func TestOpenTwoServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	if n := len(up.Tools()); n != 12 {
-		t.Fatalf("%d tools, want 12", n)
+	if n := len(up.Tools()); n != 14 {
+		t.Fatalf("%d tools, want 14", n)
 	}
 	if _, err := toolNamed(t, up, "two__lookup").Call(testCtx(t), json.RawMessage(`{"key":"k"}`)); err != nil {
 		t.Fatal(err)
@@ -472,5 +474,34 @@ func TestCallWhenSubprocessDied(t *testing.T) {
 	}
 	if err := fx.up.Close(); err != nil {
 		t.Errorf("Close after the subprocess died: %v", err)
+	}
+}
+
+// TestServerEnvironment: a stdio server gets the base variables and its env table, and
+// none of luft's secrets, so a tool that prints its environment hands the model no key.
+func TestServerEnvironment(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-luft-secret")
+	t.Setenv("GITHUB_TOKEN", "ghp-luft-secret")
+	t.Setenv("FAKE_SERVER_TOKEN", "passed-by-name")
+	cmd, args, env := mcpfake.ChildCommand("")
+	env["SERVER_TOKEN"] = "configured-for-this-server"
+	up, err := Open(testCtx(t), []Server{{Name: "fake", Command: cmd, Args: args, Env: env, PassEnv: []string{"FAKE_SERVER_*"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	out, err := toolNamed(t, up, "fake__env").Call(testCtx(t), json.RawMessage(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"sk-luft-secret", "ghp-luft-secret", "OPENAI_API_KEY", "GITHUB_TOKEN"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("the server's environment holds %s:\n%s", secret, out)
+		}
+	}
+	for _, want := range []string{"SERVER_TOKEN=configured-for-this-server", "FAKE_SERVER_TOKEN=passed-by-name", "PATH="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the server's environment lacks %s:\n%s", want, out)
+		}
 	}
 }

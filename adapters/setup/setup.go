@@ -32,6 +32,9 @@ type Backends struct {
 	// Unchosen are the config's backends when there are several and default_backend
 	// names none of them (the mock stands in; the notice names them).
 	Unchosen []string
+	// Warnings are what the user should be told once: that commands agents may run
+	// cannot be confined by this kernel, say.
+	Warnings []string
 	// tools are the tools agents may be given ([tools], [mcp_servers]).
 	tools *toolset
 }
@@ -75,6 +78,7 @@ func Open(o Options) (*Backends, error) {
 		return nil, fmt.Errorf("%s: [tools]: %v", configName(cfg), err)
 	}
 	set.tools = toolset
+	set.Warnings = toolset.base.Warnings()
 	bs := []adapters.Backend{adapters.NewMock(mcfg)}
 	set.Infos = append(set.Infos, Info{ID: "mock", Type: "mock", Source: "built-in", Model: adapters.MockModel})
 	if mockFile != "" {
@@ -151,7 +155,7 @@ func Open(o Options) (*Backends, error) {
 			if b.Command != "" {
 				c.Command, c.Args = b.Command, b.Args
 			}
-			c.Model, c.IdleTimeout = b.Model, b.IdleTimeout
+			c.Model, c.IdleTimeout, c.PassEnv = b.Model, b.IdleTimeout, b.Env
 			a, err := acp.New(acpPolicy(c, cfg, protected))
 			if err != nil {
 				return nil, fmt.Errorf("%s: backends.%s: %v", configName(cfg), id, err)

@@ -110,3 +110,40 @@ func TestDefaultBackend(t *testing.T) {
 		})
 	}
 }
+
+// The environment and writable folders of [tools], [backends] and [mcp_servers] reach
+// the tools and agents; a mistake in them is an error naming the file and the key.
+func TestOpenChildPolicy(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		toml, want string
+	}{
+		{"[tools]\nworkspace = " + quote(dir) + "\nenv = [\"GOPATH\", \"GO*\"]\nwritable = [\"cache\"]\nallow_commands = [\"go test\"]\n" +
+			"[mcp_servers.gh]\ncommand = \"gh-mcp\"\npass_env = [\"GITHUB_TOKEN\"]\n[backends.c]\ntype = \"acp:claude\"\nenv = [\"AWS_*\"]\n", ""},
+		{"[tools]\nworkspace = " + quote(dir) + "\nwritable = [\"nowhere\"]\n", "[tools]: tools: writable \"nowhere\""},
+		{"[tools]\nworkspace = " + quote(dir) + "\nenv = [\"A=B\"]\n", "luft.toml:3: tools.env: \"A=B\" is not an environment variable name"},
+		{"[backends.c]\ntype = \"acp:claude\"\nenv = [\"BAD NAME\"]\n", "luft.toml:3: backends.c.env: \"BAD NAME\""},
+	} {
+		var set *Backends
+		cfg, err := config.Parse(filepath.Join(dir, "luft.toml"), []byte(tc.toml))
+		if err == nil {
+			set, err = Open(Options{Config: cfg, Getenv: noEnv})
+		}
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.toml, err)
+				continue
+			}
+			set.Close()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `\`, `\\`) + `"` }

@@ -35,11 +35,11 @@ type toolset struct {
 func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
 		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout,
-		Protected: protected}
+		Protected: protected, Env: cfg.Tools.Env, Writable: cfg.Tools.Writable}
 	ts := &toolset{cfg: tc, servers: map[string]mcptools.Server{}, started: map[string]bool{}}
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		s := cfg.MCPServers[name]
-		ts.servers[name] = mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, URL: s.URL}
+		ts.servers[name] = mcptools.Server{Name: name, Command: s.Command, Args: s.Args, Env: s.Env, PassEnv: s.PassEnv, URL: s.URL}
 	}
 	// Names in [tools] destructive may be upstream tools, which are not known before their
 	// server is started: check only that such a name's server is configured now.

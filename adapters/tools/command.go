@@ -2,16 +2,33 @@ package tools
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/luft-run/luft/adapters/tools/sandbox"
 )
 
 type runCommand struct{ e *env }
+
+// confinement tells the model what a command may change, so a refused write is no
+// surprise.
+func confinement() string {
+	if _, err := sandboxStatus(); err != nil {
+		return "The command gets a minimal environment (no credentials) and $TMPDIR, a private temporary folder."
+	}
+	return "The command may change files only inside the workspace, $TMPDIR (a private temporary folder, " +
+		"removed afterwards) and $XDG_CACHE_HOME (the workspace's cache folder); writes elsewhere are refused by the kernel. " +
+		"It gets a minimal environment (no credentials)."
+}
 
 func (t *runCommand) Spec() Spec {
 	allowed := "none: [tools] allow_commands is empty, so every command is refused"
@@ -25,7 +42,7 @@ func (t *runCommand) Spec() Spec {
 			"arguments in args, or the whole command line in command (words split on spaces, quotes group "+
 			"words). Only commands that start with an allowed prefix run, compared word by word. Allowed: %s. "+
 			"Returns the combined stdout and stderr (capped at %s, keeping the start and the end) and a "+
-			"last line \"[exit N]\". Times out after %s.", allowed, size(t.e.lim.outputBytes), t.e.timeout),
+			"last line \"[exit N]\". Times out after %s. %s", allowed, size(t.e.lim.outputBytes), t.e.timeout, confinement()),
 		Parameters: object(map[string]any{
 			"command": prop("string", "The program to run (e.g. \"go\"), or a whole command line such as \"go test ./...\"."),
 			"args": map[string]any{
@@ -63,10 +80,32 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 			name, joinWords(argv), t.allowList())
 	}
 
+	path, err := t.lookPath(argv[0])
+	if err != nil {
+		return "", err
+	}
+	// A private temporary folder, removed after the command: the one place outside the
+	// workspace a confined command may write.
+	tmp, err := os.MkdirTemp("", "luft-cmd-")
+	if err != nil {
+		return "", fmt.Errorf("%s: cannot create a temporary folder for the command: %v", name, err)
+	}
+	defer os.RemoveAll(tmp)
+
 	runCtx, cancel := context.WithTimeout(ctx, t.e.timeout)
 	defer cancel()
-	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
+	write := append([]string{t.e.ws.real, tmp}, t.e.writable...)
+	set := map[string]string{"TMPDIR": tmp}
+	if cache := t.e.commandCache(); cache != "" {
+		write = append(write, cache)
+		set["XDG_CACHE_HOME"] = cache
+	}
+	cmd, err := sandbox.Command(runCtx, sandbox.Policy{Write: write}, path, argv)
+	if err != nil {
+		return "", fmt.Errorf("%s: %v", name, err)
+	}
 	cmd.Dir = t.e.ws.dir
+	cmd.Env = ChildEnv(os.Environ(), t.e.envPass, set)
 	out := &capWriter{headMax: t.e.lim.outputBytes / 2, tailMax: t.e.lim.outputBytes - t.e.lim.outputBytes/2}
 	cmd.Stdout, cmd.Stderr = out, out // the same comparable writer: exec serialises the writes
 	// Grandchildren (a test binary under go test) may hold the output pipe open after the
@@ -90,10 +129,6 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 		} else {
 			status = "[" + ee.String() + "]"
 		}
-	case errors.Is(err, exec.ErrNotFound):
-		return "", fmt.Errorf("%s: program %q was not found on PATH (is it installed?)", name, argv[0])
-	case errors.Is(err, exec.ErrDot):
-		return "", fmt.Errorf("%s: program %q resolves to the current directory, which is refused; name it by a path such as ./%s, allowed in [tools] allow_commands", name, argv[0], argv[0])
 	case errors.Is(err, exec.ErrWaitDelay):
 		status = "[exit 0; the output was still held open by a background process, which was left behind]"
 	default:
@@ -104,6 +139,52 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 		text += "\n"
 	}
 	return text + status, nil
+}
+
+// commandCache is the cache folder the workspace's commands share ($XDG_CACHE_HOME for
+// them, which go's build cache and most tools' caches follow): under the user's cache
+// folder, one per workspace, so that a build cache survives between calls without
+// commands writing the user's own caches — an entry planted there would run in the
+// user's later builds, outside any sandbox. "" when the user has no cache folder.
+func (e *env) commandCache() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	if fi, err := os.Stat(base); err != nil || !fi.IsDir() {
+		return "" // no cache folder to add to (HOME=/nonexistent, say): none is made up
+	}
+	sum := sha256.Sum256([]byte(e.ws.real))
+	dir := filepath.Join(base, "luft", "commands", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// lookPath finds the program as a shell would: a name with a slash is a path (relative
+// ones are taken from the workspace, where the command runs), any other name is looked
+// up on PATH.
+func (t *runCommand) lookPath(prog string) (string, error) {
+	const name = "run_command"
+	if strings.Contains(prog, "/") {
+		p := prog
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(t.e.ws.dir, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%s: program %q does not exist (a path with a slash is taken from the workspace)", name, prog)
+		}
+		return prog, nil
+	}
+	path, err := exec.LookPath(prog)
+	switch {
+	case errors.Is(err, exec.ErrDot):
+		return "", fmt.Errorf("%s: program %q resolves to the current directory, which is refused; name it by a path such as ./%s, allowed in [tools] allow_commands", name, prog, prog)
+	case err != nil:
+		return "", fmt.Errorf("%s: program %q was not found on PATH (is it installed?)", name, prog)
+	}
+	return path, nil
 }
 
 // allowList is the allowed commands for messages: "go test; ls".

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/luft-run/luft/adapters/tools/sandbox"
 )
 
 func TestSplitWords(t *testing.T) {
@@ -182,6 +185,18 @@ func TestRunCommandRefusals(t *testing.T) {
 	s = newSet(t, Config{Workspace: ws, AllowCommands: []string{"luft-no-such-program-7f3a"}})
 	_, err = call(t, s, "run_command", map[string]any{"command": "luft-no-such-program-7f3a --help"})
 	wantErr(t, err, `program "luft-no-such-program-7f3a" was not found on PATH`)
+
+	s = newSet(t, Config{Workspace: ws, AllowCommands: []string{"./build.sh"}})
+	_, err = call(t, s, "run_command", map[string]any{"command": "./build.sh"})
+	wantErr(t, err, `program "./build.sh" does not exist`, "taken from the workspace")
+	// A script the model wrote is found in the workspace, wherever luft was started.
+	writeFileT(t, filepath.Join(ws, "build.sh"), "#!/bin/sh\necho built\n")
+	if err := os.Chmod(filepath.Join(ws, "build.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustCall(t, s, "run_command", map[string]any{"command": "./build.sh"}); out != "built\n[exit 0]" {
+		t.Errorf("./build.sh: %q", out)
+	}
 }
 
 func TestRunCommandTimeout(t *testing.T) {
@@ -243,5 +258,79 @@ func TestCapWriter(t *testing.T) {
 		if got := w.String(); got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestRunCommandConfined proves what a command may change: the workspace and its
+// private $TMPDIR, nothing outside (when the kernel has Landlock), and that its
+// environment carries no credentials.
+func TestRunCommandConfined(t *testing.T) {
+	h := helper(t)
+	base := t.TempDir()
+	ws, outside, cache := filepath.Join(base, "ws"), filepath.Join(base, "outside"), filepath.Join(base, "cache")
+	for _, d := range []string{ws, outside, cache} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := filepath.Join(outside, "victim")
+	writeFileT(t, victim, "original")
+	t.Setenv("LUFT_TEST_API_KEY", "sk-test-secret")
+	t.Setenv("GOPATH_LIKE", "kept")
+	s := newSet(t, Config{Workspace: ws, AllowCommands: []string{h + " write", h + " env"},
+		Env: []string{"GOPATH_*"}, Writable: []string{cache}})
+
+	out := mustCall(t, s, "run_command", map[string]any{"command": h + " env"})
+	if strings.Contains(out, "sk-test-secret") || strings.Contains(out, "LUFT_TEST_API_KEY") {
+		t.Errorf("the command saw a credential:\n%s", out)
+	}
+	if !strings.Contains(out, "GOPATH_LIKE=kept") || !strings.Contains(out, "PATH=") {
+		t.Errorf("the command lacks PATH or a variable [tools] env names:\n%s", out)
+	}
+	tmp := ""
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "TMPDIR="); ok {
+			tmp = v
+		}
+	}
+	if tmp == "" || tmp == os.TempDir() {
+		t.Fatalf("TMPDIR = %q, want a private folder", tmp)
+	}
+	// $XDG_CACHE_HOME is the workspace's own cache folder, the same from call to call.
+	cacheHome := ""
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "XDG_CACHE_HOME="); ok {
+			cacheHome = v
+		}
+	}
+	if !strings.HasPrefix(cacheHome, filepath.Join(os.Getenv("XDG_CACHE_HOME"), "luft", "commands")+"/") {
+		t.Fatalf("XDG_CACHE_HOME = %q, want the workspace's folder under the user's cache", cacheHome)
+	}
+	if again := mustCall(t, s, "run_command", map[string]any{"command": h + " env"}); !strings.Contains(again, "XDG_CACHE_HOME="+cacheHome+"\n") {
+		t.Errorf("the cache folder changed between calls:\n%s", again)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Errorf("the private temporary folder %s outlived the command (%v)", tmp, err)
+	}
+
+	// Inside the workspace and the writable folders, writes work.
+	for _, p := range []string{filepath.Join(ws, "made"), filepath.Join(cache, "entry"), filepath.Join(cacheHome, "entry")} {
+		if got := mustCall(t, s, "run_command", map[string]any{"command": h + " write", "args": []string{p}}); !strings.HasSuffix(got, "[exit 0]") {
+			t.Errorf("write %s: %s", p, got)
+		}
+	}
+
+	if _, err := sandbox.Status(); err != nil {
+		t.Skipf("no Landlock here, so writes outside cannot be refused: %v", err)
+	}
+	got := mustCall(t, s, "run_command", map[string]any{"command": h + " write", "args": []string{victim}})
+	if !strings.Contains(got, "permission denied") || !strings.HasSuffix(got, "[exit 1]") {
+		t.Errorf("writing outside the workspace: %s", got)
+	}
+	if readFileT(t, victim) != "original" {
+		t.Fatal("a command changed a file outside the workspace")
+	}
+	if !strings.Contains(s.tools["run_command"].Spec().Description, "refused by the kernel") {
+		t.Error("run_command's description does not say writes outside are refused")
 	}
 }

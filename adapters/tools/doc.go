@@ -15,16 +15,47 @@
 // not by string checks alone. Errors name the path and the workspace so the model can
 // correct itself.
 //
+// Writes go through a Guard (also used for coding agents' writes, see package acp):
+// version control's folders and luft's own config (ProtectedNames: .git, .hg, .svn,
+// .bzr, .jj, _darcs, .luft, luft.toml) anywhere in the workspace, the protected paths
+// (the active config file and state dir), files with more than one hard link and
+// dangling symbolic links are refused. A .git/config with core.fsmonitor, or a hook,
+// would run a command the next time anyone uses git there; a planted luft.toml would
+// choose the next run's backend and allow-list; a hard link made beforehand would carry
+// the write to a file outside, or into luft's journal. The file is opened once and, on
+// Linux, the opened file itself (/proc/self/fd) is checked again, so a link swapped in
+// between the check and the open is caught. Reading any of these is fine.
+//
 // run_command runs no shell. The command is a program and its arguments; a single command
 // string is split into words the way a shell would split plain words and quotes, and
 // shell syntax (; | & > < ` $ ( ) or a newline) is refused rather than passed on. A
 // command runs only when its first words equal one of the [tools] allow_commands entries,
 // compared word by word: "go test" allows `go test ./...` but not `go testx` or `go vet`.
-// The process runs in the workspace directory with the process's environment, a timeout
-// (default 2 minutes; its whole process group is killed on Unix), and a cap on the output
-// it returns. An allowed program is trusted with whatever further arguments the model
-// adds: allow only commands that are safe with any arguments (note that `go test` runs
-// code the agent may have written).
+// The process runs in the workspace directory with a timeout (default 2 minutes; its
+// whole process group is killed on Unix) and a cap on the output it returns.
+//
+// An allowed program is trusted with whatever further arguments the model adds (and
+// `go test` runs code the agent wrote), so what a command can reach is bounded by design
+// rather than by its arguments:
+//
+//   - the kernel confines it (package sandbox, Landlock on Linux): it may write only in
+//     the workspace, a private $TMPDIR removed after the call, the workspace's command
+//     cache ($XDG_CACHE_HOME, <user cache>/luft/commands/<hash of the workspace>, kept
+//     between calls so `go test` need not rebuild everything) and [tools] writable; a
+//     write elsewhere (`git log --output=/elsewhere`, a test that edits ~/.bashrc)
+//     fails with "permission denied", and so does signalling luft. Reading is not
+//     confined: `ls /etc` or `cat ~/.ssh/config` work if allowed. Inside the workspace
+//     everything is writable to a command — .git, a luft.toml, and the state dir when
+//     it lies in the workspace — since Landlock grants folders whole and cannot carve
+//     names out of one: the Guard protects against file tools, not against an allowed
+//     command. A hook or fsmonitor planted that way runs confined, with the same
+//     minimal environment, when a later command runs git; a luft.toml planted at the
+//     workspace's top is read by a later `luft` started there. Allow only commands you
+//     would let write the workspace. Without Landlock, Set.Warnings says so and
+//     commands run unconfined;
+//   - its environment is ChildEnv's: BaseEnv (PATH, HOME, USER, LOGNAME, LANG, LC_*,
+//     TERM, TZ, TMPDIR) and the names [tools] env gives; no API key or token of luft's
+//     reaches it.
 //
 // A failing tool is not a failing agent: a tool's error, and a command's non-zero exit,
 // go back to the model as the tool result so it can correct itself.

@@ -314,22 +314,14 @@ func (t *writeFile) Call(ctx context.Context, raw json.RawMessage) (string, erro
 	if rel == "." {
 		return "", fmt.Errorf("%s: %q is the workspace directory itself; give a file path inside it", name, a.Path)
 	}
-	existed := false
-	if fi, err := root.Stat(rel); err == nil {
-		if fi.IsDir() {
-			return "", fmt.Errorf("%s: %q is a directory; give a file path", name, a.Path)
-		}
-		existed = true
-	}
-	if dir := filepath.Dir(rel); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return "", w.pathErr(name, a.Path, err)
-		}
+	if fi, err := root.Stat(rel); err == nil && fi.IsDir() {
+		return "", fmt.Errorf("%s: %q is a directory; give a file path", name, a.Path)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
-	if err := root.WriteFile(rel, []byte(*a.Content), 0o644); err != nil {
+	existed, err := w.guard.WriteFile(root, rel, []byte(*a.Content))
+	if err != nil {
 		return "", w.pathErr(name, a.Path, err)
 	}
 	what := "created"
@@ -385,23 +377,30 @@ func (t *editFile) Call(ctx context.Context, raw json.RawMessage) (string, error
 		return "", err
 	}
 	defer root.Close()
-	fi, err := statRegular(name, root, w, a.Path, rel)
-	if err != nil {
+	if _, err := statRegular(name, root, w, a.Path, rel); err != nil {
 		return "", err
 	}
-	data, err := root.ReadFile(rel)
+	f, _, err := w.guard.Open(root, rel, false, 0)
 	if err != nil {
 		return "", w.pathErr(name, a.Path, err)
 	}
+	data, err := readAll(f)
+	if err != nil {
+		f.Close()
+		return "", w.pathErr(name, a.Path, err)
+	}
 	if isBinary(data) {
+		f.Close()
 		return "", fmt.Errorf("%s: %q looks like a binary file (it contains NUL bytes); edit_file edits text files only", name, a.Path)
 	}
 	text := string(data)
 	n := strings.Count(text, a.OldString)
 	switch {
 	case n == 0:
+		f.Close()
 		return "", fmt.Errorf("%s: old_string was not found in %q; it must match the file exactly, whitespace and indentation included (read_file shows the current text)", name, a.Path)
 	case n > 1 && !a.ReplaceAll:
+		f.Close()
 		return "", fmt.Errorf("%s: old_string occurs %d times in %q; include more surrounding text so it occurs once, or set replace_all to true to replace all %d", name, n, a.Path, n)
 	}
 	if a.ReplaceAll {
@@ -410,10 +409,11 @@ func (t *editFile) Call(ctx context.Context, raw json.RawMessage) (string, error
 		text = strings.Replace(text, a.OldString, *a.NewString, 1)
 	}
 	if err := ctx.Err(); err != nil {
+		f.Close()
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
-	// WriteFile keeps an existing file's mode; the perm only matters if it vanished.
-	if err := root.WriteFile(rel, []byte(text), fi.Mode().Perm()); err != nil {
+	// Through the descriptor that was checked and read: the file keeps its mode.
+	if err := replace(f, []byte(text)); err != nil {
 		return "", w.pathErr(name, a.Path, err)
 	}
 	noun := "occurrence"

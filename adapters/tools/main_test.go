@@ -24,7 +24,17 @@ func TestMain(m *testing.M) {
 	// (atexit_sleep_ms); the helper processes need not. GORACE is read at start, so this
 	// changes only them.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	os.Exit(m.Run())
+	// run_command keeps a cache folder per workspace under the user's cache folder; the
+	// tests' workspaces get theirs in a folder of their own, removed at the end.
+	cache, err := os.MkdirTemp("", "luft-tools-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("XDG_CACHE_HOME", cache)
+	code := m.Run()
+	os.RemoveAll(cache)
+	os.Exit(code)
 }
 
 func helperMain(args []string) int {
@@ -47,6 +57,16 @@ func helperMain(args []string) int {
 			n -= len(line)
 		}
 		fmt.Print("END\n")
+	case "write": // write PATH: create or overwrite PATH with "x"
+		if err := os.WriteFile(args[1], []byte("x"), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Println("wrote", args[1])
+	case "env": // the environment, one variable a line
+		for _, kv := range os.Environ() {
+			fmt.Println(kv)
+		}
 	case "hang":
 		// The process under test for timeouts: it must be killed to end.
 		time.Sleep(time.Hour)

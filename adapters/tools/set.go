@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/luft-run/luft/adapters/tools/sandbox"
 )
 
 // Config is the [tools] table of luft.toml.
@@ -33,6 +35,13 @@ type Config struct {
 	// the workspace: luft's own config and state dir, whose change would change what
 	// luft allows or replays.
 	Protected []string
+	// Env names the variables of luft's environment a command gets besides BaseEnv
+	// ("GOPATH", or a prefix such as "GO*"); credentials are never passed otherwise.
+	Env []string
+	// Writable are folders commands may write besides the workspace and their private
+	// temporary folder (a build cache, say). "~/" is the home folder; a relative path is
+	// taken from the workspace. Each must exist.
+	Writable []string
 }
 
 // DefaultCommandTimeout bounds a run_command call when Config.CommandTimeout is 0.
@@ -75,10 +84,12 @@ func defaultLimits() limits {
 
 // env is what the built-in tools share: the workspace, the command policy and the caps.
 type env struct {
-	ws      workspace
-	allow   [][]string // allow_commands, split into words
-	timeout time.Duration
-	lim     limits
+	ws       workspace
+	allow    [][]string // allow_commands, split into words
+	timeout  time.Duration
+	lim      limits
+	envPass  []string // Config.Env
+	writable []string // Config.Writable, absolute and resolved
 }
 
 // Set is the registry of tools agents may be given. It is built once by New and
@@ -100,13 +111,7 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range cfg.Protected {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return nil, fmt.Errorf("tools: protected path %s: %v", p, err)
-		}
-		ws.protected = append(ws.protected, ResolveExisting(abs))
-	}
+	ws.guard = NewGuard(ws.dir, cfg.Protected)
 	approval := cfg.Approval
 	switch approval {
 	case "":
@@ -129,7 +134,15 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 		return nil, err
 	}
 
-	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits()}
+	if err := CheckEnvNames("tools: env", cfg.Env); err != nil {
+		return nil, err
+	}
+	writable, err := writableDirs(ws, cfg.Writable)
+	if err != nil {
+		return nil, err
+	}
+
+	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits(), envPass: cfg.Env, writable: writable}
 	s := &Set{
 		env:         e,
 		tools:       map[string]Tool{},
@@ -164,6 +177,47 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 		s.destructive[name] = true
 	}
 	return s, nil
+}
+
+// writableDirs resolves [tools] writable: "~/" from the home folder, relative paths from
+// the workspace; each must be an existing folder.
+func writableDirs(ws workspace, dirs []string) ([]string, error) {
+	var out []string
+	for _, d := range dirs {
+		p := d
+		if rest, ok := strings.CutPrefix(p, "~/"); ok || p == "~" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return nil, fmt.Errorf("tools: writable %q: no home folder to expand ~ in: %v", d, err)
+			}
+			p = filepath.Join(home, rest)
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(ws.dir, p)
+		}
+		fi, err := os.Stat(p)
+		if err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("tools: writable %q: %s is not an existing folder (create it, or remove it from [tools] writable)", d, p)
+		}
+		out = append(out, ResolveExisting(filepath.Clean(p)))
+	}
+	return out, nil
+}
+
+// sandboxStatus is sandbox.Status; tests replace it to see a kernel without Landlock.
+var sandboxStatus = sandbox.Status
+
+// Warnings are what a user should know about this Set before agents use it: that
+// commands cannot be confined here (see package sandbox), when commands are allowed.
+func (s *Set) Warnings() []string {
+	if len(s.env.allow) == 0 {
+		return nil
+	}
+	if _, err := sandboxStatus(); err != nil {
+		return []string{fmt.Sprintf("run_command: commands cannot be confined to the workspace (%v); "+
+			"allowed commands can write wherever your user can (they still get a minimal environment without credentials)", err)}
+	}
+	return nil
 }
 
 // Names returns the names of every tool in the set, sorted.

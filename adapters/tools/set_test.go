@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -51,6 +52,9 @@ func TestNewValidation(t *testing.T) {
 		{"bad extra name", Config{Workspace: dir}, []Tool{&fakeTool{name: "has space"}}, []string{`"has space"`}},
 		{"nil extra", Config{Workspace: dir}, []Tool{nil}, []string{"nil"}},
 		{"destructive names no tool", Config{Workspace: dir, Destructive: []string{"rm_rf"}}, nil, []string{`"rm_rf"`, "read_file"}},
+		{"env entry not a name", Config{Workspace: dir, Env: []string{"A=B"}}, nil, []string{`"A=B"`, "not an environment variable name"}},
+		{"writable folder missing", Config{Workspace: dir, Writable: []string{"cache"}}, nil, []string{`"cache"`, "not an existing folder"}},
+		{"writable is a file", Config{Workspace: dir, Writable: []string{file}}, nil, []string{"file.txt", "not an existing folder"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -219,5 +223,29 @@ func TestDecodeArgs(t *testing.T) {
 			_, err := call(t, s, tt.tool, tt.args)
 			wantErr(t, err, tt.want...)
 		})
+	}
+}
+
+// TestWarnings: a kernel that cannot confine commands is reported once, and only when
+// commands are allowed; the model is not promised a confinement that is not there.
+func TestWarnings(t *testing.T) {
+	ws := t.TempDir()
+	real := sandboxStatus
+	t.Cleanup(func() { sandboxStatus = real })
+	sandboxStatus = func() (int, error) { return 0, errors.New("this kernel offers no Landlock") }
+	w := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}}).Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "cannot be confined") || !strings.Contains(w[0], "no Landlock") {
+		t.Errorf("warnings without Landlock: %q", w)
+	}
+	s := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}})
+	if d := s.tools["run_command"].Spec().Description; strings.Contains(d, "refused by the kernel") {
+		t.Errorf("the description promises confinement: %s", d)
+	}
+	if w := newSet(t, Config{Workspace: ws}).Warnings(); len(w) != 0 {
+		t.Errorf("warnings with no commands allowed: %q", w)
+	}
+	sandboxStatus = func() (int, error) { return 7, nil }
+	if w := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}}).Warnings(); len(w) != 0 {
+		t.Errorf("warnings with Landlock: %q", w)
 	}
 }

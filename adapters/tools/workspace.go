@@ -10,21 +10,9 @@ import (
 
 // workspace is the directory the file tools are confined to.
 type workspace struct {
-	dir       string   // absolute, as configured
-	real      string   // dir with symbolic links resolved, so /private/var/… matches /var/…
-	protected []string // Config.Protected, absolute with symbolic links resolved
-}
-
-// writable refuses a write to a protected file or folder (rel is relative to the
-// workspace; symbolic links on the way are resolved, so a link cannot reach one).
-func (w workspace) writable(tool, rel string) error {
-	real := ResolveExisting(filepath.Join(w.dir, rel))
-	for _, p := range w.protected {
-		if Within(p, real) {
-			return fmt.Errorf("%s: %q is luft's own config or state (%s), which agents may not change", tool, rel, p)
-		}
-	}
-	return nil
+	dir   string // absolute, as configured
+	real  string // dir with symbolic links resolved, so /private/var/… matches /var/…
+	guard Guard  // what agents may write (Config.Protected and ProtectedNames)
 }
 
 // Within reports whether path is dir or lies below it (both clean and absolute).
@@ -85,8 +73,8 @@ func (w workspace) openPath(tool, p string, write bool) (root *os.Root, rel stri
 		return nil, "", err
 	}
 	if write {
-		if err := w.writable(tool, rel); err != nil {
-			return nil, "", err
+		if err := w.guard.Check(rel); err != nil {
+			return nil, "", fmt.Errorf("%s: %v", tool, err)
 		}
 	}
 	root, err = os.OpenRoot(w.dir)
@@ -106,6 +94,10 @@ func (w workspace) pathErr(tool, p string, err error) error {
 		return fmt.Errorf("%s: %q does not exist in the workspace %s (list_dir shows what is there)", tool, p, w.dir)
 	case errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%s: %q: permission denied", tool, p)
+	}
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("%s: %v", tool, err)
 	}
 	var pe *os.PathError
 	if errors.As(err, &pe) {

@@ -33,6 +33,7 @@ func TestCodingAgentOverACP(t *testing.T) {
 type = "acp"
 command = %q
 args = [%q]
+env = ["LUFT_FAKE_ACP_*", "GORACE"]
 [tools]
 workspace = %q
 allow_commands = ["go test"]

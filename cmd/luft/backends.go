@@ -34,6 +34,9 @@ func openBackends(e *env, g *globalFlags, cfg config.Config, mockFile string) (*
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
+	for _, w := range set.Warnings {
+		fmt.Fprintf(e.stderr, "luft: warning: %s\n", w)
+	}
 	return set, nil
 }
 

@@ -52,7 +52,6 @@ type runJSON struct {
 	ID         string              `json:"run_id"`
 	Workflow   string              `json:"workflow"`
 	Status     string              `json:"status"`
-	Stale      bool                `json:"stale,omitempty"`
 	Error      string              `json:"error,omitempty"`
 	Attempt    int                 `json:"attempt"`
 	Agents     storage.AgentCounts `json:"agents"`
@@ -82,7 +81,7 @@ type phaseJSON struct {
 // toJSON is the JSON form of a run; its resume hint carries --state-dir when one was
 // given, so following it finds the run.
 func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) runJSON {
-	j := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Stale: stale, Error: r.Error, Attempt: r.Attempt,
+	j := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Error: r.Error, Attempt: r.Attempt,
 		Agents: r.Agents, Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost,
 		CreatedAt: r.CreatedAt, Args: r.Args, ScriptHash: r.ScriptHash, ProcessID: r.PID}
 	if r.HasReport {
@@ -112,9 +111,9 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch status {
-			case "", storage.StatusRunning, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled, storage.StatusSuspended:
+			case "", storage.StatusRunning, storage.StatusInterrupted, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled, storage.StatusSuspended:
 			default:
-				return usageErr("invalid --status %q: use running, completed, failed, cancelled or suspended", status)
+				return usageErr("invalid --status %q: use running, interrupted, completed, failed, cancelled or suspended", status)
 			}
 			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
 				runs, err := svc.List(ctx, storage.ListOptions{Status: status, Limit: limit})
@@ -142,7 +141,7 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&status, "status", "", "only runs in this status")
+	cmd.Flags().StringVar(&status, "status", "", "only runs in this status (interrupted: stored as running, but its process is gone)")
 	cmd.Flags().IntVar(&limit, "limit", 20, "at most this many runs (0 = all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -207,6 +206,9 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				if err := <-errc; err != nil {
 					return err
+				}
+				if info.Stale {
+					st.Status = storage.StatusInterrupted // its events stop short of run_done
 				}
 				fmt.Fprintf(e.stdout, "\n%s\n", tui.StatusView(st, e.now(), e.width(), styles(e, g), time.Local))
 				if len(j.Report) > 0 {
@@ -355,7 +357,15 @@ func newLogsCmd(e *env, g *globalFlags) *cobra.Command {
 						fmt.Fprint(e.stdout, line)
 					}
 				}
-				return <-errc
+				if err := <-errc; err != nil {
+					return err
+				}
+				// The events of a run whose process died stop short of run_done: say so.
+				if info, err := svc.Status(ctx, a[0]); err == nil && info.Stale {
+					fmt.Fprintf(e.stderr, "luft: run %s is interrupted: its process is gone before it ended (resume with: %s)\n",
+						info.ID, tui.ResumeCommand(info.ID, g.stateDir))
+				}
+				return nil
 			})
 		},
 	}

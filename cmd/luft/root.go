@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
 	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
 )
 
@@ -62,7 +64,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.PersistentFlags().BoolVar(&g.noColor, "no-color", false, "no colour in human output (also NO_COLOR)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "lowest level of script log lines shown in progress output: trace, debug, info, warn or error")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &exitError{code: exitUsage, err: err, usage: true}
+		return &exitError{code: exitUsage, err: plainFlagError(err), usage: true}
 	})
 	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e), newBackendCmd(e, g),
 		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g),
@@ -71,6 +73,27 @@ func newRootCmd(e *env) *cobra.Command {
 	root.Version = "-"
 	root.SetVersionTemplate(versionLine())
 	return root
+}
+
+// strconvRe matches the Go parser's own words in pflag's errors ("strconv.ParseInt:
+// parsing "99999999999999999999": value out of range").
+var strconvRe = regexp.MustCompile(`strconv\.Parse\w+: parsing "[^"]*": (.*)$`)
+
+// plainFlagError says what is wrong with a flag's value in the user's words, not the Go
+// parser's.
+func plainFlagError(err error) error {
+	msg := err.Error()
+	if m := strconvRe.FindStringSubmatchIndex(msg); m != nil {
+		reason := msg[m[2]:m[3]]
+		switch reason {
+		case "value out of range":
+			reason = "the number is too large (see luft run --help for the range)"
+		case "invalid syntax":
+			reason = "not a number"
+		}
+		return errors.New(msg[:m[0]] + reason)
+	}
+	return err
 }
 
 // execute runs the CLI and turns its outcome into an exit code. It is the one place that
@@ -99,6 +122,9 @@ func exitCode(err error) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
+	}
+	if errors.Is(err, storage.ErrCorruptState) || errors.Is(err, storage.ErrSchemaTooNew) {
+		return exitUsage // as when the open finds it: the state dir is the bad input
 	}
 	switch lua.ErrorKindOf(err) {
 	case lua.KindSyntax, lua.KindInvalid:

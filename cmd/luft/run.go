@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,7 +14,10 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/cmd/luft/internal/tui"
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
@@ -55,7 +60,9 @@ object's markdown field raw, anything else as JSON) and to -o FILE. With --json,
 carries one JSON event per line instead, ending with run_done.
 
 Exit codes: 0 completed, 1 failed, 2 invalid input (reported before any agent runs),
-3 cancelled or suspended, 130 a second Ctrl-C.`,
+3 cancelled or suspended (also when the state dir's disk is full: free space, then
+resume), 130 a second Ctrl-C. Resuming a run that already completed prints its report
+and exits 0.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.slotsFromFlag = cmd.Flags().Changed("max-concurrency")
 			f.logFormatSet = cmd.Flags().Changed("log-format")
@@ -143,9 +150,37 @@ func parseArgs(s string) (any, error) {
 	}
 	switch v.(type) {
 	case map[string]any, []any:
+		// Scripts get args as Lua tables, converted under the JSON depth limit: refuse
+		// here what the conversion would refuse.
+		if deeper(v, luaval.DefaultMaxDepth) {
+			return nil, usageErr("invalid --args: nested deeper than the limit of %d levels of objects and arrays", luaval.DefaultMaxDepth)
+		}
 		return v, nil
 	}
 	return nil, usageErr("invalid --args: must be a JSON object or array, got %s", s)
+}
+
+// deeper reports whether decoded JSON nests objects and arrays more than limit levels
+// (the outermost is level 1).
+func deeper(v any, limit int) bool {
+	var kids []any
+	switch x := v.(type) {
+	case map[string]any:
+		kids = slices.Collect(maps.Values(x))
+	case []any:
+		kids = x
+	default:
+		return false
+	}
+	if limit <= 0 {
+		return true
+	}
+	for _, k := range kids {
+		if deeper(k, limit-1) {
+			return true
+		}
+	}
+	return false
 }
 
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
@@ -159,8 +194,17 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if f.class != string(agent.ClassInteractive) && f.class != string(agent.ClassBatch) {
 		return usageErr("invalid --class %q: use interactive or batch", f.class)
 	}
-	if f.maxConcurrency < 1 {
-		return usageErr("invalid --max-concurrency %d: must be at least 1", f.maxConcurrency)
+	for _, c := range []struct {
+		flag string
+		err  error
+	}{
+		{"--max-concurrency", config.CheckRange(f.maxConcurrency, 1, config.MaxSlots)},
+		{"--max-agent-calls", config.CheckRange(f.maxAgentCalls, 1, config.MaxAgentCalls)},
+		{"--timeout", config.CheckRange(f.timeout, 0, time.Duration(math.MaxInt64))},
+	} {
+		if c.err != nil {
+			return usageErr("invalid %s: %v", c.flag, c.err)
+		}
 	}
 	if f.mockFile != "" && f.backend == "" {
 		f.backend = "mockfile"
@@ -230,8 +274,8 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls},
 		})
 		if err != nil {
-			if lua.ErrorKindOf(err) != "" {
-				return err
+			if lua.ErrorKindOf(err) != "" || storage.Broken(err) {
+				return err // a script error, or the state dir failing: not a usage error
 			}
 			return usageErr("%v", err)
 		}
@@ -239,6 +283,18 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 
 	r := newRenderer(e, g, f)
 	r.lanes = laneSampler(svc)
+	if run.AlreadyCompleted() && !f.json {
+		// Idempotent resume: nothing runs; the stored report is printed as the run printed
+		// it (with --json the stored events of its last attempt are, below).
+		if !f.quiet {
+			fmt.Fprintf(e.stderr, "luft: run %s had already completed; printing its stored report\n", run.ID)
+			r.state = tui.NewState(tui.StateOptions{LogLevel: g.logLevel})
+			for ev := range run.SubscribeAttempt(ctx) {
+				r.state.Apply(ev) // the summary of its last attempt
+			}
+		}
+		return r.finish(run.Wait())
+	}
 	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
 	// Signals are handled until this function returns, including while the report and
 	// events are still being written.

@@ -62,10 +62,13 @@ func (w *walker) checkSize() error {
 }
 
 func (w *walker) sizeError() error {
-	return w.wrap(limitError("output exceeds the limit of " + strconv.Itoa(w.maxBytes) + " bytes"))
+	return w.wrap(tooLargeError("output exceeds the limit of " + strconv.Itoa(w.maxBytes) + " bytes"))
 }
 
 func (w *walker) encode(v any, depth int) error {
+	if err := w.visit(); err != nil {
+		return err
+	}
 	switch x := v.(type) {
 	case nil:
 		w.buf = append(w.buf, "null"...)
@@ -262,6 +265,9 @@ func (w *walker) encodeTable(t *lua.LTable, depth int) error {
 			}
 			w.newline(depth + 1)
 			w.pushIdx(e.idx)
+			if err := w.visit(); err != nil {
+				return err
+			}
 			if err := w.encodeLua(e.v, depth+1); err != nil {
 				return err
 			}
@@ -285,6 +291,9 @@ func (w *walker) encodeTable(t *lua.LTable, depth int) error {
 				return err
 			}
 			w.colon()
+			if err := w.visit(); err != nil {
+				return err
+			}
 			if err := w.encodeLua(e.v, depth+1); err != nil {
 				return err
 			}

@@ -20,6 +20,9 @@ func (c *Codec) FromLua(v lua.LValue) (any, error) {
 }
 
 func (w *walker) fromLua(v lua.LValue, depth int) (any, error) {
+	if err := w.visit(); err != nil {
+		return nil, err
+	}
 	switch x := v.(type) {
 	case lua.LString:
 		return string(x), nil

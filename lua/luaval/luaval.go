@@ -14,6 +14,7 @@ import (
 const (
 	DefaultMaxDepth = 64
 	DefaultMaxBytes = 16 << 20
+	DefaultMaxNodes = 1_000_000
 )
 
 // Limits bound conversions. Zero values mean the defaults.
@@ -24,6 +25,11 @@ type Limits struct {
 	// MaxBytes caps the size of encoded JSON output and of JSON input to
 	// Decode. Default 16 MiB.
 	MaxBytes int
+	// MaxNodes caps how many values one Encode or FromLua visits. A table
+	// reached twice is visited twice, so a table shared many times (t = {t, t}
+	// nested 60 times) would expand to 2^60 values: the count stops it however
+	// small its JSON would start. Default 1,000,000.
+	MaxNodes int
 }
 
 func (l Limits) normalized() Limits {
@@ -33,6 +39,9 @@ func (l Limits) normalized() Limits {
 	if l.MaxBytes <= 0 {
 		l.MaxBytes = DefaultMaxBytes
 	}
+	if l.MaxNodes <= 0 {
+		l.MaxNodes = DefaultMaxNodes
+	}
 	return l
 }
 
@@ -40,10 +49,22 @@ func (l Limits) normalized() Limits {
 // limit.
 var ErrLimit = errors.New("luaval: limit exceeded")
 
+// ErrTooLarge is matched (errors.Is) by the errors of the limits on what a
+// conversion builds: the output size and the number of values. It also
+// matches ErrLimit.
+var ErrTooLarge = errors.New("luaval: value too large")
+
 type limitError string
 
 func (e limitError) Error() string        { return string(e) }
 func (e limitError) Is(target error) bool { return target == ErrLimit }
+
+type tooLargeError string
+
+func (e tooLargeError) Error() string { return string(e) }
+func (e tooLargeError) Is(target error) bool {
+	return target == ErrLimit || target == ErrTooLarge
+}
 
 // PathError is a conversion error located at a JSON path such as
 // "$.items[3].fn" (array positions are 1-based, as in Lua).
@@ -70,6 +91,17 @@ type Codec struct {
 	L *lua.LState
 	// Null is the per-state json.null sentinel.
 	Null *lua.LUserData
+
+	// Interrupt, when set, is asked every few thousand values of a conversion
+	// of Lua values; a non-nil error stops the conversion with that error (the
+	// VM passes its context's cause, so a cancel or timeout ends even a huge
+	// conversion).
+	Interrupt func() error
+	// OnTooLarge, when set, is called by the json module's functions with an
+	// error matching ErrTooLarge (and its message) before they raise it; it may
+	// raise an error of its own instead. The VM ends the run there, with the
+	// script position.
+	OnTooLarge func(L *lua.LState, msg string)
 
 	arrayMT *lua.LTable
 	lim     Limits
@@ -187,6 +219,8 @@ type walker struct {
 	c        *Codec // nil for the package-level Encode
 	maxDepth int
 	maxBytes int
+	maxNodes int
+	nodes    int
 	indent   string
 
 	path []seg
@@ -203,6 +237,8 @@ func getWalker(c *Codec, lim Limits) *walker {
 	w.c = c
 	w.maxDepth = lim.MaxDepth
 	w.maxBytes = lim.MaxBytes
+	w.maxNodes = lim.MaxNodes
+	w.nodes = 0
 	return w
 }
 
@@ -283,6 +319,22 @@ func (w *walker) errorf(format string, args ...any) error {
 
 func (w *walker) wrap(err error) error {
 	return &PathError{Path: w.pathString(), Err: err}
+}
+
+// visit counts one value of a conversion against MaxNodes and looks at the
+// codec's Interrupt every 4096 values.
+func (w *walker) visit() error {
+	w.nodes++
+	if w.nodes > w.maxNodes {
+		return w.wrap(tooLargeError("more than " + strconv.Itoa(w.maxNodes) +
+			" values (is one table reached many times, such as t = {t, t} nested? each time it is reached it is converted again)"))
+	}
+	if w.nodes&4095 == 0 && w.c != nil && w.c.Interrupt != nil {
+		if err := w.c.Interrupt(); err != nil {
+			return w.wrap(err)
+		}
+	}
+	return nil
 }
 
 func (w *walker) depthError(what string) error {

@@ -635,7 +635,7 @@ func TestMaxBytes(t *testing.T) {
 	}
 	// Defaults.
 	_, cd := newState(t, Limits{})
-	if cd.Limits() != (Limits{MaxDepth: 64, MaxBytes: 16 << 20}) {
+	if cd.Limits() != (Limits{MaxDepth: 64, MaxBytes: 16 << 20, MaxNodes: 1_000_000}) {
 		t.Fatalf("defaults: %+v", cd.Limits())
 	}
 	big := strings.Repeat("z", 16<<20)
@@ -830,4 +830,51 @@ func TestConcurrentCodecs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A table reached many times (a DAG) is converted each time it is reached; the value
+// count stops it long before its 2^60 expansion, in Encode, FromLua and json.encode alike.
+func TestMaxNodesStopsSharedTables(t *testing.T) {
+	t.Parallel()
+	L, c := newState(t, Limits{MaxNodes: 5000})
+	dag := eval(t, L, `local t = {} for i = 1, 60 do t = {t, t} end return t`)
+	for name, conv := range map[string]func() error{
+		"Encode":  func() error { _, err := c.Encode(dag, ""); return err },
+		"FromLua": func() error { _, err := c.FromLua(dag); return err },
+	} {
+		err := conv()
+		if !errors.Is(err, ErrTooLarge) || !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "more than 5000 values") {
+			t.Fatalf("%s: %v, want the value limit", name, err)
+		}
+	}
+	// json.encode raises it, after OnTooLarge saw it.
+	var seen string
+	c.OnTooLarge = func(_ *lua.LState, msg string) { seen = msg }
+	msg := evalString(t, L, `local t = {} for i = 1, 60 do t = {t, t} end local ok, e = pcall(json.encode, t) return e`)
+	if !strings.HasPrefix(msg, "json.encode: $[1]") || !strings.Contains(msg, "more than 5000 values") || seen != msg {
+		t.Fatalf("json.encode: %q (OnTooLarge saw %q)", msg, seen)
+	}
+	// Within the limit a shared table converts as often as it is reached.
+	small := eval(t, L, `local t = {} for i = 1, 5 do t = {t, t} end return t`)
+	if _, err := c.FromLua(small); err != nil {
+		t.Fatalf("small DAG: %v", err)
+	}
+}
+
+func TestInterruptStopsConversion(t *testing.T) {
+	t.Parallel()
+	L, c := newState(t, Limits{})
+	stop := errors.New("run cancelled")
+	c.Interrupt = func() error { return stop }
+	big := eval(t, L, `local t = {} for i = 1, 10000 do t[i] = i end return t`)
+	if _, err := c.FromLua(big); !errors.Is(err, stop) {
+		t.Fatalf("FromLua: %v, want the interrupt's error", err)
+	}
+	if _, err := c.Encode(big, ""); !errors.Is(err, stop) {
+		t.Fatalf("Encode: %v, want the interrupt's error", err)
+	}
+	c.Interrupt = nil
+	if _, err := c.FromLua(big); err != nil {
+		t.Fatalf("FromLua without interrupt: %v", err)
+	}
 }

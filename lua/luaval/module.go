@@ -1,6 +1,7 @@
 package luaval
 
 import (
+	"errors"
 	"strings"
 
 	lua "github.com/yuin/gopher-lua"
@@ -57,6 +58,9 @@ func (c *Codec) luaEncode(L *lua.LState) int {
 	}
 	s, err := c.encodeString(L.Get(1), indent)
 	if err != nil {
+		if c.OnTooLarge != nil && errors.Is(err, ErrTooLarge) {
+			c.OnTooLarge(L, "json.encode: "+err.Error())
+		}
 		raise(L, "json.encode: "+err.Error())
 	}
 	L.Push(s)

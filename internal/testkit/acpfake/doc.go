@@ -27,6 +27,7 @@
 //	FETCH <url>   tool call kind fetch; asks permission
 //	READ <path>   fs/read_text_file, and says what came back
 //	WRITE <path>  fs/write_text_file without asking permission first
+//	ENV           says its environment: "env: " and its NAME=value pairs, sorted
 //	HANG          says "hanging until cancelled", then waits for session/cancel (or the
 //	              connection's end) and answers "cancelled"
 //	CRASH         writes a line to stderr and exits with status 3 without answering

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	sdk "github.com/coder/acp-go-sdk"
@@ -12,7 +14,7 @@ import (
 
 // directive is one prompt line the fake acts on.
 type directive struct {
-	word string // EDIT, RUN, FETCH, READ, WRITE, HANG, CRASH
+	word string // EDIT, RUN, FETCH, READ, WRITE, ENV, HANG, CRASH
 	arg  string
 }
 
@@ -24,7 +26,7 @@ func directives(text string) []directive {
 			continue
 		}
 		switch f[0] {
-		case "EDIT", "RUN", "FETCH", "READ", "WRITE", "HANG", "CRASH":
+		case "EDIT", "RUN", "FETCH", "READ", "WRITE", "ENV", "HANG", "CRASH":
 			arg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), f[0]))
 			out = append(out, directive{word: f[0], arg: arg})
 		}
@@ -217,6 +219,10 @@ func (t *turnRun) do(d directive) error {
 		}
 		t.a.log(Entry{Method: sdk.ClientMethodFsReadTextFile, Session: t.sid, Path: path, Outcome: "ok"})
 		return t.say("read " + d.arg + ": " + resp.Content + "\n")
+	case "ENV":
+		vars := os.Environ()
+		slices.Sort(vars)
+		return t.say("env: " + strings.Join(vars, " ") + "\n")
 	case "WRITE":
 		path := t.abs(d.arg)
 		if err := t.write(path); err != nil {

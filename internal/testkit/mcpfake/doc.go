@@ -9,6 +9,7 @@
 //	delete_record{id}  returns "deleted record <id>"            destructiveHint true
 //	fail{}             a result with isError true: "record store unavailable"
 //	wait{}             blocks until its request is cancelled     readOnlyHint true
+//	env{}              the server's environment, NAME=value lines  readOnlyHint true
 //	snapshot{}         text, an image, an embedded text resource and a resource link
 //
 // Tools are listed two to a page, so a client that ignores nextCursor misses some.

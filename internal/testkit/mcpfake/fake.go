@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,6 +84,10 @@ func New() *Fake {
 		mcp.WithDescription("Block until the call is cancelled."),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{ReadOnlyHint: mcp.ToBoolPtr(true)}),
 	), f.wait)
+	f.srv.AddTool(mcp.NewTool("env",
+		mcp.WithDescription("Show the server's environment, one NAME=value a line."),
+		mcp.WithToolAnnotation(mcp.ToolAnnotation{ReadOnlyHint: mcp.ToBoolPtr(true)}),
+	), f.env)
 	f.srv.AddTool(mcp.NewTool("snapshot",
 		mcp.WithDescription("Take a snapshot: text, an image and resources."),
 		mcp.WithToolAnnotation(mcp.ToolAnnotation{ReadOnlyHint: mcp.ToBoolPtr(true)}),
@@ -216,6 +221,15 @@ func (f *Fake) wait(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallTool
 	}
 	<-ctx.Done()
 	return mcp.NewToolResultError("wait: cancelled"), nil
+}
+
+// env is what a careless server hands a model: its whole environment. It shows what
+// the client let the server have.
+func (f *Fake) env(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	f.record(req)
+	vars := os.Environ()
+	slices.Sort(vars)
+	return mcp.NewToolResultText(strings.Join(vars, "\n")), nil
 }
 
 func (f *Fake) snapshot(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -115,6 +115,7 @@ func TestToolsArePagedAndAnnotated(t *testing.T) {
 		"lookup":        "true/-",
 		"snapshot":      "true/-",
 		"wait":          "true/-",
+		"env":           "true/-",
 	}
 	got := map[string]string{}
 	for _, tl := range all {
