@@ -34,8 +34,11 @@ type Options struct {
 	StateDir  string              // where copies of each run's scripts go (runs/<id>/); "" = none
 	Backends  BackendSource       // required
 	Scheduler scheduler.Scheduler // admits every model turn; default: an Executor, 8 slots per lane
-	Now       func() time.Time    // default: time.Now
-	Caller    string              // who starts runs ("cli", an MCP session id, ...)
+	Now       func() time.Time    // default: Clock.Now
+	// Clock times every wait of a run (timeout_ms, budgets, --timeout, retry backoff,
+	// polls); default: the wall clock, reading the time from Now when that is set.
+	Clock  scheduler.Clock
+	Caller string // who starts runs ("cli", an MCP session id, ...)
 	// ReadFile reads the main workflow file and, on resume, the files a run pinned;
 	// default os.ReadFile. Files loaded by workflow() are always read from inside the
 	// calling script's folder (readWorkflowFile), never through this.
@@ -72,8 +75,13 @@ func New(opts Options) (*Service, error) {
 	if opts.Scheduler == nil {
 		opts.Scheduler = scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 8}}, nil)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	switch {
+	case opts.Clock != nil && opts.Now == nil:
+		opts.Now = opts.Clock.Now
+	case opts.Clock == nil && opts.Now != nil:
+		opts.Clock = nowClock{opts.Now}
+	case opts.Clock == nil:
+		opts.Clock, opts.Now = scheduler.RealClock(), time.Now
 	}
 	if opts.ReadFile == nil {
 		opts.ReadFile = os.ReadFile
@@ -520,10 +528,9 @@ func short(id string) string {
 func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec, prog *lua.Program,
 	journal map[string]storage.Entry, pinned map[string]storage.File, rs ResumeSpec) *Run {
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var deadline scheduler.Timer
 	if spec.Timeout > 0 {
-		var stop context.CancelFunc
-		rctx, stop = context.WithTimeoutCause(rctx, spec.Timeout, ErrTimeout)
-		_ = stop // released with rctx when the run's cancel runs
+		deadline = s.opts.Clock.AfterFunc(spec.Timeout, func() { cancel(ErrTimeout) })
 	}
 	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{})}
 	// A run that reaches an event limit ends with the limit as its error.
@@ -542,6 +549,9 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	h := newHost(s, r, rctx, journal, pinned, rs)
 	go func() {
 		defer stop()
+		if deadline != nil {
+			defer deadline.Stop()
+		}
 		r.execute(rctx, s, h, prog)
 		// Off the live list before anyone waiting on Done looks at the run again.
 		s.mu.Lock()
@@ -638,19 +648,19 @@ func (s *Service) finishRow(res Result) error {
 
 // pollCancel turns a cancel request stored by another process into a cancel of this run.
 func (r *Run) pollCancel(ctx context.Context, s *Service, done <-chan struct{}) {
-	t := time.NewTicker(s.opts.CancelPoll)
-	defer t.Stop()
-	for {
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
 		select {
 		case <-done:
+			stop()
+		case <-pctx.Done():
+		}
+	}()
+	for sleepOn(pctx, s.opts.Clock, s.opts.CancelPoll) {
+		if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
+			r.Cancel()
 			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
-				r.Cancel()
-				return
-			}
 		}
 	}
 }
@@ -675,6 +685,11 @@ func classify(err error, ctx context.Context) (Status, error) {
 			return StatusSuspended, cause
 		}
 		return StatusFailed, cause
+	}
+	// A budget that a running turn found exceeded ends the run, even when the script
+	// finished before it noticed the cancel.
+	if se := (*lua.ScriptError)(nil); ctx.Err() != nil && errors.As(context.Cause(ctx), &se) {
+		return StatusFailed, se
 	}
 	if err == nil {
 		return StatusCompleted, nil
