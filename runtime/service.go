@@ -689,6 +689,10 @@ func classify(err error, ctx context.Context) (Status, error) {
 	// A budget that a running turn found exceeded ends the run, even when the script
 	// finished before it noticed the cancel.
 	if se := (*lua.ScriptError)(nil); ctx.Err() != nil && errors.As(context.Cause(ctx), &se) {
+		// The VM's own copy names the script line where the run stopped: keep it.
+		if at := (*lua.ScriptError)(nil); errors.As(err, &at) && at.Msg == se.Msg && at.Where != "" {
+			return StatusFailed, at
+		}
 		return StatusFailed, se
 	}
 	if err == nil {
