@@ -503,18 +503,38 @@ func (v *vm) cancelled(err error) error {
 
 // interrupted is cancelled for an error raised inside the VM by the context check: it
 // keeps the script position the VM was at, so a limit names the line it stopped.
-func (v *vm) interrupted(resumeErr error) error {
+func (v *vm) interrupted(resumeErr error, th *glua.LState) error {
 	err := v.cancelled(v.ctx.Err())
 	var ae *glua.ApiError
 	var se *ScriptError
 	if errors.As(resumeErr, &ae) && errors.As(err, &se) && se.Where == "" {
-		if where, _ := splitWhere(ae.Object.String()); where != "" {
+		where, _ := splitWhere(ae.Object.String())
+		if where == "" {
+			// Stopped in the prelude (the Lua side of pcall): the coroutine's frames are
+			// still there, the script's below the prelude's.
+			where = scriptFrame(th)
+		}
+		if where != "" {
 			cp := *se
 			cp.Where = where
 			return &cp
 		}
 	}
 	return err
+}
+
+// scriptFrame is the position of th's innermost script frame ("file.lua:12"), or "".
+func scriptFrame(th *glua.LState) string {
+	for level := 0; level < 256; level++ {
+		dbg, ok := th.GetStack(level)
+		if !ok {
+			break
+		}
+		if _, err := th.GetInfo("Sl", dbg, glua.LNil); err == nil && dbg.CurrentLine > 0 && dbg.Source != "" && dbg.Source != "<prelude>" {
+			return fmt.Sprintf("%s:%d", dbg.Source, dbg.CurrentLine)
+		}
+	}
+	return ""
 }
 
 // step resumes one task until it yields or ends.
@@ -567,7 +587,7 @@ func (v *vm) finish(t *task, rets []glua.LValue, err error) {
 		return
 	}
 	if err != nil && v.ctx.Err() != nil {
-		v.fatal = v.interrupted(err)
+		v.fatal = v.interrupted(err, t.th)
 		return
 	}
 	t.onDone(rets, err)

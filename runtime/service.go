@@ -480,7 +480,7 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	if spec.Timeout > 0 {
 		var stop context.CancelFunc
-		rctx, stop = context.WithTimeoutCause(rctx, spec.Timeout, ErrTimeout)
+		rctx, stop = context.WithTimeoutCause(rctx, spec.Timeout, fmt.Errorf("%w (%s)", ErrTimeout, spec.Timeout))
 		_ = stop // released with rctx when the run's cancel runs
 	}
 	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{}),
@@ -618,7 +618,10 @@ func classify(err error, ctx context.Context) (Status, error) {
 		case errors.Is(cause, ErrSuspended):
 			return StatusSuspended, cause
 		case errors.Is(cause, ErrTimeout):
-			return StatusFailed, ErrTimeout
+			if errors.Is(err, ErrTimeout) {
+				return StatusFailed, err // the VM's error names the line the script was at
+			}
+			return StatusFailed, cause
 		case errors.Is(cause, ErrCancelled) || errors.Is(cause, context.Canceled):
 			return StatusCancelled, ErrCancelled
 		}

@@ -30,6 +30,7 @@ func TestHostile(t *testing.T) {
 	p.Cmds["dirsize"] = cmdDirsize
 	p.Cmds["nogrep"] = cmdNogrep
 	p.Cmds["exitwithin"] = cmdExitwithin
+	p.Cmds["genlua"] = cmdGenlua
 	testscript.Run(t, p)
 }
 
