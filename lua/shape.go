@@ -11,35 +11,43 @@ import (
 //
 // gopher-lua's parser and compiler recurse once per level of an expression or block, and
 // some of that work is quadratic: a concatenation chain is re-walked at every `..`
-// (300,000 of them took a minute to compile, and more than about 200 fail with "register
+// (300,000 of them took minutes to compile, and more than about 200 fail with "register
 // overflow" anyway), constant folding re-walks every arithmetic operand, and each nested
 // block or elseif re-walks the blocks inside it. A deep enough expression (a million
 // `not`s, or f()()()… in a 2 MB file) overflows the goroutine stack, which is a fatal
-// error that no recover can catch. The limits are Lua 5.1's own "C levels" (200), so
-// every script Lua 5.1 compiles fits, except expressions of more than 200 operators.
+// error that no recover can catch. The nesting limit is Lua 5.1's own (200 "C levels").
 const (
 	// MaxScriptBytes is the largest script Compile accepts.
 	MaxScriptBytes = 4 << 20
 	// MaxSyntaxDepth bounds nesting: brackets, table constructors, blocks (function, do,
 	// then, repeat) and each elseif of one if statement.
 	MaxSyntaxDepth = 200
-	// MaxExpressionOps bounds the operators of one expression: binary and unary
-	// operators, field accesses, indexes and calls, with parenthesised parts counted in
-	// the expression around them.
-	MaxExpressionOps = 200
+	// MaxArithmeticOps bounds the arithmetic operators (+ - * / % ^, unary minus) and
+	// concatenations of one expression, parenthesised parts included: gopher-lua compiles
+	// them in time quadratic in their number.
+	MaxArithmeticOps = 200
+	// MaxExpressionOps bounds all operators of one expression: the arithmetic ones,
+	// comparisons, and, or, not, #, field accesses, indexes and calls. Each is a frame
+	// of gopher-lua's recursive compiler.
+	MaxExpressionOps = 2000
 )
+
+// exprOps counts the operators of one expression.
+type exprOps struct{ all, arith int }
+
+func (o exprOps) plus(p exprOps) exprOps { return exprOps{o.all + p.all, o.arith + p.arith} }
 
 // shapeFrame is one open bracket or block of the scan.
 type shapeFrame struct {
-	outer    int  // operator count of the enclosing expression when the frame opened
-	grouping bool // "(" around an expression: its operators belong to the enclosing one
-	block    bool // function, do, then, repeat: closed by end, until or elseif
-	fn       bool // a function body: the function is an operand of the enclosing expression
-	weight   int  // nesting levels it stands for (a then block carries its if's elseifs)
+	outer    exprOps // the enclosing expression's count when the frame opened
+	grouping bool    // "(" around an expression: its operators belong to the enclosing one
+	block    bool    // function, do, then, repeat: closed by end, until or elseif
+	fn       bool    // a function body: the function is an operand of the enclosing expression
+	weight   int     // nesting levels it stands for (a then block carries its if's elseifs)
 }
 
 // checkShape refuses a script larger than MaxScriptBytes, nested deeper than
-// MaxSyntaxDepth or with an expression of more than MaxExpressionOps operators, naming
+// MaxSyntaxDepth or with an expression over MaxArithmeticOps or MaxExpressionOps, naming
 // the file and line. It is one pass of gopher-lua's own lexer, linear in the script's
 // size. A lexical error ends the scan without an error: the parser then reports it.
 func checkShape(name string, src []byte) error {
@@ -52,25 +60,19 @@ func checkShape(name string, src []byte) error {
 	lx := &parse.Lexer{}
 	var (
 		stack   []shapeFrame
-		ops     int  // operators of the expression being read
-		operand bool // the previous token ended an operand
-		depth   int  // sum of the open frames' weights
-		elseifs int  // levels carried from an elseif to the then that follows it
+		ops     exprOps // operators of the expression being read
+		operand bool    // the previous token ended an operand
+		depth   int     // sum of the open frames' weights
+		elseifs int     // levels carried from an elseif to the then that follows it
 	)
-	tooDeep := func(line int) error {
-		return &ScriptError{Kind: KindSyntax, Where: fmt.Sprintf("%s:%d", name, line), Msg: fmt.Sprintf(
-			"nesting too deep: more than %d levels of brackets, blocks, functions and elseifs; split the code into functions", MaxSyntaxDepth)}
-	}
 	push := func(f shapeFrame, line int) error {
-		if f.weight == 0 {
-			f.weight = 1
-		}
+		f.weight = max(f.weight, 1)
 		stack = append(stack, f)
 		depth += f.weight
-		ops = 0
-		operand = false
+		ops, operand = exprOps{}, false
 		if depth > MaxSyntaxDepth {
-			return tooDeep(line)
+			return &ScriptError{Kind: KindSyntax, Where: fmt.Sprintf("%s:%d", name, line), Msg: fmt.Sprintf(
+				"nesting too deep: more than %d levels of brackets, blocks, functions and elseifs; split the code into functions", MaxSyntaxDepth)}
 		}
 		return nil
 	}
@@ -90,29 +92,33 @@ func checkShape(name string, src []byte) error {
 		}
 		lx.PrevTokenType = tok.Type
 		line := tok.Pos.Line
-		counted := false // the token is an operator of the current expression
+		var add exprOps // what the token adds to the current expression
 		switch tok.Type {
 		case parse.TIdent, parse.TNumber, parse.T3Comma, parse.TNil, parse.TTrue, parse.TFalse:
 			if operand {
-				ops = 0 // a new statement: `f() g()` needs no separator
+				ops = exprOps{} // a new statement: `f() g()` needs no separator
 			}
 			operand = true
 		case parse.TString:
-			counted = operand // f"text" is a call
+			if operand {
+				add.all = 1 // f"text" is a call
+			}
 			operand = true
-		case '+', '*', '/', '%', '^', parse.T2Comma, parse.TEqeq, parse.TNeq, '<', parse.TLte, '>', parse.TGte,
-			parse.TAnd, parse.TOr, '.', ':':
-			counted, operand = true, false
-		case '-', parse.TNot, '#':
-			counted, operand = true, false // binary after an operand, unary before one
+		case '+', '*', '/', '%', '^', parse.T2Comma:
+			add, operand = exprOps{1, 1}, false
+		case '-':
+			add, operand = exprOps{1, 1}, false // binary after an operand, unary before one
+		case parse.TEqeq, parse.TNeq, '<', parse.TLte, '>', parse.TGte, parse.TAnd, parse.TOr,
+			parse.TNot, '#', '.', ':':
+			add, operand = exprOps{all: 1}, false
 		case '(', '[', '{':
 			call := operand // f(...), t[...], f{...}
 			outer := ops
 			if call {
-				outer++
+				outer.all++
 			}
-			if outer > MaxExpressionOps {
-				return tooComplex(name, line)
+			if err := checkOps(name, line, outer); err != nil {
+				return err
 			}
 			if err := push(shapeFrame{outer: outer, grouping: tok.Type == '(' && !call}, line); err != nil {
 				return err
@@ -121,12 +127,12 @@ func checkShape(name string, src []byte) error {
 			if len(stack) > 0 && !stack[len(stack)-1].block {
 				f, _ := pop()
 				if f.grouping {
-					ops += f.outer
+					ops = ops.plus(f.outer)
 				} else {
 					ops = f.outer
 				}
-				if ops > MaxExpressionOps {
-					return tooComplex(name, line)
+				if err := checkOps(name, line, ops); err != nil {
+					return err
 				}
 			}
 			operand = true
@@ -148,27 +154,37 @@ func checkShape(name string, src []byte) error {
 			if f, ok := pop(); ok {
 				elseifs = f.weight
 			}
-			ops, operand = 0, false
+			ops, operand = exprOps{}, false
 		case parse.TEnd, parse.TUntil:
 			f, _ := pop()
-			ops, operand = 0, false
+			ops, operand = exprOps{}, false
 			if f.fn && tok.Type == parse.TEnd {
 				ops, operand = f.outer, true
 			}
 		default: // local return if while for in else break goto = , ; ::
-			ops, operand = 0, false
+			ops, operand = exprOps{}, false
 		}
-		if counted {
-			ops++
-			if ops > MaxExpressionOps {
-				return tooComplex(name, line)
+		if add != (exprOps{}) {
+			ops = ops.plus(add)
+			if err := checkOps(name, line, ops); err != nil {
+				return err
 			}
 		}
 	}
 }
 
-func tooComplex(name string, line int) error {
+// checkOps refuses an expression over MaxArithmeticOps or MaxExpressionOps.
+func checkOps(name string, line int, o exprOps) error {
+	what, limit := "", 0
+	switch {
+	case o.arith > MaxArithmeticOps:
+		what, limit = "arithmetic operators and concatenations", MaxArithmeticOps
+	case o.all > MaxExpressionOps:
+		what, limit = "operators, calls and field accesses", MaxExpressionOps
+	default:
+		return nil
+	}
 	return &ScriptError{Kind: KindSyntax, Where: fmt.Sprintf("%s:%d", name, line), Msg: fmt.Sprintf(
-		"expression too complex: more than %d operators, calls and field accesses in one expression; split it into several statements with local variables (for many strings, collect them in a table and use table.concat)",
-		MaxExpressionOps)}
+		"expression too complex: more than %d %s in one expression; split it into several statements with local variables (for many strings, collect them in a table and use table.concat)",
+		limit, what)}
 }

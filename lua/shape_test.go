@@ -68,7 +68,9 @@ func TestCompileRefusesHostileShapes(t *testing.T) {
 func TestCompileAcceptsShapesAtTheLimits(t *testing.T) {
 	const d = MaxSyntaxDepth - 1 // the function main() around every case is one level
 	cases := map[string]string{
-		"199 operators":     "local s = x" + rep(" + x", MaxExpressionOps-1) + "\nlocal c = 'a'" + rep(" .. 'a'", 150),
+		"199 operators":     "local s = x" + rep(" + x", MaxArithmeticOps-1) + "\nlocal c = 'a'" + rep(" .. 'a'", 150),
+		"long condition":    "if " + rep("x == 'a' or ", 500) + "x == 'b' then end",
+		"long method chain": "local s = obj" + rep(":m(1)", 400),
 		"separate chains":   rep("local s = x"+rep(" + x", 150)+"\n", 100) + rep("f(x .. x .. x) g(x .. x) ", 500),
 		"statements":        rep("x = x + 1 f(x) t.a.b = t.c[1]:m(2)\n", 20_000),
 		"deep parentheses":  "local s = " + rep("(", d-1) + "1" + rep(")", d-1),
