@@ -42,5 +42,8 @@
 //     process memory. A limit violation ends the run with a message naming the limit and
 //     the script position; pcall cannot catch it. Cancellation and timeouts interrupt
 //     even a pure-Lua loop.
+//   - Script shape, checked before parsing: at most 4 MiB, 200 levels of nesting
+//     (brackets, blocks, functions, elseifs), and per expression 200 arithmetic operators
+//     and concatenations and 2000 operators in all. Build long strings with table.concat.
 //   - JSON: see package luaval for how tables map to JSON (json.array, json.null).
 package lua
