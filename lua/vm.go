@@ -83,16 +83,16 @@ type Program struct {
 // the shape limits (MaxScriptBytes, MaxSyntaxDepth, MaxExpressionOps) is refused before
 // gopher-lua parses it.
 func Compile(name, path string, src []byte) (prog *Program, err error) {
-	if err := checkShape(name, src); err != nil {
-		return nil, err
-	}
 	defer func() {
-		// The parser and compiler turn their own errors into values; anything else they
-		// panic with is still a script the host must refuse, not a crash.
+		// The lexer, parser and compiler turn their own errors into values; anything else
+		// they panic with is still a script the host must refuse, not a crash.
 		if r := recover(); r != nil {
 			prog, err = nil, &ScriptError{Kind: KindSyntax, Where: name, Msg: fmt.Sprintf("the Lua compiler failed on this script: %v", r)}
 		}
 	}()
+	if err := checkShape(name, src); err != nil {
+		return nil, err
+	}
 	chunk, err := parse.Parse(bytes.NewReader(src), name)
 	if err != nil {
 		return nil, syntaxError(name, err)
