@@ -401,11 +401,23 @@ func (v *validator) errf(k toml.Key, format string, args ...any) {
 	v.errs = append(v.errs, &Error{File: v.file, Line: v.line(k), Key: k.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
-// line finds the line of k, or of its closest enclosing table written in the file.
+// line finds the line of k, or of its closest enclosing table written in the file. The
+// TOML decoder matches table and key names to fields case-insensitively ([BACKENDS.x]
+// fills backends), so a key not written exactly as k is looked for that way too.
 func (v *validator) line(k toml.Key) int {
 	for n := len(k); n > 0; n-- {
-		if l, ok := v.lines[strings.Join(k[:n], "\x00")]; ok {
+		want := strings.Join(k[:n], "\x00")
+		if l, ok := v.lines[want]; ok {
 			return l
+		}
+		best := 0
+		for written, l := range v.lines {
+			if strings.EqualFold(written, want) && (best == 0 || l < best) {
+				best = l
+			}
+		}
+		if best > 0 {
+			return best
 		}
 	}
 	return 0

@@ -227,3 +227,13 @@ func TestKeyLinesQuoted(t *testing.T) {
 		t.Fatalf("got %v (%+v), want %s", err, c, want)
 	}
 }
+
+// The decoder fills fields case-insensitively, so errors about [BACKENDS.x] must still
+// find the line ([BACKENDS.x] used to be reported at line 0).
+func TestErrorLineOfCaseFoldedTable(t *testing.T) {
+	_, err := Parse("c.toml", []byte("default_backend = \"\"\n\n[BACkends.local]\nmodel = \"m\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Line != 3 || ce.Key != "backends.local" {
+		t.Fatalf("got %v, want c.toml:3: backends.local: type is required", err)
+	}
+}
