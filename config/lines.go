@@ -19,6 +19,7 @@ func keyLines(src string) map[string]int {
 			}
 		}
 	}
+	src = strings.TrimPrefix(src, "\ufeff") // a byte order mark, which TOML allows
 	var table []string
 	inML := "" // the delimiter of the multi-line string being skipped
 	for i, ln := range strings.Split(src, "\n") {
