@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 )
@@ -230,7 +231,7 @@ func Parse(path string, data []byte) (Config, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return Config{}, &Error{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message, err: err}
+			return Config{}, &Error{File: path, Line: parseErrorLine(src, pe.Position), Key: pe.LastKey, Msg: printable(pe.Message), err: err}
 		}
 		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
 			line, _ := strconv.Atoi(m[1])
@@ -331,6 +332,26 @@ func Parse(path string, data []byte) (Config, error) {
 	}
 	c.Warnings = v.warnings
 	return c, nil
+}
+
+// parseErrorLine is the line of a syntax error, from 1. It is counted from the error's
+// byte offset: the decoder's own line is one short for an error at the end of the file
+// (`a = "\` is reported on line 0).
+func parseErrorLine(src string, pos toml.Position) int {
+	if pos.Start < 0 || pos.Start > len(src) {
+		return max(pos.Line, 1)
+	}
+	return 1 + strings.Count(src[:pos.Start], "\n")
+}
+
+// printable replaces control characters in a decoder message (an escape cut by the end
+// of the file is shown with a NUL) by Go escapes.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
 
 func defined[V any](m map[string]V) string {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -235,5 +236,17 @@ func TestErrorLineOfCaseFoldedTable(t *testing.T) {
 	var ce *Error
 	if !errors.As(err, &ce) || ce.Line != 3 || ce.Key != "backends.local" {
 		t.Fatalf("got %v, want c.toml:3: backends.local: type is required", err)
+	}
+}
+
+// A string cut by the end of the file: the decoder says line 0 (or one short) and shows
+// a NUL; the error names the real line and escapes the NUL.
+func TestSyntaxErrorAtEndOfFile(t *testing.T) {
+	for src, line := range map[string]int{"\"\\": 1, "a = 1\nb = \"\\": 2} {
+		_, err := Parse("c.toml", []byte(src))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Line != line || strings.ContainsRune(ce.Msg, 0) {
+			t.Errorf("Parse(%q) = %q, want an error on line %d without a NUL", src, err, line)
+		}
 	}
 }
