@@ -80,8 +80,8 @@ type Program struct {
 
 // Compile parses and compiles a workflow script. name is used in messages; path is the
 // file the script came from (workflow() paths are relative to its folder). A script over
-// the shape limits (MaxScriptBytes, MaxSyntaxDepth, MaxExpressionOps) is refused before
-// gopher-lua parses it.
+// the shape limits (MaxScriptBytes, MaxSyntaxDepth, MaxArithmeticOps, MaxExpressionOps) is
+// refused before gopher-lua parses it.
 func Compile(name, path string, src []byte) (prog *Program, err error) {
 	defer func() {
 		// The lexer, parser and compiler turn their own errors into values; anything else
