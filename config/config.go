@@ -220,7 +220,8 @@ type rawScheduler struct {
 	Slots        int    `toml:"slots"`
 }
 
-var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key ("(?:[^"\\]|\\.)*")\): (.*)$`)
+// typeErrRE reads a decoding error; the decoder leaves the line out of some of them.
+var typeErrRE = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key ("(?:[^"\\]|\\.)*")\): (.*)$`)
 
 // Parse parses and validates one file's contents; path names the file in errors and
 // becomes Config.Path.
@@ -236,6 +237,10 @@ func Parse(path string, data []byte) (Config, error) {
 		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
 			line, _ := strconv.Atoi(m[1])
 			key, _ := strconv.Unquote(m[2])
+			if line == 0 {
+				v := validator{lines: keyLines(src)}
+				line = v.line(splitKey(key))
+			}
 			return Config{}, &Error{File: path, Line: line, Key: key, Msg: m[3], err: err}
 		}
 		return Config{}, &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: "), err: err}

@@ -250,3 +250,12 @@ func TestSyntaxErrorAtEndOfFile(t *testing.T) {
 		}
 	}
 }
+
+// The decoder leaves the line out of some type errors; it is found from the key.
+func TestTypeErrorWithoutLine(t *testing.T) {
+	_, err := Parse("c.toml", []byte("[backends.x]\ntype = \"mock\"\nfallback.y = \"\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Line != 3 || !strings.HasPrefix(ce.Key, "backends.x.fallback") {
+		t.Fatalf("got %v, want c.toml:3: backends.x.fallback...", err)
+	}
+}
