@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -226,5 +227,36 @@ func TestKeyLinesQuoted(t *testing.T) {
 	c, err := Parse("q.toml", []byte(src))
 	if want := `q.toml:3: backends."a.b".rpm: must not be negative (got -1)`; err == nil || err.Error() != want {
 		t.Fatalf("got %v (%+v), want %s", err, c, want)
+	}
+}
+
+// The decoder fills fields case-insensitively, so errors about [BACKENDS.x] must still
+// find the line ([BACKENDS.x] used to be reported at line 0).
+func TestErrorLineOfCaseFoldedTable(t *testing.T) {
+	_, err := Parse("c.toml", []byte("default_backend = \"\"\n\n[BACkends.local]\nmodel = \"m\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Line != 3 || ce.Key != "backends.local" {
+		t.Fatalf("got %v, want c.toml:3: backends.local: type is required", err)
+	}
+}
+
+// A string cut by the end of the file: the decoder says line 0 (or one short) and shows
+// a NUL; the error names the real line and escapes the NUL.
+func TestSyntaxErrorAtEndOfFile(t *testing.T) {
+	for src, line := range map[string]int{"\"\\": 1, "a = 1\nb = \"\\": 2} {
+		_, err := Parse("c.toml", []byte(src))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Line != line || strings.ContainsRune(ce.Msg, 0) {
+			t.Errorf("Parse(%q) = %q, want an error on line %d without a NUL", src, err, line)
+		}
+	}
+}
+
+// The decoder leaves the line out of some type errors; it is found from the key.
+func TestTypeErrorWithoutLine(t *testing.T) {
+	_, err := Parse("c.toml", []byte("[backends.x]\ntype = \"mock\"\nfallback.y = \"\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Line != 3 || !strings.HasPrefix(ce.Key, "backends.x.fallback") {
+		t.Fatalf("got %v, want c.toml:3: backends.x.fallback...", err)
 	}
 }

@@ -530,7 +530,7 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	var deadline scheduler.Timer
 	if spec.Timeout > 0 {
-		deadline = s.opts.Clock.AfterFunc(spec.Timeout, func() { cancel(ErrTimeout) })
+		deadline = s.opts.Clock.AfterFunc(spec.Timeout, func() { cancel(fmt.Errorf("%w (%s)", ErrTimeout, spec.Timeout)) })
 	}
 	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{})}
 	// A run that reaches an event limit ends with the limit as its error.
@@ -706,7 +706,10 @@ func classify(err error, ctx context.Context) (Status, error) {
 		case errors.Is(cause, ErrSuspended):
 			return StatusSuspended, cause
 		case errors.Is(cause, ErrTimeout):
-			return StatusFailed, ErrTimeout
+			if errors.Is(err, ErrTimeout) {
+				return StatusFailed, err // the VM's error names the line the script was at
+			}
+			return StatusFailed, cause
 		case errors.Is(cause, ErrCancelled) || errors.Is(cause, context.Canceled):
 			return StatusCancelled, ErrCancelled
 		}

@@ -109,15 +109,24 @@ func (b *bucket) fits(need float64, now time.Time) (bool, time.Time) {
 		return true, time.Time{}
 	}
 	if b.rate > 0 && b.limit > 0 {
-		// A millisecond of slack keeps floating-point rounding from waking the core
-		// a hair before the level is there.
-		d := time.Duration(math.Ceil((need-lvl)/b.rate*1e9)) + time.Millisecond
-		return false, now.Add(d)
+		return false, now.Add(refillWait(need-lvl, b.rate))
 	}
 	if b.full.After(now) {
 		return false, b.full
 	}
 	return false, now.Add(time.Second) // nothing known about the refill: look again soon
+}
+
+// refillWait is how long a refill at rate per second takes to add missing, plus a
+// millisecond of slack that keeps floating-point rounding from waking the core a hair
+// before the level is there. It is at most maxSeconds: a float beyond time.Duration's range
+// would convert to a negative wait, a time before now.
+func refillWait(missing, rate float64) time.Duration {
+	secs := missing / rate
+	if !(secs < maxSeconds) { // NaN too
+		return maxSeconds * time.Second
+	}
+	return time.Duration(math.Ceil(secs*1e9)) + time.Millisecond
 }
 
 // debit reserves amt for the turn with flight sequence seq, tail of it for the output of
