@@ -325,6 +325,11 @@ func newVM(ctx context.Context, cfg Config) (*vm, error) {
 	v.codec.OnTooLarge = func(L *glua.LState, msg string) { v.raiseFatal(L, "%s", msg) }
 	v.marker = L.NewUserData()
 	if err := v.openSandbox(); err != nil {
+		// A run cancelled (or out of time) before its sandbox is ready is a stopped run,
+		// not a broken prelude.
+		if ctx.Err() != nil {
+			err = v.cancelled(err)
+		}
 		L.Close()
 		cancel(nil)
 		return nil, err
