@@ -74,3 +74,26 @@ func (s *Service) JournalPlan(ctx context.Context, id string, calls []PlanCall) 
 	}
 	return nil
 }
+
+// Script returns the main workflow run id runs now, as pinned (a resume that ran a changed
+// or fixed script pinned that one).
+func (s *Service) Script(ctx context.Context, id string) ([]byte, error) {
+	row, err := s.opts.Store.GetRun(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	var spec Spec
+	if err := json.Unmarshal(row.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("run %s: its stored spec is unreadable: %w", id, err)
+	}
+	files, err := s.opts.Store.Files(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	for _, f := range files {
+		if f.Path == spec.Path {
+			return f.Content, nil
+		}
+	}
+	return nil, fmt.Errorf("run %s: its script %s was never pinned", id, spec.Path)
+}
