@@ -87,8 +87,9 @@ func TestPlannerRetriesOnFakeEngine(t *testing.T) {
 func TestPlannerGivesUp(t *testing.T) {
 	engine, _, url := startEngine(t, testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{{Reply: notCompiling}}})
 	dir := t.TempDir()
-	writeFiles(t, dir, map[string]string{"luft.toml": localBackend(url, "fake-1", "")})
-	out, errOut, code := luftIn(t, dir, nil, "--state-dir", filepath.Join(dir, "state"), "run", "--no-tui", "do something", "--planner-model", "planner-1")
+	// planner_model of the config, as BACKEND/MODEL, picks the planner here.
+	writeFiles(t, dir, map[string]string{"luft.toml": "planner_model = \"local/planner-1\"\n" + localBackend(url, "fake-1", "")})
+	out, errOut, code := luftIn(t, dir, nil, "--state-dir", filepath.Join(dir, "state"), "run", "--no-tui", "do something")
 	if code != exitFailed {
 		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitFailed, errOut)
 	}
