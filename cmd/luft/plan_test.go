@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/storage"
 )
 
 const (
@@ -80,6 +82,30 @@ func TestPlannerRetriesOnFakeEngine(t *testing.T) {
 	}
 	if agents := planRecords(engine, "fake-1"); len(agents) != 2 {
 		t.Errorf("the planned run made %d agent requests, want 2", len(agents))
+	}
+	// The plan calls are journaled with the run: the rejected ones with their reasons.
+	st, err := storage.Open(context.Background(), filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	runs, err := st.ListRuns(context.Background(), storage.ListOptions{Limit: 5})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs %v (%v)", runs, err)
+	}
+	entries, err := st.Journal(context.Background(), runs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range entries {
+		if e.Kind == "plan" {
+			reasons = append(reasons, e.CallKey+": "+string(e.Result))
+		}
+	}
+	if len(reasons) != 3 || !strings.Contains(reasons[0], "does not compile") || !strings.Contains(reasons[1], "never calls report") ||
+		!strings.Contains(reasons[2], `"reason":""`) {
+		t.Errorf("journaled plan calls:\n%s", strings.Join(reasons, "\n"))
 	}
 }
 
