@@ -11,7 +11,7 @@ import (
 )
 
 const (
-	notCompiling = "```lua\nfunction main(\n  report(1)\nend\n```"
+	notCompiling  = "```lua\nfunction main(\n  report(1)\nend\n```"
 	withoutReport = "Here it is:\n```lua\nmeta = { phases = { { label = \"work\" } } }\nfunction main()\n  phase(\"work\")\n  agent{ name = \"worker\", prompt = \"count the files\" }\nend\n```"
 	goodScript    = "```lua\nmeta = { reasoning = \"two steps\", phases = { { label = \"work\", description = \"two agents\" } } }\n" +
 		"function main()\n  phase(\"work\")\n  local a = agent{ name = \"first\", prompt = \"count the files\" }\n" +
