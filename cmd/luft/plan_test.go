@@ -150,7 +150,7 @@ func TestAutoFixReplaysFinishedCalls(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"luft.toml": localBackend(url, "fake-1", ""), "bug.lua": bug})
 	state := filepath.Join(dir, "state")
-	out, errOut, code := luftIn(t, dir, nil, "--state-dir", state, "run", "--no-tui", "-w", "bug.lua", "--auto-fix", "--planner-model", "planner-1")
+	out, errOut, code := luftIn(t, dir, nil, "--state-dir", state, "run", "--no-tui", "-w", "bug.lua", "--auto-fix", "--planner-model", "planner-1", "--log", "run.jsonl")
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
@@ -174,6 +174,11 @@ func TestAutoFixReplaysFinishedCalls(t *testing.T) {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
+	}
+	// --log holds both attempts: the failed one and the fixed one, each ending with run_done.
+	log := readFile(t, filepath.Join(dir, "run.jsonl"))
+	if n := strings.Count(log, `"type":"run_done"`); n != 2 || !strings.Contains(log, `"status":"failed"`) || !strings.Contains(log, `"status":"completed"`) {
+		t.Errorf("--log has %d run_done events:\n%s", n, log)
 	}
 	matches, _ := filepath.Glob(filepath.Join(state, "runs", "*", "autofix-1.lua"))
 	if len(matches) != 1 {

@@ -383,6 +383,21 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 				break
 			}
 			src, run = fixed, next
+			if logFile != nil {
+				// The mirror of the failed attempt has ended with its run_done; the fixed
+				// attempt's events follow in the same file.
+				if err := logDone(); err != nil {
+					run.Cancel()
+					run.Wait()
+					return &exitError{code: exitFailed, err: err}
+				}
+				if logFile, err = os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+					run.Cancel()
+					run.Wait()
+					return &exitError{code: exitFailed, err: fmt.Errorf("--log %s: %w", f.logFile, err)}
+				}
+				logDone = mirrorLog(ctx, f, logFile, run)
+			}
 			r = newRenderer(e, g, f)
 			r.lanes, r.runDone = laneSampler(svc), storedRunDone(svc, run.ID)
 			cur.set(r, run)
