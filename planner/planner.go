@@ -153,8 +153,8 @@ func modelTime(calls []Call) time.Duration {
 }
 
 // loop asks the model for scripts until one validates or the attempts are used up. A
-// script that validates with lint warnings is sent back once more with them; if the
-// revision is worse, the first valid script stands.
+// planned script that validates with lint warnings is sent back with them while attempts
+// remain; if a revision fails validation, the last valid script stands.
 func (p *Planner) loop(ctx context.Context, op, first string, prev []byte) (*Plan, error) {
 	var (
 		calls  []Call
@@ -201,7 +201,9 @@ func (p *Planner) loop(ctx context.Context, op, first string, prev []byte) (*Pla
 		calls = append(calls, c)
 		if reason == "" {
 			best = &Plan{Script: src, Check: chk, Planner: p.Name()}
-			if len(chk.Warnings) == 0 || attempt == p.opts.MaxAttempts {
+			// A fix is judged by whether it runs: the style of a script the user wrote is
+			// theirs, so its warnings do not cost another model call.
+			if len(chk.Warnings) == 0 || attempt == p.opts.MaxAttempts || op == "fix" {
 				break
 			}
 			prompt = retryPrompt(first, src, "", chk.Warnings)

@@ -191,3 +191,13 @@ func TestExtract(t *testing.T) {
 		t.Errorf("reason %q", reason)
 	}
 }
+
+// A fix that runs is taken even with lint warnings: one model call.
+func TestFixIgnoresStyleWarnings(t *testing.T) {
+	noMeta := "```lua\nfunction main()\n  local r = agent{ prompt = \"p\" }\n  report(r.output)\nend\n```"
+	m := &scripted{replies: []string{noMeta}}
+	plan, err := New(Options{Model: m}).Fix(context.Background(), Failure{Script: []byte("function main() error(\"x\") end"), Error: "x"})
+	if err != nil || len(m.got) != 1 || len(plan.Check.Warnings) == 0 {
+		t.Fatalf("err %v, %d calls, warnings %v", err, len(m.got), plan.Check.Warnings)
+	}
+}

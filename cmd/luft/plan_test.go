@@ -143,7 +143,7 @@ func TestAutoFixReplaysFinishedCalls(t *testing.T) {
   end
 `
 	bug := calls + "  local missing = nil\n  report({ n = #got, first = missing.value })\nend\n"
-	fixed := "```lua\nmeta = { phases = { { label = \"steps\" } } }\n" + calls + "  report({ n = #got, fixed = \"repaired\" })\nend\n```"
+	fixed := "```lua\n" + calls + "  report({ n = #got, fixed = \"repaired\" })\nend\n```"
 	engine, _, url := startEngine(t, testkit.Config{Slots: 4, KeepRequests: true, ToolRules: []testkit.ToolRule{
 		{Match: "failed while running", Reply: fixed},
 	}})
