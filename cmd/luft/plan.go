@@ -306,3 +306,57 @@ func runScript(ctx context.Context, svc *runtime.Service, id string) ([]byte, er
 	}
 	return src, nil
 }
+
+// fixing is the state of a run that --auto-fix continues: the attempt being shown, how it
+// ended, and the --log mirror following it.
+type fixing struct {
+	r       *renderer
+	run     *runtime.Run
+	res     runtime.Result
+	stuck   bool
+	logFile *os.File
+	logDone func() error
+}
+
+// loop repairs and continues the run while it fails with a script error, at most maxFixes
+// times. A fix the planner cannot make leaves the last attempt's result standing.
+func (x *fixing) loop(ctx context.Context, e *env, g *globalFlags, f *runFlags, svc *runtime.Service, pl *planner.Planner, cur *liveRun) error {
+	src, err := runScript(ctx, svc, x.run.ID)
+	if err != nil {
+		return err
+	}
+	for round := 1; round <= maxFixes && fixable(x.res) && !x.stuck; round++ {
+		next, fixed, err := autoFix(ctx, e, f, svc, stateDir(e, g), pl, x.res, src, round)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "luft: auto-fix: %v\n", err)
+			return nil
+		}
+		src, x.run = fixed, next
+		if x.logFile != nil {
+			// The mirror of the failed attempt has ended with its run_done; the fixed
+			// attempt's events follow in the same file.
+			if err := x.logDone(); err != nil {
+				return x.abort(err)
+			}
+			if x.logFile, err = os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+				return x.abort(fmt.Errorf("--log %s: %w", f.logFile, err))
+			}
+			x.logDone = mirrorLog(ctx, f, x.logFile, x.run)
+		}
+		x.r = newRenderer(e, g, f)
+		x.r.lanes, x.r.runDone = laneSampler(svc), storedRunDone(svc, x.run.ID)
+		cur.set(x.r, x.run)
+		if x.stuck, err = x.r.view(ctx, x.run); err != nil {
+			return x.abort(err)
+		}
+		x.res = x.run.Wait()
+	}
+	return nil
+}
+
+// abort stops the current attempt and fails the command with err.
+func (x *fixing) abort(err error) error {
+	x.run.Cancel()
+	x.run.Wait()
+	return &exitError{code: exitFailed, err: err}
+}

@@ -372,45 +372,11 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}
 	res := run.Wait()
 	if f.autoFix && !stuck && fixable(res) {
-		var src []byte
-		if src, err = runScript(ctx, svc, run.ID); err != nil {
+		fx := &fixing{r: r, run: run, res: res, logFile: logFile, logDone: logDone}
+		if err := fx.loop(ctx, e, g, f, svc, pl, cur); err != nil {
 			return err
 		}
-		for round := 1; round <= maxFixes && fixable(res); round++ {
-			next, fixed, ferr := autoFix(ctx, e, f, svc, stateDir(e, g), pl, res, src, round)
-			if ferr != nil {
-				fmt.Fprintf(e.stderr, "luft: auto-fix: %v\n", ferr)
-				break
-			}
-			src, run = fixed, next
-			if logFile != nil {
-				// The mirror of the failed attempt has ended with its run_done; the fixed
-				// attempt's events follow in the same file.
-				if err := logDone(); err != nil {
-					run.Cancel()
-					run.Wait()
-					return &exitError{code: exitFailed, err: err}
-				}
-				if logFile, err = os.OpenFile(f.logFile, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-					run.Cancel()
-					run.Wait()
-					return &exitError{code: exitFailed, err: fmt.Errorf("--log %s: %w", f.logFile, err)}
-				}
-				logDone = mirrorLog(ctx, f, logFile, run)
-			}
-			r = newRenderer(e, g, f)
-			r.lanes, r.runDone = laneSampler(svc), storedRunDone(svc, run.ID)
-			cur.set(r, run)
-			if stuck, err = r.view(ctx, run); err != nil {
-				run.Cancel()
-				run.Wait()
-				return &exitError{code: exitFailed, err: err}
-			}
-			res = run.Wait()
-			if stuck {
-				break
-			}
-		}
+		r, res, stuck, logDone = fx.r, fx.res, fx.stuck, fx.logDone
 	}
 	var ferr error
 	if stuck {
