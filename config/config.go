@@ -30,11 +30,14 @@ import (
 type Config struct {
 	Path           string // the file it came from; "" when none
 	DefaultBackend string
-	Backends       map[string]Backend
-	Tools          Tools
-	MCPServers     map[string]MCPServer
-	Scheduler      Scheduler
-	Limits         Limits
+	// PlannerModel is the model that plans workflows from a task in words ("" = the
+	// run's model); a "BACKEND/MODEL" value also picks the backend.
+	PlannerModel string
+	Backends     map[string]Backend
+	Tools        Tools
+	MCPServers   map[string]MCPServer
+	Scheduler    Scheduler
+	Limits       Limits
 	// Warnings are problems that do not stop luft (unknown keys), "FILE:LINE: KEY: MSG".
 	Warnings []string
 }
@@ -188,6 +191,7 @@ func loadFile(path string) (Config, error) {
 // The TOML shapes; tags are the keys of SPEC §6.
 type rawConfig struct {
 	DefaultBackend string                `toml:"default_backend"`
+	PlannerModel   string                `toml:"planner_model"`
 	Backends       map[string]rawBackend `toml:"backends"`
 	Tools          rawTools              `toml:"tools"`
 	MCPServers     map[string]rawMCP     `toml:"mcp_servers"`
@@ -285,7 +289,7 @@ func Parse(path string, data []byte) (Config, error) {
 		v.warnf(k, "unknown key, ignored (known: %s)", strings.Join(knownKeys(k), ", "))
 	}
 
-	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, Tools: Tools{
+	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, PlannerModel: raw.PlannerModel, Tools: Tools{
 		Workspace: raw.Tools.Workspace, AllowCommands: raw.Tools.AllowCommands,
 		Approval: raw.Tools.Approval, Destructive: raw.Tools.Destructive,
 		Env: raw.Tools.Env, Writable: raw.Tools.Writable,

@@ -52,6 +52,7 @@ func TestFull(t *testing.T) {
 	want := Config{
 		Path:           "testdata/full.toml",
 		DefaultBackend: "claude",
+		PlannerModel:   "groq/llama-3.3-70b",
 		Backends: map[string]Backend{
 			"claude": {Type: "acp:claude"},
 			"groq": {Type: "openai", BaseURL: "https://api.groq.com/openai/v1", Model: "llama-3.3-70b",
@@ -122,7 +123,7 @@ func TestErrors(t *testing.T) {
 func TestUnknownKeysWarn(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
 		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key, ignored (known: api_key_env, args, base_url, command, env, fallback, idle_timeout, max_concurrency, max_turns, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, stream, structured_output, tpm, type)"},
-		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, scheduler, tools)"},
+		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, planner_model, scheduler, tools)"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			c, err := parseFile(t, tc.file)

@@ -112,6 +112,26 @@ type Spec struct {
 	Concurrency int           `json:"concurrency,omitempty"` // pipeline default max_inflight
 	Timeout     time.Duration `json:"timeout,omitempty"`     // wall-clock limit of one attempt; 0 = none
 	Limits      lua.Limits    `json:"limits"`
+	// Plan, when set, is how the script was planned from a task in words: its calls are
+	// journaled with the run (kind "plan") and the script is pinned as the run's
+	// workflow.lua in its folder, so a resume runs that script and never plans again.
+	Plan *Plan `json:"plan,omitempty"`
+}
+
+// Plan records the planner's work for a planned run.
+type Plan struct {
+	Task    string     `json:"task"`
+	Planner string     `json:"planner"` // "template", or the backend/model that planned
+	Calls   []PlanCall `json:"calls,omitempty"`
+}
+
+// PlanCall is one model request of the planner: a plan attempt or an auto-fix.
+type PlanCall struct {
+	Key    string      `json:"key"`    // plan/N or fix/N
+	Prompt string      `json:"prompt"` // the request's hash input: system + user prompt
+	Reply  string      `json:"reply"`
+	Reason string      `json:"reason,omitempty"` // why its script was rejected; "" = accepted
+	Usage  agent.Usage `json:"usage"`
 }
 
 // ResumeSpec says which run to resume and how.
@@ -119,6 +139,10 @@ type ResumeSpec struct {
 	Run                 string // id, unique id prefix, or "" for the newest unfinished run
 	AllowChangedScript  bool   // run a script that changed since the run started
 	RerunFromDivergence bool   // drop the journal from the first call whose inputs differ
+	// Source, when set, is the script to run in place of the main workflow file (an
+	// auto-fixed script); it is pinned as the run's script, so it needs AllowChangedScript
+	// when it differs from the pinned one.
+	Source []byte
 }
 
 // Status of a run.
@@ -271,6 +295,12 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 	if spec.Concurrency <= 0 {
 		spec.Concurrency = 8
 	}
+	id := uuid.Must(uuid.NewV7()).String()
+	if spec.Plan != nil && s.opts.StateDir != "" {
+		// A planned script lives in its run's folder: the user can edit it there and rerun
+		// it with --workflow, and a resume reads it from there.
+		spec.Path = filepath.Join(s.opts.StateDir, "runs", id, "workflow.lua")
+	}
 	if spec.Path == "" {
 		spec.Path = "workflow.lua" // the name the script is pinned and resumed under
 	}
@@ -279,7 +309,6 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, fmt.Errorf("start run: encode its spec: %w", err)
 	}
 	argsJSON, _ := json.Marshal(spec.Args)
-	id := uuid.Must(uuid.NewV7()).String()
 	if err := s.opts.Store.CreateRun(ctx, storage.Run{
 		ID: id, Workflow: spec.Path, ScriptHash: sha(src), Status: storage.StatusRunning,
 		Args: argsJSON, Attempt: 1, PID: s.opts.PID, Spec: specJSON,
@@ -288,6 +317,11 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 	}
 	if err := s.pin(ctx, id, spec.Path, src); err != nil {
 		return nil, err
+	}
+	if spec.Plan != nil {
+		if err := s.JournalPlan(ctx, id, spec.Plan.Calls); err != nil {
+			return nil, err
+		}
 	}
 	return s.launch(ctx, id, 1, spec, prog, nil, nil, ResumeSpec{}), nil
 }
@@ -305,6 +339,9 @@ func (s *Service) pin(ctx context.Context, id, path string, src []byte) error {
 		return storage.Unwritable(s.opts.StateDir, fmt.Sprintf("run %s: pin %s", id, path), err)
 	}
 	name := strings.NewReplacer("/", "__", `\`, "__", "..", "up").Replace(filepath.ToSlash(filepath.Clean(path)))
+	if filepath.Dir(path) == dir {
+		name = filepath.Base(path) // a planned script, already in the run's folder
+	}
 	if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
 		return storage.Unwritable(s.opts.StateDir, fmt.Sprintf("run %s: pin %s", id, path), err)
 	}
@@ -366,7 +403,9 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	for _, f := range files {
 		var cur []byte
 		var rerr error
-		if f.Path == spec.Path {
+		if f.Path == spec.Path && rs.Source != nil {
+			cur = rs.Source
+		} else if f.Path == spec.Path {
 			cur, rerr = s.opts.ReadFile(f.Path)
 		} else {
 			// A sub-workflow is read as workflow() reads it: from inside the main
