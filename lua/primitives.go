@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -242,35 +241,10 @@ func (v *vm) resultTable(r agent.Result) *glua.LTable {
 	if err != nil {
 		out = glua.LString(r.Text)
 	}
-	// Insert in sorted key order so pairs() over a result is deterministic.
-	fields := map[string]glua.LValue{
-		"attempts":   glua.LNumber(max(r.Attempts, 1)),
-		"backend":    glua.LString(r.Backend),
-		"cached":     glua.LBool(r.Cached),
-		"model":      glua.LString(r.Model),
-		"ok":         glua.LBool(r.OK()),
-		"output":     out,
-		"status":     glua.LString(r.Status),
-		"text":       glua.LString(r.Text),
-		"tokens":     glua.LNumber(r.Usage.Total()),
-		"session_id": glua.LNil,
-		"error":      glua.LNil,
-		"cost":       glua.LNil,
-	}
-	if r.SessionID != "" {
-		fields["session_id"] = glua.LString(r.SessionID)
-	}
-	if r.Error != "" {
-		fields["error"] = glua.LString(r.Error)
-	}
-	if r.Cost != nil {
-		fields["cost"] = glua.LNumber(*r.Cost)
-	}
 	usage := L.CreateTable(0, 3)
 	usage.RawSetString("cached", glua.LNumber(r.Usage.Cached))
 	usage.RawSetString("input", glua.LNumber(r.Usage.Input))
 	usage.RawSetString("output", glua.LNumber(r.Usage.Output))
-	fields["usage"] = usage
 	findings := v.codec.NewArray(len(r.Findings))
 	for _, f := range r.Findings {
 		ft := L.CreateTable(0, 4)
@@ -280,17 +254,30 @@ func (v *vm) resultTable(r agent.Result) *glua.LTable {
 		ft.RawSetString("title", glua.LString(f.Title))
 		findings.Append(ft)
 	}
-	fields["findings"] = findings
-	keys := make([]string, 0, len(fields))
-	for k := range fields {
-		keys = append(keys, k)
+	// Set in sorted key order so pairs() over a result is deterministic; absent fields
+	// (cost, error, session_id) are nil and not set at all.
+	t.RawSetString("attempts", glua.LNumber(max(r.Attempts, 1)))
+	t.RawSetString("backend", glua.LString(r.Backend))
+	t.RawSetString("cached", glua.LBool(r.Cached))
+	if r.Cost != nil {
+		t.RawSetString("cost", glua.LNumber(*r.Cost))
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if fields[k] != glua.LNil {
-			t.RawSetString(k, fields[k])
-		}
+	if r.Error != "" {
+		t.RawSetString("error", glua.LString(r.Error))
 	}
+	t.RawSetString("findings", findings)
+	t.RawSetString("model", glua.LString(r.Model))
+	t.RawSetString("ok", glua.LBool(r.OK()))
+	if out != glua.LNil {
+		t.RawSetString("output", out)
+	}
+	if r.SessionID != "" {
+		t.RawSetString("session_id", glua.LString(r.SessionID))
+	}
+	t.RawSetString("status", glua.LString(r.Status))
+	t.RawSetString("text", glua.LString(r.Text))
+	t.RawSetString("tokens", glua.LNumber(r.Usage.Total()))
+	t.RawSetString("usage", usage)
 	return t
 }
 

@@ -277,7 +277,11 @@ func (h *host) checkBudget(c lua.Call) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b := h.budget
-	used, usedUSD := h.usedLocked()
+	var used int
+	var usedUSD float64
+	if b.Tokens > 0 || b.USD > 0 {
+		used, usedUSD = h.usedLocked()
+	}
 	var limit string
 	switch {
 	case b.Agents > 0 && h.started >= b.Agents:

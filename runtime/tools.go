@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
@@ -31,9 +32,12 @@ const interruptedTool = "error: this tool call was begun in an earlier attempt o
 // draw ids at random), so a call is also matched by turn, tool name and arguments when
 // no recorded call has its id.
 func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
-	conversation := req.Hash() + "/" + strconv.Itoa(len(h.session(req.SessionID)))
+	// The transcript's length is taken now, before this call adds to it; the request's
+	// hash only when a tool runs (most calls run none, and hashing costs every call).
+	turns := strconv.Itoa(len(h.session(req.SessionID)))
+	conversation := sync.OnceValue(func() string { return req.Hash() + "/" + turns })
 	return func(ctx context.Context, tc adapters.ToolCall, run func(context.Context) (string, error)) (string, bool, error) {
-		rec := storage.ToolCall{RunID: h.run.ID, CallKey: c.Key, Conversation: conversation, Turn: tc.Turn,
+		rec := storage.ToolCall{RunID: h.run.ID, CallKey: c.Key, Conversation: conversation(), Turn: tc.Turn,
 			ID: tc.ID, Name: tc.Name, ArgsHash: sha([]byte(tc.Arguments))}
 		known, err := h.store().ToolCalls(ctx, h.run.ID, c.Key)
 		if err != nil {

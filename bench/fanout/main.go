@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,9 +43,22 @@ func main() {
 	conc := flag.Int("concurrency", 8, "scheduler slots")
 	repeat := flag.Int("repeat", 5, "runs per size (the median wall time and the spread are shown)")
 	child := flag.Int("child", 0, "internal: run one fan-out of this size and print its wall time")
+	cpuprofile := flag.String("cpuprofile", "", "with -child: write a CPU profile of the fan-out to this file")
 	dir := flag.String("dir", "", "parent folder of the state dirs (default: the system temp dir)")
 	flag.Parse()
 	if *child > 0 {
+		if *cpuprofile != "" {
+			f, err := os.Create(*cpuprofile)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			defer pprof.StopCPUProfile()
+		}
 		d, err := fanout(*child, *conc, *dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
