@@ -154,6 +154,9 @@ var (
 	// lane's rate-limit budget would exceed suspend_after. The error that carries it
 	// wraps the *scheduler.SuspendError with the resume time.
 	ErrSuspended = errors.New("suspended by the scheduler")
+	// ErrShutdown is the cause of a run its host suspended while shutting down (the
+	// daemon on SIGTERM): the journal holds every finished call, so a resume goes on.
+	ErrShutdown = errors.New("suspended: its host shut down")
 )
 
 // suspension is the cancel cause of a run the scheduler suspended.
@@ -216,6 +219,21 @@ func (r *Run) SubscribeAttempt(ctx context.Context) <-chan event.Event {
 // Cancel stops the run: no new calls are admitted, in-flight calls are cancelled, and the
 // run ends as cancelled.
 func (r *Run) Cancel() { r.cancel(ErrCancelled) }
+
+// Suspend stops the run as Cancel does, but it ends as suspended: its host is going away
+// and the run is to go on later (the daemon resumes it when it starts again).
+func (r *Run) Suspend() { r.cancel(ErrShutdown) }
+
+// Live returns the runs this process drives now.
+func (s *Service) Live() []*Run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Run, 0, len(s.live))
+	for _, r := range s.live {
+		out = append(out, r)
+	}
+	return out
+}
 
 // Done is closed when the run has ended.
 func (r *Run) Done() <-chan struct{} { return r.done }
@@ -684,7 +702,7 @@ func classify(err error, ctx context.Context) (Status, error) {
 		switch {
 		case errors.Is(cause, ErrTimeBudget):
 			return StatusSuspended, ErrTimeBudget
-		case errors.Is(cause, ErrSuspended):
+		case errors.Is(cause, ErrSuspended), errors.Is(cause, ErrShutdown):
 			return StatusSuspended, cause
 		case errors.Is(cause, ErrTimeout):
 			return StatusFailed, ErrTimeout
