@@ -135,8 +135,8 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/api/runs/"+id+"/cancel", nil, nil)
 }
 
-// Shutdown asks the daemon to stop, then waits until its process has let go of the
-// state dir (or ctx ends).
+// Shutdown asks the daemon to stop, then waits until its process has exited (it holds
+// the state dir's lock until then), or ctx ends.
 func (c *Client) Shutdown(ctx context.Context) error {
 	lock, err := os.OpenFile(filepath.Join(c.dir, LockFile), os.O_RDWR, 0)
 	if err != nil {

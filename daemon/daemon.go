@@ -71,6 +71,7 @@ var ErrAlreadyRunning = errors.New("a luft daemon already runs for this state di
 // Daemon hosts runs. Create it with New and serve with Run.
 type Daemon struct {
 	opts  Options
+	lock  *os.File // held for the life of the process
 	log   *log.Logger
 	info  Info
 	token string
@@ -123,14 +124,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("daemon: open its lock file: %w", err)
 	}
-	defer lock.Close()
 	held, err := lockFile(lock)
-	if err != nil {
+	if err != nil || held {
+		lock.Close()
+		if held {
+			return alreadyRunning(dir)
+		}
 		return fmt.Errorf("daemon: lock %s: %w", lock.Name(), err)
 	}
-	if held {
-		return alreadyRunning(dir)
-	}
+	// The lock stays held until the process exits (the OS releases it then), so whoever
+	// waits for it to be free (luft daemon stop) knows the process is gone, not just
+	// its API. One daemon per process.
+	d.lock = lock
 	sock := filepath.Join(dir, SocketFile)
 	if len(sock) > maxSocketPath {
 		return fmt.Errorf("daemon: socket path %s is %d bytes, longer than unix sockets allow (%d): use a shorter --state-dir", sock, len(sock), maxSocketPath)
