@@ -8,17 +8,20 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -469,4 +472,92 @@ end`})
 		}
 	}
 	t.Logf("%d kills over %d runs; %d live agent starts for %d calls; %d finished calls redone", len(kills), len(ids), live, len(ids)*callsPerRun, redone)
+}
+
+// Two runs on one rate-limited key: as two luft processes each scheduler knows only its
+// own turns, and together they overrun the key (the engine answers 429); through the
+// daemon both share one scheduler and the engine never refuses a request.
+func TestDaemonSharedRateLimit(t *testing.T) {
+	t.Parallel()
+	wf := `function main()
+  local got = parallel({1, 2, 3, 4, 5, 6, 7, 8}, function(i) return agent{prompt = "item " .. i}.ok end)
+  report(#got)
+end`
+	count429 := func(engine *testkit.Engine) (n, total int) {
+		for _, r := range engine.Log() {
+			total++
+			if r.Status == http.StatusTooManyRequests {
+				n++
+			}
+		}
+		return n, total
+	}
+	both := func(dt *daemonTest) {
+		errs := make(chan string, 2)
+		for range 2 {
+			go func() {
+				cmd := exec.Command(luftBinary(t), "--state-dir", dt.state, "run", "-q", "-w", "wf.lua")
+				cmd.Dir, cmd.Env = dt.dir, testEnv(nil, dt.env...)
+				out, err := cmd.CombinedOutput()
+				if err != nil || strings.TrimSpace(string(out)) != "8" {
+					errs <- fmt.Sprintf("run: %v\n%s", err, out)
+					return
+				}
+				errs <- ""
+			}()
+		}
+		for range 2 {
+			if e := <-errs; e != "" {
+				t.Error(e)
+			}
+		}
+	}
+	setup := func(gate bool) (*daemonTest, *testkit.Engine) {
+		engine := testkit.NewEngine(testkit.Config{Slots: 16, DefaultMaxTokens: 4, DecodePerToken: 50 * time.Millisecond,
+			Limits: testkit.Limits{TPM: 120, Period: 2 * time.Second}})
+		inner := testkit.NewServer(engine).Handler()
+		// Two processes: the first request waits for the second, so both runs' first
+		// turns are in flight before either learns the key's budget, as when two runs
+		// start together. (Through the daemon the one scheduler sends a single first
+		// turn and holds the rest until it answers: there is no second one to wait for.)
+		var arrived atomic.Int32
+		both := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if gate && r.URL.Path == "/v1/chat/completions" {
+				switch arrived.Add(1) {
+				case 1:
+					select {
+					case <-both:
+					case <-time.After(10 * time.Second):
+					}
+				case 2:
+					close(both)
+				}
+			}
+			inner.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		dt := newDaemonTest(t, "OPENAI_API_KEY=k")
+		writeFiles(t, dt.dir, map[string]string{"luft.toml": localBackend(srv.URL+"/v1", "m", ""), "wf.lua": wf})
+		return dt, engine
+	}
+	dt, separate := setup(true)
+	both(dt)
+	sepN, sepTotal := count429(separate)
+	dt, shared := setup(false)
+	dt.start()
+	both(dt)
+	shN, shTotal := count429(shared)
+	t.Logf("two processes: %d × 429 in %d requests; through the daemon: %d × 429 in %d requests", sepN, sepTotal, shN, shTotal)
+	if sepN == 0 {
+		t.Errorf("two separate processes met no 429: the test's load does not overrun the key")
+	}
+	if shN != 0 {
+		t.Errorf("through the daemon the engine answered %d × 429, want 0", shN)
+	}
+	out, _, _ := dt.luft("daemon", "status", "--json")
+	var st daemon.StatusJSON
+	if json.Unmarshal([]byte(out), &st) != nil || st.RunsHosted != 2 {
+		t.Errorf("the daemon did not host both runs:\n%s", out)
+	}
 }
