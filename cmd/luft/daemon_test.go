@@ -22,6 +22,7 @@ import (
 	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -559,5 +560,85 @@ end`
 	var st daemon.StatusJSON
 	if json.Unmarshal([]byte(out), &st) != nil || st.RunsHosted != 2 {
 		t.Errorf("the daemon did not host both runs:\n%s", out)
+	}
+}
+
+// SIGTERM (luft daemon stop) suspends a hosted run after the grace period; the next start
+// resumes it and it completes without redoing a finished call. A suspended run with a
+// resume time is woken then, not before.
+func TestDaemonStopSuspendsAndWakes(t *testing.T) {
+	t.Parallel()
+	dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=100")
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": `function main()
+  local n = 0
+  for i = 1, 8 do if agent{prompt = "step " .. i}.ok then n = n + 1 end end
+  report({steps = n})
+end`})
+	st := storeView(t, dt.state)
+	defer st.Close()
+	dt.start("--grace", "1ms")
+	id, errOut, code := dt.luft("run", "--detach", "-w", "wf.lua")
+	id = strings.TrimSpace(id)
+	if code != 0 {
+		t.Fatalf("run --detach: exit %d\n%s", code, errOut)
+	}
+	waitFor(t, 30*time.Second, "two completed calls", func() bool {
+		n, _ := completedCalls(t, st, []string{id})
+		return n >= 2
+	})
+	if _, errOut, code := dt.luft("daemon", "stop"); code != 0 {
+		t.Fatalf("stop: exit %d\n%s", code, errOut)
+	}
+	row, err := st.GetRun(context.Background(), id)
+	if err != nil || row.Status != storage.StatusSuspended || !strings.Contains(row.Error, "its host shut down") {
+		t.Fatalf("after stop the run is %q (%q), want suspended: %v", row.Status, row.Error, err)
+	}
+	_, before := completedCalls(t, st, []string{id})
+	evs, _ := st.EventsOfType(context.Background(), id, 0, 0, nil)
+	stopSeq := evs[len(evs)-1].Seq
+	// Its resume time moves a little into the future: the daemon must wait for it.
+	wakeAt := time.Now().Add(1500 * time.Millisecond)
+	if err := st.UpdateRun(context.Background(), id, storage.RunUpdate{ResumeAfter: &wakeAt}); err != nil {
+		t.Fatal(err)
+	}
+	info := dt.start("--grace", "1ms")
+	if out, _, _ := dt.luft("status", id, "--json"); !strings.Contains(out, `"status": "suspended"`) {
+		t.Errorf("the run was resumed before its resume time:\n%s", out)
+	}
+	waitFor(t, 60*time.Second, "the run to complete", func() bool {
+		r, err := st.GetRun(context.Background(), id)
+		return err == nil && r.Status == storage.StatusCompleted
+	})
+	starts, _ := st.EventsOfType(context.Background(), id, 0, 0, []string{event.RunStarted, event.AgentStarted})
+	for _, ev := range starts {
+		if ev.Type == event.RunStarted && runtime.AttemptOf(ev) == 2 && ev.TS.Before(wakeAt) {
+			t.Errorf("attempt 2 started at %s, before the resume time %s", ev.TS, wakeAt)
+		}
+		key, _ := ev.Data["call_key"].(string)
+		if ev.Type == event.AgentStarted && ev.Seq > stopSeq && before[id][key] {
+			t.Errorf("call %s completed before the stop ran again (seq %d)", key, ev.Seq)
+		}
+	}
+	out, _, code := dt.luft("attach", id, "--no-tui")
+	if code != 0 || !strings.Contains(out, `"steps": 8`) {
+		t.Errorf("attach the woken run: exit %d\n%s", code, out)
+	}
+	// SIGTERM does what stop does.
+	id2, _, _ := dt.luft("run", "--detach", "-w", "wf.lua")
+	id2 = strings.TrimSpace(id2)
+	waitFor(t, 30*time.Second, "a completed call", func() bool {
+		n, _ := completedCalls(t, st, []string{id2})
+		return n >= 1
+	})
+	if err := syscall.Kill(info.PID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := daemon.WaitGone(ctx, dt.state); err != nil {
+		t.Fatalf("daemon still up after SIGTERM: %v", err)
+	}
+	if r, err := st.GetRun(context.Background(), id2); err != nil || r.Status != storage.StatusSuspended {
+		t.Errorf("after SIGTERM the run is %q (%v), want suspended", r.Status, err)
 	}
 }
