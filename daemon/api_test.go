@@ -65,7 +65,9 @@ func TestAPIStartListPages(t *testing.T) {
 		if code != http.StatusCreated {
 			t.Fatalf("start: HTTP %d %s", code, body)
 		}
-		var out struct{ RunID string `json:"run_id"` }
+		var out struct {
+			RunID string `json:"run_id"`
+		}
 		_ = json.Unmarshal([]byte(body), &out)
 		ids = append(ids, out.RunID)
 	}
