@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -332,7 +333,7 @@ func (d *Daemon) getEvents(w http.ResponseWriter, r *http.Request) {
 	follow := sse || q.Get("follow") == "1" || q.Get("follow") == "true"
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	events, errc, err := d.opts.Service.Events(ctx, r.PathValue("id"), runtime.EventsOptions{Since: since, Types: types, Follow: follow})
+	events, errc, err := d.events(ctx, r.PathValue("id"), runtime.EventsOptions{Since: since, Types: types, Follow: follow})
 	if err != nil {
 		runError(w, err)
 		return
@@ -372,4 +373,43 @@ func writeEvent(w http.ResponseWriter, ev event.Event, sse bool) error {
 	}
 	_, err = w.Write(append(b, '\n'))
 	return err
+}
+
+// events streams a run's events. A run this daemon hosts is followed on its event bus,
+// which wakes the stream as each event is stored; any other run is read from the store.
+func (d *Daemon) events(ctx context.Context, ref string, o runtime.EventsOptions) (<-chan event.Event, <-chan error, error) {
+	if o.Follow {
+		if row, err := d.opts.Service.Resolve(ctx, ref); err == nil {
+			for _, run := range d.opts.Service.Live() {
+				if run.ID == row.ID {
+					return filterTypes(ctx, run.Subscribe(ctx, o.Since), o.Types)
+				}
+			}
+		}
+	}
+	return d.opts.Service.Events(ctx, ref, o)
+}
+
+// filterTypes passes on the events of the given types (all when none are given).
+func filterTypes(ctx context.Context, in <-chan event.Event, types []string) (<-chan event.Event, <-chan error, error) {
+	errc := make(chan error, 1)
+	close(errc)
+	if len(types) == 0 {
+		return in, errc, nil
+	}
+	out := make(chan event.Event, cap(in))
+	go func() {
+		defer close(out)
+		for ev := range in {
+			if !slices.Contains(types, ev.Type) {
+				continue
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, errc, nil
 }

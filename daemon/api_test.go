@@ -235,3 +235,49 @@ func TestSecondDaemonRefused(t *testing.T) {
 		t.Errorf("socket left after shutdown: %v", err)
 	}
 }
+
+// A hosted run's events are followed live: the stream ends with its run_done, and a type
+// filter applies.
+func TestAPIFollowHostedRun(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	h := d.handler(false)
+	release := make(chan struct{})
+	svc, err := runtime.New(runtime.Options{Store: d.opts.Store, Backends: adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{Fail: "hang"}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.opts.Service = svc
+	_, body := call(t, h, "POST", "/api/runs", `{"script":"function main() log('before') agent{prompt='x'} end","path":"f.lua"}`)
+	var out struct {
+		RunID string `json:"run_id"`
+	}
+	_ = json.Unmarshal([]byte(body), &out)
+	go func() {
+		<-release
+		_, _ = svc.Cancel(context.Background(), out.RunID)
+	}()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	req, _ := http.NewRequest("GET", srv.URL+"/api/runs/"+out.RunID+"/events?types=log,run_done", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	buf := make([]byte, 4096)
+	n, _ := resp.Body.Read(buf)
+	for !strings.Contains(string(buf[:n]), "event: log") {
+		m, err := resp.Body.Read(buf[n:])
+		if err != nil {
+			t.Fatalf("stream ended before the log event: %v\n%s", err, buf[:n])
+		}
+		n += m
+	}
+	close(release) // the run is cancelled only now: the log event came while it ran
+	rest, _ := io.ReadAll(resp.Body)
+	all := string(buf[:n]) + string(rest)
+	if strings.Count(all, "\nevent: ") != 2 || !strings.Contains(all, "event: run_done") || !strings.Contains(all, `"status":"cancelled"`) {
+		t.Errorf("followed stream:\n%s", all)
+	}
+}

@@ -30,7 +30,7 @@ type StartRequest struct {
 func (r StartRequest) Spec() runtime.Spec {
 	s := runtime.Spec{Path: r.Path, Args: r.Args, Backend: r.Backend, Model: r.Model,
 		Class: agent.Class(r.Class), Concurrency: r.Concurrency, Timeout: r.Timeout,
-		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}}
+		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}, Caller: r.Caller}
 	if r.Script != "" {
 		s.Source = []byte(r.Script)
 	}

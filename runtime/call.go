@@ -228,7 +228,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		mu.Unlock()
 		permit, err := h.e.opts.Scheduler.Admit(tctx, scheduler.Turn{
 			RunID: h.run.ID, CallKey: c.Key, Lane: lane, Class: req.Class,
-			Caller: h.e.opts.Caller, EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
+			Caller: h.caller(), EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
 			EstOutput: cost.MaxOutput, RunStart: h.start, Notify: h.notify(c.Key),
 		})
 		if err != nil {
@@ -420,4 +420,12 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// caller is who the run's turns count against in the scheduler's fair shares.
+func (h *host) caller() string {
+	if h.run.spec.Caller != "" {
+		return h.run.spec.Caller
+	}
+	return h.e.opts.Caller
 }

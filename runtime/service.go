@@ -104,6 +104,9 @@ type Spec struct {
 	Concurrency int           `json:"concurrency,omitempty"` // pipeline default max_inflight
 	Timeout     time.Duration `json:"timeout,omitempty"`     // wall-clock limit of one attempt; 0 = none
 	Limits      lua.Limits    `json:"limits"`
+	// Caller is who the run's turns are fair-shared as in the scheduler (a daemon hosts
+	// runs of many callers); "" = Options.Caller.
+	Caller string `json:"caller,omitempty"`
 }
 
 // ResumeSpec says which run to resume and how.

@@ -349,7 +349,7 @@ func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args an
 	}
 	id, err := c.Start(ctx, daemon.StartRequest{Script: string(src), Path: path, Args: args, Backend: f.backend, Model: f.model,
 		Class: f.class, Concurrency: f.maxConcurrency, MaxAgentCalls: f.maxAgentCalls, Timeout: f.timeout,
-		Caller: "cli"})
+		Caller: cliCaller(e)})
 	if err != nil {
 		var ae *daemon.APIError
 		if errors.As(err, &ae) && ae.Status == 400 {
@@ -518,4 +518,12 @@ func short(id string) string {
 		return id[:13]
 	}
 	return id
+}
+
+// cliCaller is who a CLI run counts as in the daemon's fair shares: the user.
+func cliCaller(e *env) string {
+	if u := e.getenv("USER"); u != "" {
+		return "cli:" + u
+	}
+	return "cli"
 }
