@@ -97,6 +97,7 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 	mux.HandleFunc("GET /api/runs/{id}/events", d.getEvents)
 	mux.HandleFunc("GET /api/runs/{id}/report", d.getReport)
 	mux.HandleFunc("POST /api/runs/{id}/cancel", d.cancelRun)
+	mux.HandleFunc("POST /api/runs/{id}/resume", d.resumeRun)
 	if !overHTTP {
 		return mux
 	}
@@ -412,4 +413,54 @@ func filterTypes(ctx context.Context, in <-chan event.Event, types []string) (<-
 		}
 	}()
 	return out, errc, nil
+}
+
+// ResumeRequest is the body of POST /api/runs/{id}/resume (the id "-" is the newest
+// unfinished run).
+type ResumeRequest struct {
+	AllowChangedScript  bool   `json:"allow_changed_script,omitempty"`
+	RerunFromDivergence bool   `json:"rerun_from_divergence,omitempty"`
+	Caller              string `json:"caller,omitempty"`
+}
+
+func (d *Daemon) resumeRun(w http.ResponseWriter, r *http.Request) {
+	var req ResumeRequest
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			apiError(w, http.StatusBadRequest, "resume: the body is not a resume request: %v (fields: allow_changed_script, rerun_from_divergence, caller)", err)
+			return
+		}
+	}
+	if d.stopping.Load() {
+		apiError(w, http.StatusServiceUnavailable, "%v", errStopping)
+		return
+	}
+	ref := r.PathValue("id")
+	if ref == "-" {
+		ref = ""
+	}
+	run, err := d.opts.Service.Resume(context.WithoutCancel(r.Context()), runtime.ResumeSpec{Run: ref,
+		AllowChangedScript: req.AllowChangedScript, RerunFromDivergence: req.RerunFromDivergence})
+	if err != nil {
+		switch {
+		case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
+			runError(w, err)
+		case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):
+			apiError(w, http.StatusConflict, "%v", err)
+		case lua.ErrorKindOf(err) != "":
+			apiError(w, http.StatusBadRequest, "%v", err)
+		default:
+			apiError(w, http.StatusInternalServerError, "%v", err)
+		}
+		return
+	}
+	status := "running"
+	if run.AlreadyCompleted() {
+		status = "completed"
+	} else {
+		d.track(run, req.Caller)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"run_id": run.ID, "status": status, "attempt": run.Attempt})
 }

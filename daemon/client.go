@@ -130,6 +130,21 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (string, error) {
 	return out.RunID, nil
 }
 
+// Resume resumes a stopped run in the daemon ("" = the newest unfinished one) and returns
+// its id.
+func (c *Client) Resume(ctx context.Context, ref string, req ResumeRequest) (string, error) {
+	if ref == "" {
+		ref = "-"
+	}
+	var out struct {
+		RunID string `json:"run_id"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/api/runs/"+ref+"/resume", req, &out); err != nil {
+		return "", err
+	}
+	return out.RunID, nil
+}
+
 // Cancel asks the daemon to cancel a run.
 func (c *Client) Cancel(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/api/runs/"+id+"/cancel", nil, nil)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/luft-run/luft/adapters"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -324,36 +325,46 @@ func readyFD(e *env, info daemon.Info) {
 // daemonRun hosts `luft run` in the state dir's daemon when one runs (routed is false
 // otherwise, and the run is hosted here). --detach prints the run's id and returns; an
 // attached run shows the live view and ends as a local run would, Ctrl-C cancelling it.
-func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args any) (routed bool, err error) {
-	if f.resume || f.mockFile != "" || f.logFile != "" || strings.EqualFold(e.getenv("LUFT_DAEMON"), "off") {
+func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args any, resumeRef string) (routed bool, err error) {
+	if f.mockFile != "" || f.logFile != "" || strings.EqualFold(e.getenv("LUFT_DAEMON"), "off") {
 		if f.detach {
-			return true, usageErr("--detach cannot be used with --resume, --mock-file or --log (they run in this process)")
+			return true, usageErr("--detach cannot be used with --mock-file or --log, or with LUFT_DAEMON=off (they run in this process)")
 		}
 		return false, nil
 	}
 	c, err := daemon.Dial(ctx, stateDir(e, g))
 	if err != nil {
 		if f.detach || !errors.Is(err, daemon.ErrNotRunning) {
-			return true, &exitError{code: exitFailed, err: fmt.Errorf("run --detach: %w", err)}
+			return true, &exitError{code: exitFailed, err: fmt.Errorf("run: %w", err)}
 		}
 		return false, nil
 	}
 	defer c.Close()
-	path, err := filepath.Abs(f.workflow)
-	if err != nil {
-		return true, err
+	var id string
+	if f.resume {
+		id, err = c.Resume(ctx, resumeRef, daemon.ResumeRequest{AllowChangedScript: f.allowChanged,
+			RerunFromDivergence: f.rerunDiverged, Caller: cliCaller(e)})
+	} else {
+		var path string
+		var src []byte
+		if path, err = filepath.Abs(f.workflow); err == nil {
+			if src, err = os.ReadFile(path); err != nil {
+				return true, usageErr("read workflow %s: %v", f.workflow, err)
+			}
+		}
+		if err == nil {
+			id, err = c.Start(ctx, daemon.StartRequest{Script: string(src), Path: path, Args: args, Backend: f.backend, Model: f.model,
+				Class: f.class, Concurrency: f.maxConcurrency, MaxAgentCalls: f.maxAgentCalls, Timeout: f.timeout,
+				Caller: cliCaller(e)})
+		}
 	}
-	src, err := os.ReadFile(path)
-	if err != nil {
-		return true, usageErr("read workflow %s: %v", f.workflow, err)
-	}
-	id, err := c.Start(ctx, daemon.StartRequest{Script: string(src), Path: path, Args: args, Backend: f.backend, Model: f.model,
-		Class: f.class, Concurrency: f.maxConcurrency, MaxAgentCalls: f.maxAgentCalls, Timeout: f.timeout,
-		Caller: cliCaller(e)})
 	if err != nil {
 		var ae *daemon.APIError
-		if errors.As(err, &ae) && ae.Status == 400 {
-			return true, usageErr("%v", err)
+		if errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 {
+			if ae.Status == http.StatusNotFound {
+				return true, usageErr("%v (luft list shows your runs)", err)
+			}
+			return true, usageErr("%v", err) // the request was wrong: a script error, a run that cannot resume
 		}
 		return true, &exitError{code: exitFailed, err: err}
 	}

@@ -174,7 +174,7 @@ func TestDaemonDetachAttachCancel(t *testing.T) {
 	t.Parallel()
 	dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=60000")
 	writeFiles(t, dt.dir, map[string]string{"slow.lua": `function main() report(agent{prompt = "a long one"}.text) end`})
-	dt.start()
+	info := dt.start()
 	id, errOut, code := dt.luft("run", "--detach", "-w", "slow.lua")
 	id = strings.TrimSpace(id)
 	if code != 0 {
@@ -223,6 +223,21 @@ func TestDaemonDetachAttachCancel(t *testing.T) {
 	if code != 3 || !strings.Contains(errOut, "cancelled") {
 		t.Errorf("attach after cancel: exit %d, want 3\n%s", code, errOut)
 	}
+	// A resume goes to the daemon too.
+	out, errOut, code := dt.luft("run", "--resume", id, "--detach")
+	if code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("run --resume --detach: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, _, _ := dt.luft("status", id, "--json"); !strings.Contains(out, `"attempt": 2`) || !strings.Contains(out, fmt.Sprintf(`"pid": %d`, info.PID)) {
+		t.Errorf("the resumed run is not hosted by the daemon (pid %d):\n%s", info.PID, out)
+	}
+	if _, errOut, code := dt.luft("run", "--resume", id); code != 2 || !strings.Contains(errOut, "still running it") {
+		t.Errorf("resume of a hosted running run: exit %d, want 2\n%s", code, errOut)
+	}
+	if _, errOut, code := dt.luft("run", "--resume", "ffffffff"); code != 2 || !strings.Contains(errOut, "luft list shows your runs") {
+		t.Errorf("resume of an unknown run: exit %d, want 2\n%s", code, errOut)
+	}
+	dt.luft("cancel", id)
 }
 
 // The HTTP API needs the bearer token and a loopback Host and Origin; a non-loopback

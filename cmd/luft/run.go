@@ -245,7 +245,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}
 	// While a daemon runs for the state dir, the run is hosted there: one scheduler for
 	// every run on the machine.
-	if routed, err := daemonRun(ctx, e, g, f, args); routed {
+	if routed, err := daemonRun(ctx, e, g, f, args, resumeRef); routed {
 		return err
 	}
 	logFile, err := openLog(f)
