@@ -101,6 +101,7 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 	if !overHTTP {
 		return mux
 	}
+	web := dashboard()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !loopbackHost(hostOnly(r.Host)) {
 			apiError(w, http.StatusForbidden, "Host %q is not a loopback name: the API answers only requests addressed to this machine", r.Host)
@@ -112,6 +113,10 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 				apiError(w, http.StatusForbidden, "Origin %q is not a loopback page: cross-site requests are refused", o)
 				return
 			}
+		}
+		if isDashboard(r) {
+			web.ServeHTTP(w, r)
+			return
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(d.token)) != 1 {

@@ -105,6 +105,14 @@ returns, luft attach RUN shows a hosted run.`,
 				return writeJSON(e.stdout, st)
 			}
 			printDaemonStatus(e, st)
+			if st.Addr != "" {
+				// The link carries the token in its fragment, which browsers never send.
+				tok := e.getenv("LUFT_TOKEN")
+				if b, err := os.ReadFile(filepath.Join(stateDir(e, g), daemon.TokenFile)); tok == "" && err == nil {
+					tok = strings.TrimSpace(string(b))
+				}
+				fmt.Fprintf(e.stdout, "dashboard  http://%s/#token=%s\n", st.Addr, tok)
+			}
 			return nil
 		},
 	}
