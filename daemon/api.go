@@ -214,18 +214,25 @@ func (d *Daemon) listRuns(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	status, wf, cursor := q.Get("status"), q.Get("workflow"), q.Get("cursor")
-	runs, err := d.opts.Service.List(r.Context(), storage.ListOptions{Status: status})
+	if cursor != "" {
+		if _, err := d.opts.Store.GetRun(r.Context(), cursor); err != nil {
+			apiError(w, http.StatusBadRequest, "cursor %q is not a run of this list: start again without cursor", cursor)
+			return
+		}
+	}
+	// One more than a page tells whether another follows. A workflow filter is applied
+	// here, so it reads on until the page is full.
+	opts := storage.ListOptions{Status: status, Before: cursor, Limit: limit + 1}
+	if wf != "" {
+		opts.Limit = 0
+	}
+	runs, err := d.opts.Service.List(r.Context(), opts)
 	if err != nil {
 		apiError(w, http.StatusInternalServerError, "list runs: %v", err)
 		return
 	}
 	page := RunPage{Runs: []RunJSON{}}
-	skipping := cursor != ""
 	for _, run := range runs {
-		if skipping {
-			skipping = run.ID != cursor
-			continue
-		}
 		if wf != "" && !strings.Contains(run.Workflow, wf) {
 			continue
 		}
@@ -234,10 +241,6 @@ func (d *Daemon) listRuns(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		page.Runs = append(page.Runs, d.runJSON(run))
-	}
-	if skipping {
-		apiError(w, http.StatusBadRequest, "cursor %q is not a run of this list: start again without cursor", cursor)
-		return
 	}
 	writeJSON(w, http.StatusOK, page)
 }
