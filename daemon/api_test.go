@@ -18,7 +18,7 @@ import (
 
 // newTestDaemon is a Daemon over a fresh state dir with the mock backend, not serving:
 // its handler is driven by httptest.
-func newTestDaemon(t *testing.T) (*Daemon, *runtime.Service) {
+func newTestDaemon(t testing.TB) (*Daemon, *runtime.Service) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := storage.Open(context.Background(), dir)
