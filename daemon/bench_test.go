@@ -86,7 +86,7 @@ func benchDaemon(b *testing.B, latency time.Duration) *Daemon {
 	}
 	b.Cleanup(func() { st.Close() })
 	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir,
-		Backends: adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{LatencyMS: int(latency / time.Millisecond)})),
+		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{LatencyMS: int(latency / time.Millisecond)})),
 		Scheduler: scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 64}}, nil)})
 	if err != nil {
 		b.Fatal(err)
