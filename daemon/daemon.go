@@ -225,8 +225,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return runErr
 }
 
-// checkDir creates the state dir and refuses one that other users may write: whoever can
-// write there can replace the socket the CLI talks to.
+// checkDir creates the state dir and refuses one that every user may write: whoever can
+// write there can replace the socket the CLI talks to. (A group-writable one is common
+// under a umask of 002 with a group of one's own; clients refuse a socket another user
+// owns in any case.)
 func checkDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("daemon: create state dir %s: %w", dir, err)
@@ -235,7 +237,7 @@ func checkDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("daemon: state dir %s: %w", dir, err)
 	}
-	if fi.Mode().Perm()&0o022 != 0 {
+	if fi.Mode().Perm()&0o002 != 0 {
 		return fmt.Errorf("daemon: state dir %s is writable by other users (mode %04o): its socket could be replaced; run chmod go-w %s", dir, fi.Mode().Perm(), dir)
 	}
 	if !ownedByMe(fi) {
