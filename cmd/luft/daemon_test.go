@@ -238,6 +238,30 @@ func TestDaemonDetachAttachCancel(t *testing.T) {
 		t.Errorf("resume of an unknown run: exit %d, want 2\n%s", code, errOut)
 	}
 	dt.luft("cancel", id)
+
+	// An attached luft run hosted by the daemon: Ctrl-C cancels the run (exit 3), as it
+	// does for a run in the calling process.
+	run := exec.Command(luftBinary(t), "--state-dir", dt.state, "run", "--no-tui", "-w", "slow.lua")
+	run.Dir, run.Env = dt.dir, testEnv(nil, dt.env...)
+	runErr, err := run.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(runErr)
+	var all strings.Builder
+	for sc.Scan() {
+		all.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "▸ main/1") {
+			_ = run.Process.Signal(os.Interrupt)
+		}
+	}
+	err = run.Wait()
+	if code := run.ProcessState.ExitCode(); code != 3 || !strings.Contains(all.String(), "cancelled") {
+		t.Errorf("Ctrl-C on a hosted luft run: exit %d (%v), want 3\n%s", code, err, all.String())
+	}
 }
 
 // The HTTP API needs the bearer token and a loopback Host and Origin; a non-loopback
