@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 )
@@ -29,11 +30,14 @@ import (
 type Config struct {
 	Path           string // the file it came from; "" when none
 	DefaultBackend string
-	Backends       map[string]Backend
-	Tools          Tools
-	MCPServers     map[string]MCPServer
-	Scheduler      Scheduler
-	Limits         Limits
+	// PlannerModel is the model that plans workflows from a task in words ("" = the
+	// run's model); a "BACKEND/MODEL" value also picks the backend.
+	PlannerModel string
+	Backends     map[string]Backend
+	Tools        Tools
+	MCPServers   map[string]MCPServer
+	Scheduler    Scheduler
+	Limits       Limits
 	// Warnings are problems that do not stop luft (unknown keys), "FILE:LINE: KEY: MSG".
 	Warnings []string
 }
@@ -187,6 +191,7 @@ func loadFile(path string) (Config, error) {
 // The TOML shapes; tags are the keys of SPEC §6.
 type rawConfig struct {
 	DefaultBackend string                `toml:"default_backend"`
+	PlannerModel   string                `toml:"planner_model"`
 	Backends       map[string]rawBackend `toml:"backends"`
 	Tools          rawTools              `toml:"tools"`
 	MCPServers     map[string]rawMCP     `toml:"mcp_servers"`
@@ -247,7 +252,8 @@ type rawScheduler struct {
 	Slots        int    `toml:"slots"`
 }
 
-var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key ("(?:[^"\\]|\\.)*")\): (.*)$`)
+// typeErrRE reads a decoding error; the decoder leaves the line out of some of them.
+var typeErrRE = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key ("(?:[^"\\]|\\.)*")\): (.*)$`)
 
 // Parse parses and validates one file's contents; path names the file in errors and
 // becomes Config.Path.
@@ -258,11 +264,15 @@ func Parse(path string, data []byte) (Config, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return Config{}, &Error{File: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message, err: err}
+			return Config{}, &Error{File: path, Line: parseErrorLine(src, pe.Position), Key: pe.LastKey, Msg: printable(pe.Message), err: err}
 		}
 		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
 			line, _ := strconv.Atoi(m[1])
 			key, _ := strconv.Unquote(m[2])
+			if line == 0 {
+				v := validator{lines: keyLines(src)}
+				line = v.line(splitKey(key))
+			}
 			return Config{}, &Error{File: path, Line: line, Key: key, Msg: m[3], err: err}
 		}
 		return Config{}, &Error{File: path, Msg: strings.TrimPrefix(err.Error(), "toml: "), err: err}
@@ -279,7 +289,7 @@ func Parse(path string, data []byte) (Config, error) {
 		v.warnf(k, "unknown key, ignored (known: %s)", strings.Join(knownKeys(k), ", "))
 	}
 
-	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, Tools: Tools{
+	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, PlannerModel: raw.PlannerModel, Tools: Tools{
 		Workspace: raw.Tools.Workspace, AllowCommands: raw.Tools.AllowCommands,
 		Approval: raw.Tools.Approval, Destructive: raw.Tools.Destructive,
 		Env: raw.Tools.Env, Writable: raw.Tools.Writable,
@@ -374,6 +384,26 @@ func Parse(path string, data []byte) (Config, error) {
 	return c, nil
 }
 
+// parseErrorLine is the line of a syntax error, from 1. It is counted from the error's
+// byte offset: the decoder's own line is one short for an error at the end of the file
+// (`a = "\` is reported on line 0).
+func parseErrorLine(src string, pos toml.Position) int {
+	if pos.Start < 0 || pos.Start > len(src) {
+		return max(pos.Line, 1)
+	}
+	return 1 + strings.Count(src[:pos.Start], "\n")
+}
+
+// printable replaces control characters in a decoder message (an escape cut by the end
+// of the file is shown with a NUL) by Go escapes.
+func printable(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
 func defined[V any](m map[string]V) string {
 	if len(m) == 0 {
 		return " (no backends are configured)"
@@ -463,11 +493,23 @@ func (v *validator) errf(k toml.Key, format string, args ...any) {
 	v.errs = append(v.errs, &Error{File: v.file, Line: v.line(k), Key: k.String(), Msg: fmt.Sprintf(format, args...)})
 }
 
-// line finds the line of k, or of its closest enclosing table written in the file.
+// line finds the line of k, or of its closest enclosing table written in the file. The
+// TOML decoder matches table and key names to fields case-insensitively ([BACKENDS.x]
+// fills backends), so a key not written exactly as k is looked for that way too.
 func (v *validator) line(k toml.Key) int {
 	for n := len(k); n > 0; n-- {
-		if l, ok := v.lines[strings.Join(k[:n], "\x00")]; ok {
+		want := strings.Join(k[:n], "\x00")
+		if l, ok := v.lines[want]; ok {
 			return l
+		}
+		best := 0
+		for written, l := range v.lines {
+			if strings.EqualFold(written, want) && (best == 0 || l < best) {
+				best = l
+			}
+		}
+		if best > 0 {
+			return best
 		}
 	}
 	return 0

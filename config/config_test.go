@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,6 +52,7 @@ func TestFull(t *testing.T) {
 	want := Config{
 		Path:           "testdata/full.toml",
 		DefaultBackend: "claude",
+		PlannerModel:   "groq/llama-3.3-70b",
 		Backends: map[string]Backend{
 			"claude": {Type: "acp:claude"},
 			"groq": {Type: "openai", BaseURL: "https://api.groq.com/openai/v1", Model: "llama-3.3-70b",
@@ -121,7 +123,7 @@ func TestErrors(t *testing.T) {
 func TestUnknownKeysWarn(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
 		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key, ignored (known: api_key_env, args, base_url, command, env, fallback, idle_timeout, max_concurrency, max_turns, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, stream, structured_output, tpm, type)"},
-		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, scheduler, tools)"},
+		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, planner_model, scheduler, tools)"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			c, err := parseFile(t, tc.file)
@@ -226,5 +228,36 @@ func TestKeyLinesQuoted(t *testing.T) {
 	c, err := Parse("q.toml", []byte(src))
 	if want := `q.toml:3: backends."a.b".rpm: must not be negative (got -1)`; err == nil || err.Error() != want {
 		t.Fatalf("got %v (%+v), want %s", err, c, want)
+	}
+}
+
+// The decoder fills fields case-insensitively, so errors about [BACKENDS.x] must still
+// find the line ([BACKENDS.x] used to be reported at line 0).
+func TestErrorLineOfCaseFoldedTable(t *testing.T) {
+	_, err := Parse("c.toml", []byte("default_backend = \"\"\n\n[BACkends.local]\nmodel = \"m\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Line != 3 || ce.Key != "backends.local" {
+		t.Fatalf("got %v, want c.toml:3: backends.local: type is required", err)
+	}
+}
+
+// A string cut by the end of the file: the decoder says line 0 (or one short) and shows
+// a NUL; the error names the real line and escapes the NUL.
+func TestSyntaxErrorAtEndOfFile(t *testing.T) {
+	for src, line := range map[string]int{"\"\\": 1, "a = 1\nb = \"\\": 2} {
+		_, err := Parse("c.toml", []byte(src))
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Line != line || strings.ContainsRune(ce.Msg, 0) {
+			t.Errorf("Parse(%q) = %q, want an error on line %d without a NUL", src, err, line)
+		}
+	}
+}
+
+// The decoder leaves the line out of some type errors; it is found from the key.
+func TestTypeErrorWithoutLine(t *testing.T) {
+	_, err := Parse("c.toml", []byte("[backends.x]\ntype = \"mock\"\nfallback.y = \"\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Line != 3 || !strings.HasPrefix(ce.Key, "backends.x.fallback") {
+		t.Fatalf("got %v, want c.toml:3: backends.x.fallback...", err)
 	}
 }

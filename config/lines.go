@@ -3,6 +3,8 @@ package config
 import (
 	"strconv"
 	"strings"
+
+	"github.com/BurntSushi/toml"
 )
 
 // keyLines maps each key path written in src (parts joined by "\x00") to the line, from
@@ -19,6 +21,7 @@ func keyLines(src string) map[string]int {
 			}
 		}
 	}
+	src = strings.TrimPrefix(src, "\ufeff") // a byte order mark, which TOML allows
 	var table []string
 	inML := "" // the delimiter of the multi-line string being skipped
 	for i, ln := range strings.Split(src, "\n") {
@@ -97,6 +100,8 @@ func splitKey(s string) []string {
 		case len(part) >= 2 && part[0] == '"':
 			if u, err := strconv.Unquote(part); err == nil {
 				part = u
+			} else if u, ok := tomlString(part); ok {
+				part = u // an escape Go lacks, such as TOML 1.1's \e
 			}
 		case len(part) >= 2 && part[0] == '\'':
 			part = part[1 : len(part)-1]
@@ -107,4 +112,15 @@ func splitKey(s string) []string {
 		}
 		s = s[dot+1:]
 	}
+}
+
+// tomlString unquotes a TOML basic string with the TOML decoder.
+func tomlString(quoted string) (string, bool) {
+	var v struct {
+		K string `toml:"k"`
+	}
+	if _, err := toml.Decode("k = "+quoted, &v); err != nil {
+		return "", false
+	}
+	return v.K, true
 }

@@ -67,5 +67,9 @@
 //     longest strings are cut to fit Limits.MaxReportBytes (1 MiB), and a report too big
 //     by its structure alone ends the run with a limit error. The report event is emitted
 //     once, when main returns, so calling report() repeatedly stores one report.
+//   - Script shape, checked before parsing: at most 4 MiB, 200 levels of nesting
+//     (brackets, blocks, functions, elseifs), and per expression 200 arithmetic operators
+//     and 2000 operators in all (`..` is not counted: concat.go compiles any chain in
+//     linear time, and every `..` checks the size of the string it builds).
 //   - JSON: see package luaval for how tables map to JSON (json.array, json.null).
 package lua

@@ -255,3 +255,17 @@ func TestArgsTooDeepAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A run whose context has ended before its sandbox is built is reported as stopped
+// (the state's setup code runs under the run's context too).
+func TestRunCancelledBeforeTheSandboxIsReady(t *testing.T) {
+	prog, err := Compile("m.lua", "m.lua", []byte(`function main() end`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := Run(ctx, Config{Host: newFakeHost()}, prog); ErrorKindOf(err) != KindCancelled {
+		t.Fatalf("err = %v, want the run stopped", err)
+	}
+}

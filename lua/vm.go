@@ -97,7 +97,9 @@ type Program struct {
 }
 
 // Compile parses and compiles a workflow script. name is used in messages; path is the
-// file the script came from (workflow() paths are relative to its folder).
+// file the script came from (workflow() paths are relative to its folder). A script over
+// the shape limits (MaxScriptBytes, MaxSyntaxDepth, MaxArithmeticOps, MaxExpressionOps) is
+// refused before gopher-lua parses it.
 func Compile(name, path string, src []byte) (*Program, error) {
 	return compile(name, path, src, true)
 }
@@ -108,7 +110,17 @@ func compileWorkflow(path string, src []byte) (*Program, error) {
 	return compile(path, path, src, false)
 }
 
-func compile(name, path string, src []byte, quote bool) (*Program, error) {
+func compile(name, path string, src []byte, quote bool) (prog *Program, err error) {
+	defer func() {
+		// The lexer, parser and compiler turn their own errors into values; anything else
+		// they panic with is still a script the host must refuse, not a crash.
+		if r := recover(); r != nil {
+			prog, err = nil, &ScriptError{Kind: KindSyntax, Where: name, Msg: fmt.Sprintf("the Lua compiler failed on this script: %v", r)}
+		}
+	}()
+	if err := checkShape(name, src); err != nil {
+		return nil, err
+	}
 	chunk, err := parse.Parse(bytes.NewReader(src), name)
 	if err != nil {
 		return nil, syntaxError(name, err, quote)
@@ -313,6 +325,11 @@ func newVM(ctx context.Context, cfg Config) (*vm, error) {
 	v.codec.OnTooLarge = func(L *glua.LState, msg string) { v.raiseFatal(L, "%s", msg) }
 	v.marker = L.NewUserData()
 	if err := v.openSandbox(); err != nil {
+		// A run cancelled (or out of time) before its sandbox is ready is a stopped run,
+		// not a broken prelude.
+		if ctx.Err() != nil {
+			err = v.cancelled(err)
+		}
 		L.Close()
 		cancel(nil)
 		return nil, err
@@ -579,18 +596,38 @@ func (v *vm) cancelled(err error) error {
 
 // interrupted is cancelled for an error raised inside the VM by the context check: it
 // keeps the script position the VM was at, so a limit names the line it stopped.
-func (v *vm) interrupted(resumeErr error) error {
+func (v *vm) interrupted(resumeErr error, th *glua.LState) error {
 	err := v.cancelled(v.ctx.Err())
 	var ae *glua.ApiError
 	var se *ScriptError
 	if errors.As(resumeErr, &ae) && errors.As(err, &se) && se.Where == "" {
-		if where, _ := splitWhere(ae.Object.String()); where != "" {
+		where, _ := splitWhere(ae.Object.String())
+		if where == "" {
+			// Stopped in the prelude (the Lua side of pcall): the coroutine's frames are
+			// still there, the script's below the prelude's.
+			where = scriptFrame(th)
+		}
+		if where != "" {
 			cp := *se
 			cp.Where = where
 			return &cp
 		}
 	}
 	return err
+}
+
+// scriptFrame is the position of th's innermost script frame ("file.lua:12"), or "".
+func scriptFrame(th *glua.LState) string {
+	for level := 0; level < 256; level++ {
+		dbg, ok := th.GetStack(level)
+		if !ok {
+			break
+		}
+		if _, err := th.GetInfo("Sl", dbg, glua.LNil); err == nil && dbg.CurrentLine > 0 && dbg.Source != "" && dbg.Source != "<prelude>" {
+			return fmt.Sprintf("%s:%d", dbg.Source, dbg.CurrentLine)
+		}
+	}
+	return ""
 }
 
 // step resumes one task until it yields or ends.
@@ -673,7 +710,7 @@ func (v *vm) finish(t *task, rets []glua.LValue, err error) {
 		return
 	}
 	if err != nil && v.ctx.Err() != nil {
-		v.fatal = v.interrupted(err)
+		v.fatal = v.interrupted(err, t.th)
 		return
 	}
 	t.onDone(rets, err)

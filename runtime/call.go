@@ -54,12 +54,12 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 				reason = err.Error()
 			}
 			h.emit(event.AgentRetry, map[string]any{"call_key": c.Key, "attempt": attempt, "reason": reason, "wait_ms": wait.Milliseconds()})
-			if !sleepCtx(ctx, wait) {
+			if !sleepOn(ctx, h.e.opts.Clock, wait) {
 				break
 			}
 		}
 		attempts = attempt
-		res, err = h.structured(ctx, c, req, b, sch, attempt > 1, tally)
+		res, err = h.structured(ctx, c, req, b, sch, tally)
 		total = total.Add(res.Usage)
 		if res.Cost != nil {
 			cost += *res.Cost
@@ -89,8 +89,8 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 
 // structured runs one attempt and, when the call has a schema, checks the output and
 // re-prompts with the validation errors up to maxSchemaRetries times.
-func (h *host) structured(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, sch *schema.Schema, continuation bool, tally *turnTally) (agent.Result, error) {
-	res, err := h.turn(ctx, c, req, b, continuation, tally)
+func (h *host) structured(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, sch *schema.Schema, tally *turnTally) (agent.Result, error) {
+	res, err := h.turn(ctx, c, req, b, tally)
 	if sch == nil || err != nil || !res.OK() {
 		return res, err
 	}
@@ -123,7 +123,7 @@ func (h *host) structured(ctx context.Context, c lua.Call, req agent.Request, b 
 				again.SessionID = res.SessionID
 			}
 		}
-		res, err = h.turn(ctx, c, again, b, true, tally)
+		res, err = h.turn(ctx, c, again, b, tally)
 		total = total.Add(res.Usage)
 		if err != nil || !res.OK() {
 			res.Usage = total
@@ -164,10 +164,34 @@ func decodeStructured(res agent.Result) (any, error) {
 	return nil, errors.New("the reply contains no JSON value")
 }
 
-// turnTally is what the turns of one agent call tell its retry loop.
+// turnTally is what the turns of one agent call share: what they tell its retry loop,
+// and when the call was first admitted, which ranks its later turns.
 type turnTally struct {
-	resends      int  // turns the scheduler sent again after a 429, a 5xx or no response
-	schedRetries bool // the scheduler retries HTTP failures itself (its permits are Retriers)
+	mu           sync.Mutex
+	resends      int       // turns the scheduler sent again after a 429, a 5xx or no response
+	schedRetries bool      // the scheduler retries HTTP failures itself (its permits are Retriers)
+	asked        bool      // a turn of the call has asked to run
+	admitted     time.Time // the call's first admission; zero before it
+}
+
+// begin records a turn asking to run and returns whether it continues the call (any
+// turn after its first, across schema re-prompts and retry attempts) and when the call
+// was first admitted (SPEC §7: a continuation ranks by it).
+func (t *turnTally) begin() (continuation bool, callStart time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	continuation, t.asked = t.asked, true
+	return continuation, t.admitted
+}
+
+// admit records an admission of one of the call's turns at now.
+func (t *turnTally) admit(now time.Time, p scheduler.Permit) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.admitted.IsZero() {
+		t.admitted = now
+	}
+	_, t.schedRetries = p.(scheduler.Retrier)
 }
 
 // runtimeRetries reports whether the call's own retry loop (req.Retries) should try again
@@ -193,26 +217,30 @@ func (t *turnTally) runtimeRetries(err error) bool {
 
 // turn runs one attempt of the call on the backend. The backend sends each of its model
 // turns through the TurnFunc made here, so every turn is admitted by the scheduler, not
-// just the call's first (SPEC §7): a call's first turn continues work already under way
-// when it follows an earlier attempt or schema re-prompt, or when its run has already
-// been served (a run that has started goes ahead of runs that have not); every later turn
-// of the call (after a tool result) is a continuation. When the scheduler retries a failed
-// send itself (a 429 honours the server's wait and keeps the turn's place, a 5xx backs
-// off), the send runs again after its re-admission.
+// just the call's first (SPEC §7). The call's very first turn is new work; every later
+// one (after a tool result, a schema re-prompt or a failed attempt) is a continuation,
+// ranked by the call's first admission, so it goes ahead of its siblings' first turns.
+// Affinity follows the conversation: the session_id when the call continues one, else
+// the call. When the scheduler retries a failed send itself (a 429 honours the server's
+// wait and keeps the turn's place, a 5xx backs off), the send runs again after its
+// re-admission.
 //
 // timeout_ms bounds the agent's working time: it starts when the first turn is admitted,
 // so time spent queued for that admission does not count.
-func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, continuation bool, tally *turnTally) (agent.Result, error) {
+func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, tally *turnTally) (agent.Result, error) {
 	actx, cancel := ctx, context.CancelCauseFunc(func(error) {})
 	if req.TimeoutMS > 0 {
 		actx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
 	}
 	lane := laneOf(req, b)
+	conversation := h.run.ID + "/" + c.Key
+	if req.SessionID != "" {
+		conversation = h.run.ID + "/session/" + req.SessionID
+	}
 	var (
 		mu    sync.Mutex
-		turns int
-		timer *time.Timer
+		timer scheduler.Timer
 	)
 	defer func() {
 		mu.Lock()
@@ -222,13 +250,17 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		mu.Unlock()
 	}()
 	admit := func(tctx context.Context, cost adapters.TurnCost, send func(context.Context) adapters.TurnReport) error {
-		mu.Lock()
-		cont := continuation || turns > 0 || h.served.Load()
-		turns++
-		mu.Unlock()
+		hd, err := h.reserve(tctx, c, req, cost)
+		if err != nil {
+			return err
+		}
+		var used agent.Usage
+		defer func() { h.settleTurn(c.Key, req, hd, used) }()
+		cont, callStart := tally.begin()
 		permit, err := h.e.opts.Scheduler.Admit(tctx, scheduler.Turn{
 			RunID: h.run.ID, CallKey: c.Key, Lane: lane, Class: req.Class,
 			Caller: h.caller(), EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
+			CallStart: callStart, Conversation: conversation,
 			EstOutput: cost.MaxOutput, RunStart: h.start, Notify: h.notify(c.Key),
 		})
 		if err != nil {
@@ -236,10 +268,10 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		}
 		mu.Lock()
 		if req.TimeoutMS > 0 && timer == nil {
-			timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { cancel(errCallTimeout) })
+			timer = h.e.opts.Clock.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { cancel(errCallTimeout) })
 		}
-		_, tally.schedRetries = permit.(scheduler.Retrier)
 		mu.Unlock()
+		tally.admit(h.e.opts.Now(), permit)
 		for {
 			var observe func(http.Header)
 			if o, ok := permit.(interface{ Observe(http.Header) }); ok {
@@ -250,7 +282,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 				sctx = adapters.WithSend(tctx, r, observe)
 			}
 			rep := send(sctx)
-			h.served.Store(true)
+			used = used.Add(rep.Usage)
 			next, serr := scheduler.Finish(tctx, permit, scheduler.Outcome{Usage: rep.Usage, Err: rep.Err, Header: rep.Header})
 			if next == nil {
 				if serr != nil {
@@ -258,9 +290,9 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 				}
 				return rep.Err
 			}
-			mu.Lock()
+			tally.mu.Lock()
 			tally.resends++
-			mu.Unlock()
+			tally.mu.Unlock()
 			permit = next
 		}
 	}
@@ -405,20 +437,6 @@ func (h *host) notify(key string) func(scheduler.Notice) {
 			}
 			h.emit(event.AgentRetry, d)
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -12,6 +12,12 @@
 // the tool twice, and a tool begun but never finished is reported to the model as
 // interrupted rather than run again.
 //
+// Token and USD budgets are reserved turn by turn before the scheduler sees a turn
+// (runtime/budget.go), so parallel calls cannot overshoot them by more than one turn's
+// estimation error, and the time budget counts every attempt's driven time. Every wait —
+// timeout_ms, the time budget, --timeout, retry backoff, polls — runs on Options.Clock,
+// so tests drive them on a virtual clock.
+//
 // A failure of the state dir itself (storage.Broken: a full or failing disk, a corrupt
 // database) met while journaling a call, pinning a file or storing events stops the run
 // with that cause before the script sees the call's result, so pcall cannot catch it: the

@@ -287,6 +287,10 @@ func TestRunTimeout(t *testing.T) {
 	if res.Status != StatusFailed || !errors.Is(res.Err, ErrTimeout) {
 		t.Fatalf("%s: %v", res.Status, res.Err)
 	}
+	// The message names the limit and the line the script was stopped at.
+	if msg := res.Err.Error(); !strings.Contains(msg, "--timeout (30ms)") || !strings.Contains(msg, ".lua:1") {
+		t.Fatalf("timeout error %q does not name the limit and the line", msg)
+	}
 }
 
 func TestCancel(t *testing.T) {

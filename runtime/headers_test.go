@@ -53,9 +53,10 @@ type noopPermit struct{}
 
 func (noopPermit) Done(scheduler.Outcome) {}
 
-// The first turn of a run is new work; once the run has been served, its later turns are
-// continuations, which the scheduler ranks ahead of new work of their class.
-func TestLaterTurnsOfAServedRunAreContinuations(t *testing.T) {
+// A continuation is a later turn of the same agent call (SPEC §7): the first turn of
+// every call is new work, even in a run already served, and each call is its own
+// conversation for replica affinity.
+func TestFirstTurnOfEachCallIsNewWork(t *testing.T) {
 	rec := &recordingScheduler{}
 	svc, _ := newScheduledEngine(t, &scripted{reply: echo}, rec)
 	r, err := svc.Start(t.Context(), Spec{Path: "c.lua", Source: []byte(`function main() agent{prompt="a"} agent{prompt="b"} end`)})
@@ -65,8 +66,9 @@ func TestLaterTurnsOfAServedRunAreContinuations(t *testing.T) {
 	if res := r.Wait(); res.Status != StatusCompleted {
 		t.Fatal(res.Err)
 	}
-	if len(rec.turns) != 2 || rec.turns[0].Continuation || !rec.turns[1].Continuation {
-		t.Fatalf("turns %+v: want the first new and the second a continuation", rec.turns)
+	if len(rec.turns) != 2 || rec.turns[0].Continuation || rec.turns[1].Continuation ||
+		rec.turns[0].Conversation == rec.turns[1].Conversation {
+		t.Fatalf("turns %+v: want two first turns of two conversations", rec.turns)
 	}
 }
 

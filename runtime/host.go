@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -40,15 +40,17 @@ type host struct {
 	pinned   map[string]storage.File
 	diverged bool
 
-	mu      sync.Mutex
-	usage   agent.Usage
-	cost    float64
-	counts  Counts
-	started int
-	budget  lua.Budget
-	timer   *time.Timer
-	calls   sync.WaitGroup // call goroutines still running
-	served  atomic.Bool    // a turn of this run has been sent: later turns are continuations
+	mu        sync.Mutex
+	usage     agent.Usage
+	cost      float64
+	counts    Counts
+	started   int
+	budget    lua.Budget
+	ledger    ledger          // reservations of running turns against the budget
+	timer     scheduler.Timer // the time budget
+	before    time.Duration   // driven time of earlier attempts, counted by the time budget
+	beforeErr error
+	calls     sync.WaitGroup // call goroutines still running
 
 	// sessions holds the latest transcript of each session_id of the run (SPEC §2:
 	// openai agents continue a conversation from it), from the journal and from live calls.
@@ -64,8 +66,12 @@ func newHost(s *Service, r *Run, ctx context.Context, journal map[string]storage
 	if pinned == nil {
 		pinned = map[string]storage.File{}
 	}
-	return &host{e: s, run: r, ctx: ctx, start: s.opts.Now(), journal: journal, pinned: pinned, rs: rs,
-		sessions: journaledSessions(journal)}
+	h := &host{e: s, run: r, ctx: ctx, start: s.opts.Now(), journal: journal, pinned: pinned, rs: rs,
+		sessions: journaledSessions(journal), ledger: newLedger()}
+	if r.Attempt > 1 {
+		h.before, h.beforeErr = drivenBefore(ctx, s.opts.Store, r.ID)
+	}
+	return h
 }
 
 // journaledSessions collects the transcripts that completed calls of earlier attempts
@@ -241,8 +247,11 @@ func (h *host) SetBudget(b lua.Budget) error {
 		h.timer = nil
 	}
 	if b.TimeMS > 0 {
-		left := time.Duration(b.TimeMS)*time.Millisecond - h.e.opts.Now().Sub(h.start)
-		h.timer = time.AfterFunc(max(left, 0), func() { h.run.cancel(ErrTimeBudget) })
+		if h.beforeErr != nil {
+			h.emit(event.Log, map[string]any{"level": "warn", "msg": "time budget counts this attempt only: " + h.beforeErr.Error()})
+		}
+		left := time.Duration(b.TimeMS)*time.Millisecond - h.before - h.e.opts.Now().Sub(h.start)
+		h.timer = h.e.opts.Clock.AfterFunc(max(left, 0), func() { h.run.cancel(ErrTimeBudget) })
 	}
 	h.mu.Unlock()
 	h.emit(event.Budget, map[string]any{"time_ms": b.TimeMS, "agents": b.Agents, "tokens": b.Tokens, "usd": b.USD, "rounds": b.Rounds})
@@ -268,14 +277,15 @@ func (h *host) checkBudget(c lua.Call) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	b := h.budget
+	used, usedUSD := h.usedLocked()
 	var limit string
 	switch {
 	case b.Agents > 0 && h.started >= b.Agents:
 		limit = fmt.Sprintf("agents=%d (%d calls made)", b.Agents, h.started)
-	case b.Tokens > 0 && h.usage.Total() >= b.Tokens:
-		limit = fmt.Sprintf("tokens=%d (%d used)", b.Tokens, h.usage.Total())
-	case b.USD > 0 && h.cost >= b.USD:
-		limit = fmt.Sprintf("usd=%g ($%.4f spent)", b.USD, h.cost)
+	case b.Tokens > 0 && used >= b.Tokens:
+		limit = fmt.Sprintf("tokens=%d (%d used)", b.Tokens, used)
+	case b.USD > 0 && usedUSD >= b.USD:
+		limit = fmt.Sprintf("usd=%g ($%.4f spent)", b.USD, usedUSD)
 	}
 	if limit != "" {
 		return &lua.ScriptError{Kind: lua.KindLimit, Where: c.Where,
@@ -386,6 +396,7 @@ func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, 
 	if res.Cost != nil {
 		h.cost += *res.Cost
 	}
+	h.settleCallLocked(c.Key, req, res)
 	switch {
 	case res.Cached:
 		h.counts.Cached++

@@ -159,8 +159,6 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 		defer close(out)
 		defer close(errc)
 		cursor := o.Since
-		t := time.NewTicker(o.Poll)
-		defer t.Stop()
 		for {
 			// Read the status before the events: a run's row is updated only after its
 			// run_done is stored, so once a run is seen finished one more read gets
@@ -184,12 +182,7 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 					break
 				}
 			}
-			if over {
-				return
-			}
-			select {
-			case <-t.C:
-			case <-ctx.Done():
+			if over || !sleepOn(ctx, s.opts.Clock, o.Poll) {
 				return
 			}
 		}
@@ -220,8 +213,6 @@ func (s *Service) Wait(ctx context.Context, idOrPrefix string) (storage.Run, err
 		}
 		return s.opts.Store.GetRun(ctx, r.ID)
 	}
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
 	for {
 		info, err := s.Status(ctx, r.ID)
 		if err != nil {
@@ -230,9 +221,7 @@ func (s *Service) Wait(ctx context.Context, idOrPrefix string) (storage.Run, err
 		if info.Status != storage.StatusRunning {
 			return info.Run, nil
 		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
+		if !sleepOn(ctx, s.opts.Clock, 200*time.Millisecond) {
 			return info.Run, ctx.Err()
 		}
 	}

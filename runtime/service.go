@@ -34,8 +34,11 @@ type Options struct {
 	StateDir  string              // where copies of each run's scripts go (runs/<id>/); "" = none
 	Backends  BackendSource       // required
 	Scheduler scheduler.Scheduler // admits every model turn; default: an Executor, 8 slots per lane
-	Now       func() time.Time    // default: time.Now
-	Caller    string              // who starts runs ("cli", an MCP session id, ...)
+	Now       func() time.Time    // default: Clock.Now
+	// Clock times every wait of a run (timeout_ms, budgets, --timeout, retry backoff,
+	// polls); default: the wall clock, reading the time from Now when that is set.
+	Clock  scheduler.Clock
+	Caller string // who starts runs ("cli", an MCP session id, ...)
 	// ReadFile reads the main workflow file and, on resume, the files a run pinned;
 	// default os.ReadFile. Files loaded by workflow() are always read from inside the
 	// calling script's folder (readWorkflowFile), never through this.
@@ -72,8 +75,13 @@ func New(opts Options) (*Service, error) {
 	if opts.Scheduler == nil {
 		opts.Scheduler = scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 8}}, nil)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	switch {
+	case opts.Clock != nil && opts.Now == nil:
+		opts.Now = opts.Clock.Now
+	case opts.Clock == nil && opts.Now != nil:
+		opts.Clock = nowClock{opts.Now}
+	case opts.Clock == nil:
+		opts.Clock, opts.Now = scheduler.RealClock(), time.Now
 	}
 	if opts.ReadFile == nil {
 		opts.ReadFile = os.ReadFile
@@ -107,6 +115,26 @@ type Spec struct {
 	// Caller is who the run's turns are fair-shared as in the scheduler (a daemon hosts
 	// runs of many callers); "" = Options.Caller.
 	Caller string `json:"caller,omitempty"`
+	// Plan, when set, is how the script was planned from a task in words: its calls are
+	// journaled with the run (kind "plan") and the script is pinned as the run's
+	// workflow.lua in its folder, so a resume runs that script and never plans again.
+	Plan *Plan `json:"plan,omitempty"`
+}
+
+// Plan records the planner's work for a planned run.
+type Plan struct {
+	Task    string     `json:"task"`
+	Planner string     `json:"planner"` // "template", or the backend/model that planned
+	Calls   []PlanCall `json:"calls,omitempty"`
+}
+
+// PlanCall is one model request of the planner: a plan attempt or an auto-fix.
+type PlanCall struct {
+	Key    string      `json:"key"`    // plan/N or fix/N
+	Prompt string      `json:"prompt"` // the request's hash input: system + user prompt
+	Reply  string      `json:"reply"`
+	Reason string      `json:"reason,omitempty"` // why its script was rejected; "" = accepted
+	Usage  agent.Usage `json:"usage"`
 }
 
 // ResumeSpec says which run to resume and how.
@@ -114,6 +142,10 @@ type ResumeSpec struct {
 	Run                 string // id, unique id prefix, or "" for the newest unfinished run
 	AllowChangedScript  bool   // run a script that changed since the run started
 	RerunFromDivergence bool   // drop the journal from the first call whose inputs differ
+	// Source, when set, is the script to run in place of the main workflow file (an
+	// auto-fixed script); it is pinned as the run's script, so it needs AllowChangedScript
+	// when it differs from the pinned one.
+	Source []byte
 }
 
 // Status of a run.
@@ -284,6 +316,12 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 	if spec.Concurrency <= 0 {
 		spec.Concurrency = 8
 	}
+	id := uuid.Must(uuid.NewV7()).String()
+	if spec.Plan != nil && s.opts.StateDir != "" {
+		// A planned script lives in its run's folder: the user can edit it there and rerun
+		// it with --workflow, and a resume reads it from there.
+		spec.Path = filepath.Join(s.opts.StateDir, "runs", id, "workflow.lua")
+	}
 	if spec.Path == "" {
 		spec.Path = "workflow.lua" // the name the script is pinned and resumed under
 	}
@@ -292,7 +330,6 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, fmt.Errorf("start run: encode its spec: %w", err)
 	}
 	argsJSON, _ := json.Marshal(spec.Args)
-	id := uuid.Must(uuid.NewV7()).String()
 	if err := s.opts.Store.CreateRun(ctx, storage.Run{
 		ID: id, Workflow: spec.Path, ScriptHash: sha(src), Status: storage.StatusRunning,
 		Args: argsJSON, Attempt: 1, PID: s.opts.PID, Spec: specJSON,
@@ -301,6 +338,11 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 	}
 	if err := s.pin(ctx, id, spec.Path, src); err != nil {
 		return nil, err
+	}
+	if spec.Plan != nil {
+		if err := s.JournalPlan(ctx, id, spec.Plan.Calls); err != nil {
+			return nil, err
+		}
 	}
 	return s.launch(ctx, id, 1, spec, prog, nil, nil, ResumeSpec{}), nil
 }
@@ -318,6 +360,9 @@ func (s *Service) pin(ctx context.Context, id, path string, src []byte) error {
 		return storage.Unwritable(s.opts.StateDir, fmt.Sprintf("run %s: pin %s", id, path), err)
 	}
 	name := strings.NewReplacer("/", "__", `\`, "__", "..", "up").Replace(filepath.ToSlash(filepath.Clean(path)))
+	if filepath.Dir(path) == dir {
+		name = filepath.Base(path) // a planned script, already in the run's folder
+	}
 	if err := os.WriteFile(filepath.Join(dir, name), src, 0o644); err != nil {
 		return storage.Unwritable(s.opts.StateDir, fmt.Sprintf("run %s: pin %s", id, path), err)
 	}
@@ -379,7 +424,9 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	for _, f := range files {
 		var cur []byte
 		var rerr error
-		if f.Path == spec.Path {
+		if f.Path == spec.Path && rs.Source != nil {
+			cur = rs.Source
+		} else if f.Path == spec.Path {
 			cur, rerr = s.opts.ReadFile(f.Path)
 		} else {
 			// A sub-workflow is read as workflow() reads it: from inside the main
@@ -541,10 +588,9 @@ func short(id string) string {
 func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec, prog *lua.Program,
 	journal map[string]storage.Entry, pinned map[string]storage.File, rs ResumeSpec) *Run {
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	var deadline scheduler.Timer
 	if spec.Timeout > 0 {
-		var stop context.CancelFunc
-		rctx, stop = context.WithTimeoutCause(rctx, spec.Timeout, ErrTimeout)
-		_ = stop // released with rctx when the run's cancel runs
+		deadline = s.opts.Clock.AfterFunc(spec.Timeout, func() { cancel(fmt.Errorf("%w (%s)", ErrTimeout, spec.Timeout)) })
 	}
 	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{})}
 	// A run that reaches an event limit ends with the limit as its error.
@@ -563,6 +609,9 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	h := newHost(s, r, rctx, journal, pinned, rs)
 	go func() {
 		defer stop()
+		if deadline != nil {
+			defer deadline.Stop()
+		}
 		r.execute(rctx, s, h, prog)
 		// Off the live list before anyone waiting on Done looks at the run again.
 		s.mu.Lock()
@@ -659,19 +708,19 @@ func (s *Service) finishRow(res Result) error {
 
 // pollCancel turns a cancel request stored by another process into a cancel of this run.
 func (r *Run) pollCancel(ctx context.Context, s *Service, done <-chan struct{}) {
-	t := time.NewTicker(s.opts.CancelPoll)
-	defer t.Stop()
-	for {
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
 		select {
 		case <-done:
+			stop()
+		case <-pctx.Done():
+		}
+	}()
+	for sleepOn(pctx, s.opts.Clock, s.opts.CancelPoll) {
+		if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
+			r.Cancel()
 			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
-				r.Cancel()
-				return
-			}
 		}
 	}
 }
@@ -697,6 +746,15 @@ func classify(err error, ctx context.Context) (Status, error) {
 		}
 		return StatusFailed, cause
 	}
+	// A budget that a running turn found exceeded ends the run, even when the script
+	// finished before it noticed the cancel.
+	if se := (*lua.ScriptError)(nil); ctx.Err() != nil && errors.As(context.Cause(ctx), &se) {
+		// The VM's own copy names the script line where the run stopped: keep it.
+		if at := (*lua.ScriptError)(nil); errors.As(err, &at) && at.Msg == se.Msg && at.Where != "" {
+			return StatusFailed, at
+		}
+		return StatusFailed, se
+	}
 	if err == nil {
 		return StatusCompleted, nil
 	}
@@ -708,7 +766,10 @@ func classify(err error, ctx context.Context) (Status, error) {
 		case errors.Is(cause, ErrSuspended), errors.Is(cause, ErrShutdown):
 			return StatusSuspended, cause
 		case errors.Is(cause, ErrTimeout):
-			return StatusFailed, ErrTimeout
+			if errors.Is(err, ErrTimeout) {
+				return StatusFailed, err // the VM's error names the line the script was at
+			}
+			return StatusFailed, cause
 		case errors.Is(cause, ErrCancelled) || errors.Is(cause, context.Canceled):
 			return StatusCancelled, ErrCancelled
 		}

@@ -59,8 +59,9 @@ func (b *toolLoop) Run(ctx context.Context, req agent.Request, call adapters.Cal
 	return agent.Result{Status: agent.StatusOK, Text: text, Output: text, Usage: usage, SessionID: session, Transcript: tr}, nil
 }
 
-// Every model turn of a call passes the scheduler, and every turn after the first is a
-// continuation (DESIGN decision 3).
+// Every model turn of a call passes the scheduler, every turn after the first is a
+// continuation ranked by the call's first admission, and all are one conversation
+// (DESIGN decision 3).
 func TestEveryTurnAdmitted(t *testing.T) {
 	dir := t.TempDir()
 	e := openResumeEnv(t, dir, &toolLoop{}, 0)
@@ -84,7 +85,9 @@ end`), 0o644); err != nil {
 		t.Fatalf("%d turns admitted, want 3", len(rec.turns))
 	}
 	for i, tr := range rec.turns {
-		if tr.CallKey != "main/1" || tr.Continuation != (i > 0) || tr.EstTokens != 10*(i+1)+5 {
+		if tr.CallKey != "main/1" || tr.Continuation != (i > 0) || tr.EstTokens != 10*(i+1)+5 ||
+			tr.CallStart.IsZero() != (i == 0) || !tr.CallStart.Equal(rec.turns[len(rec.turns)-1].CallStart) && i > 0 ||
+			tr.Conversation != rec.turns[0].Conversation {
 			t.Errorf("turn %d: %+v", i, tr)
 		}
 	}

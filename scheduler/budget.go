@@ -34,12 +34,27 @@ type bucket struct {
 	flight  []flight // unsettled reservations in admission order, from fhead
 	fhead   int
 	pending float64 // sum of the unsettled, unfinished reservations
+
+	// kept are reservations of running turns that a later turn's reading settled but
+	// may not count, kept reserved until the turn ends and then reconciled against what
+	// it used (see keep). By flight sequence.
+	kept    map[uint64]keptRes
+	keptSum float64
 }
 
 type flight struct {
 	seq  uint64
 	amt  float64
-	done bool // finished and reconciled locally, waiting to leave the front
+	tail float64   // the part of amt reserved for the output of a turn without an output cap
+	seen time.Time // when the turn's response headers came; zero before
+	done bool      // finished and reconciled locally, waiting to leave the front
+}
+
+// keptRes is a kept reservation: the output tail of a turn whose prompt the reading
+// counted, or the whole reservation of a turn the reading may not have seen at all.
+type keptRes struct {
+	amt   float64
+	whole bool
 }
 
 func newBucket(perMin int) bucket {
@@ -94,10 +109,7 @@ func (b *bucket) fits(need float64, now time.Time) (bool, time.Time) {
 		return true, time.Time{}
 	}
 	if b.rate > 0 && b.limit > 0 {
-		// A millisecond of slack keeps floating-point rounding from waking the core
-		// a hair before the level is there.
-		d := time.Duration(math.Ceil((need-lvl)/b.rate*1e9)) + time.Millisecond
-		return false, now.Add(d)
+		return false, now.Add(refillWait(need-lvl, b.rate))
 	}
 	if b.full.After(now) {
 		return false, b.full
@@ -105,14 +117,68 @@ func (b *bucket) fits(need float64, now time.Time) (bool, time.Time) {
 	return false, now.Add(time.Second) // nothing known about the refill: look again soon
 }
 
-// debit reserves amt for the turn with flight sequence seq.
-func (b *bucket) debit(seq uint64, amt float64, now time.Time) {
+// refillWait is how long a refill at rate per second takes to add missing, plus a
+// millisecond of slack that keeps floating-point rounding from waking the core a hair
+// before the level is there. It is at most maxSeconds: a float beyond time.Duration's range
+// would convert to a negative wait, a time before now.
+func refillWait(missing, rate float64) time.Duration {
+	secs := missing / rate
+	if !(secs < maxSeconds) { // NaN too
+		return maxSeconds * time.Second
+	}
+	return time.Duration(math.Ceil(secs*1e9)) + time.Millisecond
+}
+
+// debit reserves amt for the turn with flight sequence seq, tail of it for the output of
+// a turn without an output cap.
+func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	b.advance(now)
 	if b.known {
 		b.level -= amt
 	}
-	b.flight = append(b.flight, flight{seq: seq, amt: amt})
+	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail})
 	b.pending += amt
+}
+
+// seen records when the response headers of the turn with flight sequence seq came.
+func (b *bucket) seen(seq uint64, at time.Time) {
+	if i := b.find(seq); i >= 0 && b.flight[i].seen.IsZero() {
+		b.flight[i].seen = at
+	}
+}
+
+// endKept reconciles a finished turn's kept reservation (see keep) against what it used
+// — its output for a kept tail, used for a whole one — and reports whether it had one.
+func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
+	k, ok := b.kept[seq]
+	if !ok {
+		return false
+	}
+	delete(b.kept, seq)
+	b.keptSum -= k.amt
+	if len(b.kept) == 0 {
+		b.keptSum = 0
+	}
+	if !k.whole {
+		used = output
+	}
+	b.advance(now)
+	if b.known {
+		b.level += k.amt - used
+		if b.limit > 0 {
+			b.level = min(b.level, b.limit)
+		}
+	}
+	return true
+}
+
+// keep holds a running turn's reservation (or the tail of it) past a re-base.
+func (b *bucket) keep(f flight, amt float64, whole bool) {
+	if b.kept == nil {
+		b.kept = map[uint64]keptRes{}
+	}
+	b.kept[f.seq] = keptRes{amt: amt, whole: whole}
+	b.keptSum += amt
 }
 
 // find returns the index of seq's unsettled reservation, or -1.
@@ -195,8 +261,13 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 }
 
 // observe learns the limit and refill rate from a response and, when it reports the
-// remaining count and seq's reservation is still unsettled, re-bases the level on it.
-func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time) {
+// remaining count and seq's reservation is still unsettled, re-bases the level on it, as
+// of readAt, when the reading was taken (a stream's headers come with its first token,
+// long before its end; the refill since then counts).
+// unread is what the turn used that the reading may not count yet: the output of a turn
+// without an output cap whose headers came before its end (a stream's), which a
+// provider that charges the completion at its end charges after them.
+func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) {
 	b.learn(rl, now)
 	if !rl.HasRemaining {
 		b.finish(seq, actual, now)
@@ -210,19 +281,36 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual float64, now time.Time
 		}
 		return
 	}
+	early := readAt.Before(now)
 	for j := b.fhead; j <= i; j++ {
-		if !b.flight[j].done {
-			b.pending -= b.flight[j].amt
+		f := b.flight[j]
+		if f.done {
+			continue
+		}
+		b.pending -= f.amt
+		switch {
+		case j == i:
+		case early && (f.seen.IsZero() || f.seen.After(readAt)):
+			// Admitted first but still running and not heard from by the time of an
+			// early reading (a stream's first token): its request may have reached the
+			// provider after the reading was taken.
+			b.keep(f, f.amt, true)
+		case f.tail > 0:
+			// Still running: the reading counted its prompt, maybe not its output.
+			b.keep(f, f.tail, false)
 		}
 	}
 	b.fhead = i + 1
 	b.compact()
-	b.level = float64(rl.Remaining) - b.pending
+	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)
 	}
 	b.known = true
 	b.at = now
+	if readAt.Before(now) {
+		b.at = readAt
+	}
 }
 
 // compact drops finished reservations from the front and reclaims the slice.

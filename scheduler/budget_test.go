@@ -2,8 +2,11 @@ package scheduler
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/luft-run/luft/agent"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
@@ -89,7 +92,7 @@ func TestEstimatorBumpDecays(t *testing.T) {
 
 func TestBucketDeadReckoning(t *testing.T) {
 	b := newBucket(6000) // 100 tokens/s
-	b.debit(1, 5000, t0)
+	b.debit(1, 5000, 0, t0)
 	if lvl, _ := b.levelAt(t0.Add(10 * time.Second)); !near(lvl, 2000) {
 		t.Fatalf("level after 10 s = %v, want 2000", lvl)
 	}
@@ -119,23 +122,23 @@ func TestBucketSettlesOnHeaders(t *testing.T) {
 	if _, known := b.levelAt(t0); known {
 		t.Fatal("unconfigured bucket claims a level")
 	}
-	b.debit(1, 100, t0)
-	b.debit(2, 200, t0)
-	b.debit(3, 300, t0)
+	b.debit(1, 100, 0, t0)
+	b.debit(2, 200, 0, t0)
+	b.debit(3, 300, 0, t0)
 	reading := RateLimit{Limit: 6000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: t0.Add(20 * time.Second)}
-	b.observe(2, reading, 180, t0)
+	b.observe(2, reading, 180, 0, t0, t0)
 	if lvl, ok := b.levelAt(t0); !ok || !near(lvl, 3700) {
 		t.Fatalf("level %v (known %v), want 4000 − 300", lvl, ok)
 	}
 	if !near(b.rate, 100) || b.limit != 6000 {
 		t.Fatalf("learned rate %v limit %v, want 100/s and 6000", b.rate, b.limit)
 	}
-	b.observe(1, RateLimit{Remaining: 10, HasRemaining: true}, 90, t0) // stale
+	b.observe(1, RateLimit{Remaining: 10, HasRemaining: true}, 90, 0, t0, t0) // stale
 	b.finish(1, 90, t0)
 	if lvl, _ := b.levelAt(t0); !near(lvl, 3700) {
 		t.Fatalf("stale reading moved the level to %v", lvl)
 	}
-	b.observe(3, RateLimit{Remaining: 3500, HasRemaining: true}, 300, t0.Add(time.Second))
+	b.observe(3, RateLimit{Remaining: 3500, HasRemaining: true}, 300, 0, t0.Add(time.Second), t0.Add(time.Second))
 	if lvl, _ := b.levelAt(t0.Add(time.Second)); !near(lvl, 3500) || b.pending != 0 || len(b.flight) != 0 {
 		t.Fatalf("level %v pending %v flight %d", lvl, b.pending, len(b.flight))
 	}
@@ -145,8 +148,8 @@ func TestBucketSettlesOnHeaders(t *testing.T) {
 // claims to know its level.
 func TestBucketUnknownRefill(t *testing.T) {
 	b := newBucket(0)
-	b.debit(1, 10, t0)
-	b.observe(1, RateLimit{Remaining: 0, HasRemaining: true, Reset: t0.Add(45 * time.Second)}, 10, t0)
+	b.debit(1, 10, 0, t0)
+	b.observe(1, RateLimit{Remaining: 0, HasRemaining: true, Reset: t0.Add(45 * time.Second)}, 10, 0, t0, t0)
 	fit, at := b.fits(10, t0)
 	if fit || !at.Equal(t0.Add(45*time.Second)) {
 		t.Fatalf("fits = %v, %v", fit, at)
@@ -179,5 +182,88 @@ func TestIndexHeap(t *testing.T) {
 			t.Fatalf("out of order: %d after %d", x.v, prev)
 		}
 		prev = x.v
+	}
+}
+
+// A turn without an output cap reserves a high quantile of the lane's recent
+// completions for its output, but starts once its prompt fits (a provider billing the
+// completion when it ends lets it in); the output reserve holds back the next turn until
+// the turn ends and its actual output is refunded against it.
+func TestUncappedTurnReservesOutputQuantile(t *testing.T) {
+	c := NewCore(Config{FallbackSpread: 1e-9, OutputHeadroom: 1, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
+	c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
+	c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 400}}, sec(0)) // level 5500
+	// Prompt 5300 fits 5500; with its 400 output reserve it would not.
+	if got := ids(c.Submit(mkJob(2, "b", "u", "i", 5300), sec(0)), ActAdmit); !slices.Equal(got, []TurnID{2}) {
+		t.Fatalf("admitted %v, want the turn whose prompt fits", got)
+	}
+	// Level −200 with the reserve: a 100-token prompt waits for 300 tokens, 3 s.
+	w, found := find(c.Submit(mkJob(3, "c", "u", "i", 100), sec(0)), ActWait)
+	if !found || w.ID != 3 || w.Until.Before(sec(3.001)) || !w.Until.Before(sec(3.002)) {
+		t.Fatalf("third turn: wait %+v (found %v), want until 3.001 s", w, found)
+	}
+	// Turn 2 ends at 1 s with 50 tokens of output: 350 come back, level 250.
+	if got := ids(c.Complete(2, Result{Status: StatusOK, Usage: agent.Usage{Input: 5300, Output: 50}}, sec(1)), ActAdmit); !slices.Equal(got, []TurnID{3}) {
+		t.Fatalf("admitted %v when the reserve came back, want #3", got)
+	}
+}
+
+// A provider that refuses an uncapped turn admitted on its prompt alone wants the output
+// to fit up front: after that 429 the lane's uncapped turns wait for their whole reserve.
+func TestUncappedTurnRefusedMakesOutputUpfront(t *testing.T) {
+	c := NewCore(Config{FallbackSpread: 1e-9, OutputHeadroom: 1, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
+	c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
+	c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 1000}}, sec(0)) // level 4900
+	c.Submit(mkJob(2, "b", "u", "i", 100), sec(0))
+	c.Complete(2, Result{Status: StatusRateLimited}, sec(0)) // pauses the lane 1 s
+	c.Cancel(2, sec(0))
+	// At 1 s the level is 5000: the prompt of 4800 fits, with its 1000 reserve it does not.
+	acts := c.Submit(mkJob(3, "c", "u", "i", 4800), sec(1))
+	if _, waits := find(acts, ActWait); !waits {
+		t.Fatalf("want a wait for the output reserve: %s", dump(acts))
+	}
+}
+
+// A stream's reading comes with its first token: the re-based level counts the refill
+// since then and takes off the turn's own output, which the provider bills at the end.
+// A later reading settles an earlier running uncapped turn's prompt but keeps its output
+// reserve until that turn ends.
+func TestBucketStreamReadings(t *testing.T) {
+	b := newBucket(6000) // 100 tokens a second
+	b.debit(1, 1500, 200, t0)
+	b.debit(2, 1500, 200, t0)
+	b.seen(1, sec(0.5)) // turn 1's stream started before turn 2's
+	// Turn 2's stream starts at 1 s: the provider has charged both prompts (1300 each).
+	b.observe(2, RateLimit{Limit: 6000, HasLimit: true, Remaining: 3500, HasRemaining: true}, 1380, 80, sec(1), sec(3))
+	// 3500 − 80 (turn 2's output) − 200 (turn 1's output reserve), plus 2 s of refill.
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3420) {
+		t.Fatalf("level %v, want 3420", lvl)
+	}
+	// Turn 1 ends at 3 s with 50 tokens of output: 150 of its reserve come back.
+	if !b.endKept(1, 1350, 50, sec(3)) {
+		t.Fatal("turn 1's output reserve was not kept")
+	}
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3570) || b.keptSum != 0 {
+		t.Fatalf("level %v kept %v, want 3570 and none", lvl, b.keptSum)
+	}
+}
+
+// An early reading (a stream's first token) may come before the request of a turn
+// admitted earlier reaches the provider: that turn, not heard from by then, keeps its
+// whole reservation until it ends.
+func TestBucketEarlyReadingKeepsUnseenTurns(t *testing.T) {
+	b := newBucket(6000)
+	b.debit(1, 1500, 0, t0)
+	b.debit(2, 1500, 0, t0)
+	// Turn 2's stream starts at 1 s; the provider has seen only its prompt (1300).
+	b.observe(2, RateLimit{Limit: 6000, HasLimit: true, Remaining: 4700, HasRemaining: true}, 1400, 0, sec(1), sec(3))
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3400) { // 4700 − 1500 kept + 200 refill
+		t.Fatalf("level %v, want 3400", lvl)
+	}
+	if !b.endKept(1, 1400, 100, sec(3)) {
+		t.Fatal("turn 1's reservation was not kept")
+	}
+	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3500) {
+		t.Fatalf("level %v after turn 1 used 1400 of its 1500, want 3500", lvl)
 	}
 }

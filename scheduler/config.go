@@ -38,10 +38,11 @@ type Config struct {
 	BatchOffset time.Duration
 
 	// ContinuationLead ranks continuations ahead of new work of their class: a
-	// continuation counts as having arrived ContinuationLead earlier than it did, plus
-	// its run's age up to another ContinuationLead, so the continuations of older runs
-	// go first (program-level ordering, as in Continuum and Autellix) and new work is
-	// never held back by more than twice this. Keep it well below BatchOffset.
+	// continuation counts as having arrived ContinuationLead before its agent call
+	// was first admitted (Turn.CallStart), plus its run's age then up to another
+	// ContinuationLead, so a tool follow-up goes ahead of its siblings' first turns
+	// and the continuations of older runs go first (program-level ordering, as in
+	// Continuum and Autellix). Keep it well below BatchOffset.
 	// Default 10 s.
 	ContinuationLead time.Duration
 
@@ -67,6 +68,14 @@ type Config struct {
 	MarginBumpMax  float64       // cap of the accumulated bump; default 4
 	MarginHalfLife time.Duration // the bump halves this often; default 5 min
 	RefuseFraction float64       // a turn needing more than this share of a bucket is refused; default 0.98
+	// OutputQuantile is the quantile of a lane's recent completion lengths that a turn
+	// without an output cap (Turn.EstOutput 0) reserves for its output, times
+	// OutputHeadroom; defaults 0.99, which over the 64 completions kept is their
+	// largest, and 1.5, because the largest of 64 draws of a heavy tail is often beaten
+	// by the next few hundred, while a reserve that is too large only holds the next
+	// turn back until this one ends.
+	OutputQuantile float64
+	OutputHeadroom float64
 
 	// InteractiveHeadroom is the share of each known bucket that batch turns leave
 	// unused for interactive ones. Default 0.1; negative disables it.
@@ -121,6 +130,8 @@ func (c Config) withDefaults() Config {
 	deff(&c.MarginBumpMax, 4)
 	def(&c.MarginHalfLife, 5*time.Minute)
 	deff(&c.RefuseFraction, 0.98)
+	deff(&c.OutputQuantile, 0.99)
+	deff(&c.OutputHeadroom, 1.5)
 	deff(&c.InteractiveHeadroom, 0.1)
 	c.InteractiveHeadroom = max(c.InteractiveHeadroom, 0)
 	defi(&c.MaxRetries, 3)

@@ -170,7 +170,8 @@ type job struct {
 
 	home, serving *lane
 	run           *runState
-	prev, next    *job // the run's list of turns
+	conv          *conv // the conversation, for replica affinity
+	prev, next    *job  // the run's list of turns
 
 	replica   int
 	flight    uint64 // sequence of the reservation in serving's buckets
@@ -180,6 +181,8 @@ type job struct {
 	notBefore time.Time
 	attempts  int // failed attempts so far
 	rateFails int
+	early     bool      // the current attempt's headers came before its end (Observe)
+	earlyAt   time.Time // when they came
 }
 
 type runState struct {
@@ -187,11 +190,27 @@ type runState struct {
 	start         time.Time
 	active        int
 	jobs          *job // head of the run's list of turns in the core
-	lane          *lane
-	replica       int
+	convs         map[string]*conv
 	idleSince     time.Time
 	suspended     time.Time // until when the run is suspended
 	suspendReason string
+}
+
+// conv is where a conversation's last turn ran: affinity follows the conversation (an
+// agent call or a session), not the run, so the calls of a fan-out each keep their own
+// replica (SPEC §7). A run's conversations are forgotten with the run.
+type conv struct {
+	lane    *lane
+	replica int
+}
+
+func (r *runState) conv(name string) *conv {
+	cv := r.convs[name]
+	if cv == nil {
+		cv = &conv{replica: -1}
+		r.convs[name] = cv
+	}
+	return cv
 }
 
 type idleRun struct {
@@ -221,15 +240,17 @@ type idleRun struct {
 // Budgets. Each lane has slots per replica and dead-reckoned request and token buckets
 // (and Anthropic's input and output buckets), configured or learned from the headers of
 // every response (see bucket). A turn reserves its estimate corrected by the lane's
-// recent mean error, plus a safety margin (see estimator), and is admitted only when
+// recent mean error, plus a safety margin (see estimator), plus, when it sets no output
+// cap, OutputQuantile of the lane's recent completions (see outputs), and is admitted only when
 // every known bucket holds that much (batch turns must also leave InteractiveHeadroom);
 // otherwise it waits, at the head of its lane, until the refill, with a wake at the
 // time the bucket will hold it. A wait longer than SuspendAfter suspends the run. A turn
 // that alone needs more than RefuseFraction of a bucket is refused. With replicas, a
-// run's next turn goes back to the replica that served its last one while that replica
-// carries at most AffinityBound turns more than the least-loaded one; and when a slot
-// frees on a replica the best batch turn's run did not last run on, a batch turn of the
-// same caller ranked within AffinityWindow whose run did takes it (see affine).
+// conversation's next turn (Turn.Conversation: an agent call or a session) goes back to
+// the replica that served its last one while that replica carries at most
+// AffinityBound turns more than the least-loaded one; and when a slot frees on a
+// replica the best batch turn's conversation did not last run on, a batch turn of the
+// same caller ranked within AffinityWindow whose conversation did takes it (see affine).
 //
 // Failures. A 429 pauses the lane until retry-after-ms, retry-after or the exhausted
 // bucket's reset, raises the lane's margin (the raise decays), and requeues the turn at
@@ -305,7 +326,7 @@ func (c *Core) lane(name string) *lane {
 func (c *Core) run(id string, now time.Time) *runState {
 	r := c.runs[id]
 	if r == nil {
-		r = &runState{id: id, start: now, replica: -1}
+		r = &runState{id: id, start: now, convs: map[string]*conv{}}
 		c.runs[id] = r
 	}
 	return r
@@ -335,14 +356,24 @@ func (c *Core) Submit(j Job, now time.Time) []Action {
 	}
 	base := j.Arrival
 	if j.Continuation {
-		age := min(max(j.Arrival.Sub(start), 0), c.cfg.ContinuationLead)
-		base = j.Arrival.Add(-c.cfg.ContinuationLead - age)
+		// Program-level order: a continuation ranks by when its call was first
+		// admitted, led by ContinuationLead and its run's age then.
+		from := j.Arrival
+		if !j.CallStart.IsZero() && j.CallStart.Before(from) {
+			from = j.CallStart
+		}
+		age := min(max(from.Sub(start), 0), c.cfg.ContinuationLead)
+		base = from.Add(-c.cfg.ContinuationLead - age)
 	}
 	if j.Class == agent.ClassBatch {
 		base = base.Add(c.cfg.BatchOffset)
 	}
 	c.seq++
-	nj := &job{Job: j, key: base.UnixNano(), seq: c.seq, idx: -1, run: r, replica: -1}
+	name := j.Conversation
+	if name == "" {
+		name = j.CallKey
+	}
+	nj := &job{Job: j, key: base.UnixNano(), seq: c.seq, idx: -1, run: r, conv: r.conv(name), replica: -1}
 	nj.home = c.lane(j.Lane)
 	c.jobs[j.ID] = nj
 	r.active++
@@ -389,6 +420,11 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 		home.charge(j.Caller, -j.charged)
 		t.st.RateLimited++
 		t.est.raise(now)
+		if j.EstOutput == 0 {
+			// Admitted on its prompt and still refused: this provider wants the
+			// output to fit up front.
+			t.upfront = true
+		}
 		if j.probe {
 			t.br.probing = false
 		}
@@ -457,12 +493,35 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 	if u.Total() == 0 {
 		in, out = total*(1-t.outFrac), total*t.outFrac
 	}
-	t.requests.observe(j.flight, tel.Requests, 1, now)
-	t.tokens.observe(j.flight, tel.Tokens, total, now)
-	t.inTokens.observe(j.flight, tel.InputTokens, in, now)
-	t.outTokens.observe(j.flight, tel.OutputTokens, out, now)
+	var unread float64
+	readAt := now
+	if j.early {
+		readAt = j.earlyAt
+		if j.EstOutput == 0 {
+			unread = out
+		}
+	}
+	if !t.requests.endKept(j.flight, 1, 0, now) {
+		t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
+	}
+	if !t.tokens.endKept(j.flight, total, out, now) {
+		t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
+	}
+	if !t.inTokens.endKept(j.flight, in, 0, now) {
+		t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
+	}
+	if !t.outTokens.endKept(j.flight, out, out, now) {
+		t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
+	}
 	if res.Status == StatusOK && u.Total() > 0 {
-		t.est.record(float64(j.EstTokens), total)
+		if j.EstOutput == 0 {
+			// No output cap: the estimate is the prompt's, and the completion's length
+			// is learned apart (see outputs).
+			t.est.record(float64(j.EstTokens), in)
+			t.outs.record(out)
+		} else {
+			t.est.record(float64(j.EstTokens), total)
+		}
 		t.outFrac = 0.9*t.outFrac + 0.1*out/total
 	}
 }
@@ -478,6 +537,10 @@ func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
 		return c.out
 	}
 	t := j.serving
+	j.early, j.earlyAt = true, now
+	for _, b := range []*bucket{&t.requests, &t.tokens, &t.inTokens, &t.outTokens} {
+		b.seen(j.flight, now)
+	}
 	t.requests.early(tel.Requests, now)
 	t.tokens.early(tel.Tokens, now)
 	t.inTokens.early(tel.InputTokens, now)
@@ -612,7 +675,12 @@ func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 type reservation struct {
 	est                   float64 // corrected estimate, without margin
 	tokens, input, output float64
-	batch                 bool // must leave InteractiveHeadroom in every bucket
+	// tail is the part of tokens reserved for the output of a turn without an output
+	// cap. It need not fit for the turn to start: a provider that charges a completion
+	// when it ends lets the turn in on its prompt, and the tail holds back later turns
+	// until this one ends and its actual output is known (see Core doc).
+	tail  float64
+	batch bool // must leave InteractiveHeadroom in every bucket
 }
 
 func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
@@ -624,13 +692,21 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 		return reservation{}, false
 	}
 	total := est + t.est.margin(float64(max(j.EstTokens, 1)), now)
+	var tail float64
+	if j.EstOutput == 0 {
+		tail = t.outs.quantile(cfg.OutputQuantile) * cfg.OutputHeadroom
+		total += tail
+	}
 	for _, b := range t.tokenBudgets(f) {
 		if b.limit > 0 && b.share > 0 {
 			total = min(total, cfg.RefuseFraction*b.limit/b.share)
 		}
 	}
+	if t.upfront {
+		tail = 0 // this lane's provider charges the output up front: it must fit too
+	}
 	return reservation{est: est, tokens: total, input: total * (1 - f), output: total * f,
-		batch: j.Class == agent.ClassBatch}, true
+		tail: min(tail, total), batch: j.Class == agent.ClassBatch}, true
 }
 
 // estimate is a turn's token estimate corrected by the lane's learned error, and the
@@ -692,7 +768,7 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 		}
 	}
 	check(&t.requests, 1, ReasonRequests)
-	check(&t.tokens, r.tokens, ReasonTokens)
+	check(&t.tokens, r.tokens-r.tail, ReasonTokens)
 	check(&t.inTokens, r.input, ReasonInputTokens)
 	check(&t.outTokens, r.output, ReasonOutputTokens)
 	return ok, until, reason
@@ -773,19 +849,19 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 const affineScan = 32
 
 // affine returns a turn to admit in place of l's best turn j, or nil. When j is batch
-// work of a run whose previous replica on t cannot take it now (full, or loaded past
-// AffinityBound), its turn would land on replica r and lose its KV cache; if a batch
-// turn of the same caller whose run last ran on r is ranked within AffinityWindow of j,
+// work of a conversation whose previous replica on t cannot take it now (full, or loaded
+// past AffinityBound), its turn would land on replica r and lose its KV cache; if a batch
+// turn of the same caller whose conversation last ran on r is ranked within AffinityWindow of j,
 // that turn takes r's slot instead and j keeps its place at the head, so it gets the
 // next slot its own replica frees (or, failing that, any slot). Only j's caller's heap
 // is searched, pruned at the window and capped at affineScan turns, so the cost stays
 // bounded and the fair shares across callers are untouched.
 func (c *Core) affine(l, t *lane, j *job) *job {
 	if c.cfg.AffinityBound < 0 || c.cfg.AffinityWindow <= 0 || len(t.replicas) < 2 ||
-		j.Class != agent.ClassBatch || j.run.lane != t || j.run.replica < 0 {
+		j.Class != agent.ClassBatch || j.conv.lane != t || j.conv.replica < 0 {
 		return nil
 	}
-	prev := j.run.replica
+	prev := j.conv.replica
 	r := t.pickReplica(prev, c.cfg.AffinityBound)
 	if r == prev || r < 0 {
 		return nil
@@ -804,7 +880,7 @@ func (c *Core) affine(l, t *lane, j *job) *job {
 		i := stack[sp]
 		x := h[i]
 		seen++
-		if x != j && x.Class == agent.ClassBatch && x.run.lane == t && x.run.replica == r &&
+		if x != j && x.Class == agent.ClassBatch && x.conv.lane == t && x.conv.replica == r &&
 			(best == nil || x.key < best.key || (x.key == best.key && x.seq < best.seq)) {
 			best = x
 		}
@@ -874,10 +950,11 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	if probe {
 		t.br.probing = true
 	}
-	t.requests.debit(j.flight, 1, now)
-	t.tokens.debit(j.flight, r.tokens, now)
-	t.inTokens.debit(j.flight, r.input, now)
-	t.outTokens.debit(j.flight, r.output, now)
+	j.early = false
+	t.requests.debit(j.flight, 1, 0, now)
+	t.tokens.debit(j.flight, r.tokens, r.tail, now)
+	t.inTokens.debit(j.flight, r.input, 0, now)
+	t.outTokens.debit(j.flight, r.output, 0, now)
 
 	j.charged = r.est
 	if cl := home.callers[j.Caller]; cl != nil {
@@ -886,11 +963,11 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	home.charge(j.Caller, r.est)
 
 	prev := -1
-	if j.run.lane == t {
-		prev = j.run.replica
+	if j.conv.lane == t {
+		prev = j.conv.replica
 	}
 	j.replica = t.pickReplica(prev, c.cfg.AffinityBound)
-	j.run.lane, j.run.replica = t, j.replica
+	j.conv.lane, j.conv.replica = t, j.replica
 	t.replicas[j.replica]++
 	t.running++
 	t.st.Admitted++

@@ -358,3 +358,57 @@ func TestSuspendedRunOutlivesIdleTTL(t *testing.T) {
 		t.Fatalf("%d runs remembered after the suspension and the TTL", len(c.runs))
 	}
 }
+
+// A continuation ranks by when its agent call first asked to run, not by its own
+// arrival: a tool follow-up that arrives after its siblings' first turns queued still
+// goes ahead of them, while one of a call that started after them does not.
+func TestContinuationRankedByCallStart(t *testing.T) {
+	c := oneSlot(Config{ContinuationLead: time.Second})
+	c.Submit(mkJob(1, "r", "u", "i", 100), sec(0)) // takes the slot
+	c.Submit(mkJob(2, "r", "u", "i", 100), sec(1)) // sibling first turns
+	c.Submit(mkJob(3, "r", "u", "i", 100), sec(1))
+	early := cont(mkJob(4, "r", "u", "i", 100))
+	early.CallStart = sec(0) // its call began before the siblings queued
+	c.Submit(early, sec(30))
+	late := cont(mkJob(5, "r", "u", "i", 100))
+	late.CallStart = sec(20) // its call began long after them
+	c.Submit(late, sec(31))
+	if got := drain(c, 1, sec(40)); !slices.Equal(got, []TurnID{4, 2, 3, 5}) {
+		t.Fatalf("order %v, want [4 2 3 5]", got)
+	}
+}
+
+// Affinity follows the conversation, not the run: two calls of one run that ran on
+// different replicas each go back to their own.
+func TestAffinityFollowsTheConversation(t *testing.T) {
+	c := NewCore(Config{Lanes: map[string]LaneConfig{testLane: {Slots: 2, Replicas: 2}}})
+	conv := func(id TurnID, name string) Job {
+		j := mkJob(id, "run", "u", "i", 100)
+		j.Conversation = name
+		return j
+	}
+	admitted := func(acts []Action) Action {
+		t.Helper()
+		for _, a := range acts {
+			if a.Kind == ActAdmit {
+				return a
+			}
+		}
+		t.Fatalf("nothing admitted:%s", dump(acts))
+		return Action{}
+	}
+	a1 := admitted(c.Submit(conv(1, "a"), sec(0)))
+	b1 := admitted(c.Submit(conv(2, "b"), sec(0)))
+	if a1.Replica == b1.Replica {
+		t.Fatalf("first turns on one replica: %v %v", a1, b1)
+	}
+	c.Complete(1, ok(100), sec(1))
+	c.Complete(2, ok(100), sec(1))
+	// b's turn asks first: with per-run affinity it would follow the run's last replica.
+	b2 := admitted(c.Submit(cont(conv(3, "b")), sec(2)))
+	a2 := admitted(c.Submit(cont(conv(4, "a")), sec(2)))
+	if a2.Replica != a1.Replica || b2.Replica != b1.Replica {
+		t.Fatalf("a on %d then %d, b on %d then %d: want each conversation on its own replica",
+			a1.Replica, a2.Replica, b1.Replica, b2.Replica)
+	}
+}

@@ -5,10 +5,12 @@
 //
 // Core is the decision logic, pure over (state, event, now): lanes (backend + model) with
 // slots and tokens/requests-per-minute budgets configured or learned from rate-limit
-// headers; interactive before batch with ageing; continuations first; fair shares across
-// callers by tokens served; reservations with a learned safety margin; wait, suspend or
-// refuse decisions; 429 and 5xx handling, circuit breakers, fallback lanes and
-// load-bounded replica affinity. It has no goroutines and no clock, so it is tested and
+// headers; interactive before batch with ageing; continuations (later turns of one agent
+// call) first, ranked by the call's first admission; fair shares across callers by tokens
+// served; reservations with a learned safety margin, and for turns without an output cap
+// a high quantile of recent completions; wait, suspend or refuse decisions; 429 and 5xx
+// handling, circuit breakers, fallback lanes and load-bounded replica affinity per
+// conversation. It has no goroutines and no clock, so it is tested and
 // benchmarked on virtual time.
 //
 // Executor puts a Core behind the Scheduler interface for real use: one lock, an injected

@@ -102,3 +102,37 @@ func (e *estimator) raise(now time.Time) {
 	e.bump = min(e.bumpNow(now)+e.cfg.MarginBump, e.cfg.MarginBumpMax)
 	e.bumpAt = now
 }
+
+// outputWindow is how many recent completion lengths a lane keeps.
+const outputWindow = 64
+
+// outputs learns, per lane, the completion lengths of turns that set no output cap.
+// Their length is unknown until they end, and heavy-tailed (a few answers run ten times
+// the median), so the reservation for output is a high quantile of recent completions,
+// not the mean: with the bucket near empty, a reserve short of the actual completion is
+// a 429, while a generous one only shifts the next admission (the bucket refills at the
+// same rate either way).
+type outputs struct {
+	ring [outputWindow]float64
+	n    int
+	pos  int
+}
+
+func (o *outputs) record(tokens float64) {
+	o.ring[o.pos] = tokens
+	o.pos = (o.pos + 1) % outputWindow
+	o.n = min(o.n+1, outputWindow)
+}
+
+// quantile is the q-quantile of the recent completions; 0 before the first.
+func (o *outputs) quantile(q float64) float64 {
+	if o.n == 0 {
+		return 0
+	}
+	var buf [outputWindow]float64
+	s := buf[:o.n]
+	copy(s, o.ring[:o.n])
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(o.n))) - 1
+	return s[max(0, min(i, o.n-1))]
+}

@@ -47,14 +47,19 @@ func (t Telemetry) Empty() bool {
 
 // ParseTelemetry reads the rate-limit headers of a response received at now. Header
 // names match case-insensitively (a map built by hand need not be canonical). A value
-// that does not parse is ignored as if absent; ParseTelemetry never panics and never
-// returns a negative count or a reset before now.
+// that does not parse is ignored as if absent, and so is a wait or a time more than
+// maxSeconds (a year) ahead; ParseTelemetry never panics and never returns a negative
+// count or a reset before now. A field sent twice under differently cased names takes
+// the most cautious value (the smaller count, the later time).
 func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 	var t Telemetry
 	if len(h) == 0 {
 		return t
 	}
-	var retryAfter, retryAfterMS string
+	// A header may come more than once under different spellings of its name (a map
+	// built by hand, a proxy adding its own); map order is random, so repeats merge to
+	// the most cautious reading instead of the last one seen.
+	var retryMS, retry time.Time
 	for name, vals := range h {
 		if len(vals) == 0 {
 			continue
@@ -63,9 +68,13 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 		n := strings.ToLower(name)
 		switch {
 		case n == "retry-after":
-			retryAfter = v
+			if at, ok := parseRetryAfter(v, now); ok {
+				retry = later(retry, at)
+			}
 		case n == "retry-after-ms":
-			retryAfterMS = v
+			if d, ok := parseMillis(v); ok {
+				retryMS = later(retryMS, now.Add(d))
+			}
 		case strings.HasPrefix(n, "x-ratelimit-"):
 			// x-ratelimit-<field>-<dimension>
 			rest := n[len("x-ratelimit-"):]
@@ -84,12 +93,19 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			setField(anthropicDim(&t, rest[:i]), rest[i+1:], v, now)
 		}
 	}
-	if d, ok := parseMillis(retryAfterMS); ok {
-		t.RetryAt = now.Add(d)
-	} else if at, ok := parseRetryAfter(retryAfter, now); ok {
-		t.RetryAt = at
+	t.RetryAt = retryMS
+	if t.RetryAt.IsZero() {
+		t.RetryAt = retry
 	}
 	return t
+}
+
+// later is the later of two times, either of which may be zero.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func openAIDim(t *Telemetry, dim string) *RateLimit {
@@ -122,16 +138,16 @@ func setField(r *RateLimit, field, v string, now time.Time) {
 	}
 	switch field {
 	case "limit":
-		if n, ok := parseCount(v); ok {
+		if n, ok := parseCount(v); ok && (!r.HasLimit || n < r.Limit) {
 			r.Limit, r.HasLimit = n, true
 		}
 	case "remaining":
-		if n, ok := parseCount(v); ok {
+		if n, ok := parseCount(v); ok && (!r.HasRemaining || n < r.Remaining) {
 			r.Remaining, r.HasRemaining = n, true
 		}
 	case "reset":
 		if at, ok := parseReset(v, now); ok {
-			r.Reset = at
+			r.Reset = later(r.Reset, at)
 		}
 	}
 }
@@ -179,10 +195,7 @@ func parseReset(v string, now time.Time) (time.Time, bool) {
 		if err != nil {
 			return time.Time{}, false
 		}
-		if at.Before(now) {
-			return now, true
-		}
-		return at, true
+		return clampAt(at, now)
 	}
 	if d, ok := parseSeconds(v); ok {
 		return now.Add(d), true
@@ -206,8 +219,17 @@ func parseRetryAfter(v string, now time.Time) (time.Time, bool) {
 	if err != nil {
 		return time.Time{}, false
 	}
-	if at.Before(now) {
+	return clampAt(at, now)
+}
+
+// clampAt takes a time a server named: one in the past means now; one more than
+// maxSeconds away is as absurd as such a wait in seconds and is ignored.
+func clampAt(at, now time.Time) (time.Time, bool) {
+	switch {
+	case at.Before(now):
 		return now, true
+	case at.Sub(now) > maxSeconds*time.Second:
+		return time.Time{}, false
 	}
 	return at, true
 }

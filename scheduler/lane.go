@@ -41,6 +41,11 @@ type lane struct {
 	requests, tokens, inTokens, outTokens bucket
 	est                                   estimator
 	outFrac                               float64 // learned share of output in a turn's tokens
+	outs                                  outputs // completion lengths of turns without an output cap
+	// upfront: a turn without an output cap must fit its whole reservation, output
+	// included, set once such a turn was refused with a 429 (a provider that charges
+	// the output at arrival).
+	upfront bool
 
 	pausedUntil time.Time
 	br          breaker

@@ -19,7 +19,17 @@ type Turn struct {
 	Class        agent.Class
 	Caller       string
 	EstTokens    int  // estimated prompt + expected output tokens
-	Continuation bool // follows a tool result or an earlier turn of the same call
+	Continuation bool // a later turn of the same agent call (after a tool result, a schema re-prompt, a retry)
+
+	// CallStart is when the turn's agent call was first admitted. A continuation ranks
+	// by it, not by its own arrival, so a tool follow-up goes ahead of the first turns of
+	// sibling calls still queued (SPEC §7); zero = the turn's own arrival.
+	CallStart time.Time
+	// Conversation names the conversation the turn belongs to, for replica affinity:
+	// the agent call, or the session_id it continues. Turns of one conversation go back
+	// to the replica that holds its KV cache while that replica is not overloaded.
+	// "" = CallKey; when that is empty too, the run is one conversation.
+	Conversation string
 
 	// EstOutput is the part of EstTokens expected as output (the request's max_tokens);
 	// 0 = unknown. The Executor hands it to the decision core as Job.EstOutput.

@@ -4,7 +4,8 @@ import "testing"
 
 // The fast variant of workload b (4 branches × 6 calls on one key), time compressed
 // further: no 429 and no request beyond the run's own calls, with limits learned only
-// from headers. The time ratio is the benchmark's to measure, not this test's.
+// from headers, no max_tokens sent and heavy-tailed completions billed when they end.
+// The time ratio is the benchmark's to measure, not this test's.
 func TestHostedNoRateLimitHits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a few seconds of modelled traffic")

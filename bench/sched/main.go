@@ -8,7 +8,14 @@
 //	go run ./bench/sched [-w W1,W2,W3,W4] [-json out.json] [-fast]
 //
 // Everything is deterministic except the decision cost, the wall time of each call into
-// the decision core on this machine.
+// the decision core on this machine, held to its target as the median of 5 runs.
+//
+// W1 and W2 also run through the product as shipped — Lua workflows, runtime.Service and
+// the Executor, with the product's keys — on the virtual clock of a testing/synctest
+// bubble, which only a test can open; their tables and targets (the median of 5 runs,
+// with the spread) print with
+//
+//	go test -run ThroughRuntime -v ./bench/sched/...
 package main
 
 import (

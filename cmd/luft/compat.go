@@ -58,11 +58,19 @@ func confirm(e *env, f *runFlags) error {
 	if err != nil {
 		return usageErr("--confirm: read workflow %s: %v", f.workflow, err)
 	}
-	fmt.Fprintf(e.stderr, "── %s ──\n%s", f.workflow, src)
+	return confirmScript(e, f, f.workflow, src)
+}
+
+// confirmScript prints a script and asks whether to run it.
+func confirmScript(e *env, f *runFlags, name string, src []byte) error {
+	if !f.yes && e.stdinTTY == nil {
+		return usageErr("--confirm needs a terminal to ask on; add --yes to run without asking")
+	}
+	fmt.Fprintf(e.stderr, "── %s ──\n%s", name, src)
 	if len(src) > 0 && src[len(src)-1] != '\n' {
 		fmt.Fprintln(e.stderr)
 	}
-	fmt.Fprintf(e.stderr, "── end of %s ──\n", f.workflow)
+	fmt.Fprintf(e.stderr, "── end of %s ──\n", name)
 	if f.yes {
 		fmt.Fprintln(e.stderr, "Run this workflow? [y/N] yes (--yes)")
 		return nil
@@ -73,7 +81,7 @@ func confirm(e *env, f *runFlags) error {
 	case "y", "yes":
 		return nil
 	}
-	return &exitError{code: exitUsage, err: fmt.Errorf("not confirmed: %s was not run", f.workflow)}
+	return &exitError{code: exitUsage, err: fmt.Errorf("not confirmed: %s was not run", name)}
 }
 
 // logFormats are the formats of --log FILE.

@@ -334,9 +334,11 @@ func readyFD(e *env, info daemon.Info) {
 // otherwise, and the run is hosted here). --detach prints the run's id and returns; an
 // attached run shows the live view and ends as a local run would, Ctrl-C cancelling it.
 func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args any, resumeRef string) (routed bool, err error) {
-	if f.mockFile != "" || f.logFile != "" || strings.EqualFold(e.getenv("LUFT_DAEMON"), "off") {
+	// Planning, the planner's fixes, scripted mock replies and the event log file belong
+	// to the calling process: such runs stay here.
+	if f.task != "" || f.autoFix || f.mockFile != "" || f.logFile != "" || strings.EqualFold(e.getenv("LUFT_DAEMON"), "off") {
 		if f.detach {
-			return true, usageErr("--detach cannot be used with --mock-file or --log, or with LUFT_DAEMON=off (they run in this process)")
+			return true, usageErr("--detach cannot be used with a task in words, --auto-fix, --mock-file or --log, or with LUFT_DAEMON=off (they run in this process)")
 		}
 		return false, nil
 	}

@@ -31,6 +31,7 @@ func TestHostile(t *testing.T) {
 	p.Cmds["nogrep"] = cmdNogrep
 	p.Cmds["exitwithin"] = cmdExitwithin
 	toolsHostile(&p)
+	p.Cmds["genlua"] = cmdGenlua
 	testscript.Run(t, p)
 }
 

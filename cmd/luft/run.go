@@ -18,6 +18,7 @@ import (
 	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/lua/luaval"
+	"github.com/luft-run/luft/planner"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
@@ -49,13 +50,15 @@ type runFlags struct {
 	logFormat    string
 	logFormatSet bool
 	plannerModel string
+	task         string // luft run "TASK": plan the workflow from these words
+	autoFix      bool
 }
 
 func newRunCmd(e *env, g *globalFlags) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
-		Use:   "run --workflow FILE [ARGS_JSON] [flags]",
-		Short: "Run a workflow file",
+		Use:   "run --workflow FILE [ARGS_JSON] [flags] | run \"TASK\" [flags]",
+		Short: "Run a workflow file, or plan one from a task in words and run it",
 		Long: `Run a workflow file. Progress goes to stderr, the report to stdout (a string or an
 object's markdown field raw, anything else as JSON) and to -o FILE. With --json, stdout
 carries one JSON event per line instead, ending with run_done.
@@ -107,7 +110,8 @@ and exits 0.`,
 				if err := bareWorkflowFile(args); err != nil {
 					return err
 				}
-				return usageErr("planning a workflow from a task in words is not available in this build; write a workflow and pass --workflow FILE")
+				f.task = strings.Join(args, " ")
+				return runWorkflow(cmd.Context(), e, g, f, "")
 			}
 			if f.workflow == "" {
 				return usageErr("missing --workflow FILE (see examples/hello.lua)")
@@ -137,7 +141,8 @@ and exits 0.`,
 	fl.BoolVar(&f.yes, "yes", false, "with --confirm: answer yes without asking")
 	fl.StringVar(&f.logFile, "log", "", "also write every event of the run to this file")
 	fl.StringVar(&f.logFormat, "log-format", "jsonl", "format of --log FILE: jsonl (one JSON event per line) or pretty (the lines of luft logs)")
-	fl.StringVar(&f.plannerModel, "planner-model", "", "model for planning a workflow from a task in words (accepted for Luft's command lines; this build runs workflow files)")
+	fl.StringVar(&f.plannerModel, "planner-model", "", "model that plans a workflow from a task in words and repairs it for --auto-fix (MODEL or BACKEND/MODEL); default planner_model of the config, else the run's backend and model (the mock plans offline)")
+	fl.BoolVar(&f.autoFix, "auto-fix", false, "when the script fails with a script error, ask the planner for a fix and continue the same run with it (finished calls replay from the journal)")
 	return cmd
 }
 
@@ -229,7 +234,9 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}
 	defer bset.Close()
 	reg := bset.Registry
-	if bset.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json {
+	// A task planned offline says so in the planner's one line, which covers this notice.
+	offlineTask := f.task != "" && len(bset.Unchosen) < 2
+	if bset.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json && !offlineTask {
 		fmt.Fprintln(e.stderr, defaultNotice(bset.Unchosen))
 	}
 	if _, err := reg.Get(f.backend); err != nil {
@@ -238,7 +245,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err := checkLevel(g.logLevel); err != nil {
 		return err
 	}
-	if f.confirm && !f.resume {
+	if f.confirm && !f.resume && f.task == "" {
 		if err := confirm(e, f); err != nil {
 			return err
 		}
@@ -271,7 +278,26 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err != nil {
 		return err
 	}
-	var run *runtime.Run
+	var (
+		run  *runtime.Run
+		pl   *planner.Planner
+		plan *planner.Plan
+	)
+	if f.task != "" || f.autoFix {
+		if pl, err = newPlanner(svc, reg, cfg, f); err != nil {
+			return err
+		}
+	}
+	if f.task != "" && !f.resume {
+		if plan, err = planTask(ctx, e, f, pl); err != nil {
+			return err
+		}
+		if f.confirm {
+			if err := confirmScript(e, f, "planned workflow", plan.Script); err != nil {
+				return err
+			}
+		}
+	}
 	if f.resume {
 		run, err = svc.Resume(ctx, runtime.ResumeSpec{Run: resumeRef, AllowChangedScript: f.allowChanged, RerunFromDivergence: f.rerunDiverged})
 		if err != nil {
@@ -284,11 +310,15 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			return err // a syntax error in a changed script maps to exit 2 in exitCode
 		}
 	} else {
-		run, err = svc.Start(ctx, runtime.Spec{
+		spec := runtime.Spec{
 			Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
 			Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
 			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls, MaxLogBytes: cfg.Limits.MaxLogBytes, MaxReportBytes: cfg.Limits.MaxReportBytes},
-		})
+		}
+		if plan != nil {
+			spec.Source, spec.Plan = plan.Script, planRecord(plan, "")
+		}
+		run, err = svc.Start(ctx, spec)
 		if err != nil {
 			if lua.ErrorKindOf(err) != "" || storage.Broken(err) {
 				return err // a script error, or the state dir failing: not a usage error
@@ -297,6 +327,10 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}
 
+	if plan != nil && !f.json {
+		fmt.Fprintf(e.stderr, "luft: planned script saved to %s (edit it and rerun with luft run --workflow FILE)\n",
+			filepath.Join(stateDir(e, g), "runs", run.ID, "workflow.lua"))
+	}
 	r := newRenderer(e, g, f)
 	r.lanes = laneSampler(svc)
 	if run.AlreadyCompleted() && !f.json {
@@ -314,6 +348,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
 	// Signals are handled until this function returns, including while the report and
 	// events are still being written.
+	cur := &liveRun{r: r, run: run}
 	sigs := make(chan os.Signal, 2)
 	stop := e.notify(sigs)
 	finished := make(chan struct{})
@@ -327,7 +362,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			select {
 			case <-sigs:
 				n++
-				r.interrupt(n, run)
+				cur.interrupt(n)
 			case <-finished:
 				return
 			}
@@ -343,6 +378,13 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return &exitError{code: exitFailed, err: err}
 	}
 	res := run.Wait()
+	if f.autoFix && !stuck && fixable(res) {
+		fx := &fixing{r: r, run: run, res: res, logFile: logFile, logDone: logDone}
+		if err := fx.loop(ctx, e, g, f, svc, pl, cur); err != nil {
+			return err
+		}
+		r, res, stuck, logDone = fx.r, fx.res, fx.stuck, fx.logDone
+	}
 	var ferr error
 	if stuck {
 		ferr = r.finishWithin(res)

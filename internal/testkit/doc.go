@@ -36,7 +36,9 @@
 //     runes; each message adds one role-marker token, tool declarations come first. The
 //     same counter (CountTokens) is exported so tests can state expectations.
 //   - Output: max_completion_tokens, else max_tokens, else DefaultMaxTokens tokens of
-//     deterministic words (exactly that many tokens); finish_reason "stop". With a
+//     deterministic words (exactly that many tokens); finish_reason "stop". With
+//     Config.Lengths the length is drawn instead, heavy-tailed (lognormal, seeded per
+//     conversation) and capped by the request's max tokens when it sends one. With a
 //     json_schema response_format the content is a valid instance of the schema, with
 //     json_object it is {}; usage.completion_tokens is then the content's token count.
 //   - Scripted tool calls (ToolRule): when the last user message matches a rule the
@@ -46,7 +48,8 @@
 //   - Rate limits, engine-wide (Limits): a request bucket (RPM) and a token bucket (TPM),
 //     refilled continuously or reset in fixed windows. A request is charged at arrival
 //     prompt + max_tokens (prompt + output without max_tokens), as OpenAI's limiter
-//     does. A refused request gets 429 with an OpenAI error body (type "requests" or
+//     does; with Limits.OutputAtEnd, the prompt at arrival and the actual output when it
+//     ends. A refused request gets 429 with an OpenAI error body (type "requests" or
 //     "tokens", code rate_limit_exceeded), retry-after (whole seconds, rounded up) and
 //     retry-after-ms, and it is still charged one request (NoChargeRejected turns that
 //     off; ChargeRejectedTokens also charges its tokens). A continuous bucket can go at

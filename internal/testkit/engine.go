@@ -50,6 +50,8 @@ type Config struct {
 	// DefaultMaxTokens is the completion length when a request sets neither max_tokens
 	// nor max_completion_tokens; default 32.
 	DefaultMaxTokens int
+	// Lengths, with a Median, draws heavy-tailed completion lengths instead.
+	Lengths Lengths
 
 	Routing   Routing
 	Limits    Limits
@@ -98,8 +100,9 @@ type Record struct {
 	PromptTokens int `json:"prompt_tokens"`
 	CachedTokens int `json:"cached_tokens"`
 	OutputTokens int `json:"output_tokens"`
-	// ChargedTokens is the request's token charge (prompt + max_tokens) when admitted;
-	// for a refused request, only with Limits.ChargeRejectedTokens.
+	// ChargedTokens is the request's token charge (prompt + max_tokens, or prompt +
+	// output without max_tokens; with Limits.OutputAtEnd the output is added when the
+	// request ends); for a refused request, only with Limits.ChargeRejectedTokens.
 	ChargedTokens int `json:"charged_tokens"`
 	ToolCalls     int `json:"tool_calls,omitempty"`
 
@@ -205,6 +208,7 @@ type job struct {
 	replica *replica
 	state   jobState
 	timer   Timer
+	tail    int // tokens charged when the request ends (Limits.OutputAtEnd)
 	decode  time.Duration
 	header  http.Header
 	rec     Record
@@ -339,7 +343,17 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 	} else if req.MaxTokens != nil {
 		maxTokens, explicit = *req.MaxTokens, true
 	}
-	j.answer = decide(req, e.cfg.ToolRules, maxTokens)
+	out, capped := maxTokens, false
+	if e.cfg.Lengths.Median > 0 {
+		out = e.cfg.Lengths.draw(seedOf(req))
+		if explicit && out > maxTokens {
+			out, capped = maxTokens, true
+		}
+	}
+	j.answer = decide(req, e.cfg.ToolRules, out)
+	if capped && j.answer.finish == "stop" && j.answer.tokens == out {
+		j.answer.finish = "length" // the drawn answer ran into the cap
+	}
 	if explicit && j.answer.content != "" && j.answer.tokens > maxTokens {
 		// A scripted or structured reply longer than the cap is cut there, as a model's
 		// would be.
@@ -352,8 +366,11 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 	// Providers charge the prompt plus max_tokens at admission (OpenAI's rate limiter
 	// counts max_tokens, not what is finally generated); without max_tokens, the output.
 	charge := j.prompt.tokens + j.answer.tokens
-	if explicit {
+	switch {
+	case explicit:
 		charge = j.prompt.tokens + maxTokens
+	case e.cfg.Limits.OutputAtEnd:
+		charge, j.tail = j.prompt.tokens, j.answer.tokens
 	}
 
 	if rej := e.limits.admit(now, charge); rej != nil {
@@ -579,6 +596,11 @@ func (e *Engine) finish(j *job) {
 	j.state = finished
 	j.rec.Status = http.StatusOK
 	j.rec.Finish = now
+	if j.tail > 0 {
+		e.limits.charge(now, j.tail)
+		j.rec.ChargedTokens += j.tail
+		e.limits.headers(j.header, now)
+	}
 	e.completed++
 	e.recordLocked(j.rec)
 	e.releaseLocked(j.replica, now)

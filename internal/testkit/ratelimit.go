@@ -56,6 +56,12 @@ type Limits struct {
 	NoChargeRejected bool
 	// ChargeRejectedTokens makes a rejected request also consume its token charge.
 	ChargeRejectedTokens bool
+	// OutputAtEnd bills a request that sets no max_tokens the way a provider that
+	// charges generated tokens does: it is admitted and charged on its prompt alone, and
+	// its actual completion is charged when it ends (the bucket may go into debt). Its
+	// non-streamed response's rate-limit headers then describe the bucket after that
+	// charge; a stream's went out with its first token, before it.
+	OutputAtEnd bool
 	// Anthropic adds anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}
 	// headers (RFC 3339 resets) next to the x-ratelimit-* ones.
 	Anthropic bool
@@ -250,6 +256,15 @@ func (l *limiter) admit(now time.Time, cost int) *rejection {
 		}
 	}
 	return rej
+}
+
+// charge takes n tokens from the token bucket without a check: a completion billed when
+// it ends.
+func (l *limiter) charge(now time.Time, n int) {
+	if l.toks != nil {
+		l.toks.sync(now)
+		l.toks.take(float64(n))
+	}
 }
 
 // headers writes the rate-limit headers describing the buckets at now.

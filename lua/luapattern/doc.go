@@ -16,5 +16,8 @@
 // scripts behave as before: %f is not a frontier pattern (it matches a literal 'f'), '^'
 // anchors a pattern in gmatch too, and matching recursion deeper than 1,000,000 levels fails
 // with "pattern/input too complex". Captures nested more than 200 deep are refused, where
-// pm would recurse until the goroutine stack overflows.
+// pm would recurse until the goroutine stack overflows. Back-references follow Lua 5.1
+// where pm reads stale positions (and may panic with an index out of range): one to a
+// capture still open ("(a%1)") is the error "invalid capture index", and one to a
+// position capture ("()%1") never matches.
 package luapattern

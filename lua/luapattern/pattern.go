@@ -3,8 +3,9 @@
 // see the LICENSE file in this folder. The parser, compiler, instruction set and match
 // results are unchanged. What changed: the matcher counts its steps and can be stopped
 // (context, step budget), subjects are strings, patterns can be compiled once and matched
-// lazily (Matcher), and capture nesting is bounded so a hostile pattern cannot overflow the
-// goroutine stack while it is parsed.
+// lazily (Matcher), capture nesting is bounded so a hostile pattern cannot overflow the
+// goroutine stack while it is parsed, and back-references to open or position captures
+// follow Lua 5.1 instead of reading stale positions.
 
 package luapattern
 
@@ -110,6 +111,20 @@ func (st *MatchData) setCapture(s, pos int) uint32 {
 }
 
 func (st *MatchData) restoreCapture(s int, pos uint32) { st.captures[s] = pos }
+
+// unfinished is the end of a capture whose closing parenthesis the matcher has not
+// reached. It is even (not a position capture) and no subject is that long.
+const unfinished = ^uint32(0) &^ 1
+
+// setRaw stores v at s and returns what was there.
+func (st *MatchData) setRaw(s int, v uint32) uint32 {
+	for s >= len(st.captures) {
+		st.captures = append(st.captures, 0)
+	}
+	old := st.captures[s]
+	st.captures[s] = v
+	return old
+}
 
 // CaptureLength is twice the number of captures, the whole match included: captures i/2
 // (i even) spans Capture(i) to Capture(i+1). Index 0 and 1 are the whole match.
@@ -655,10 +670,21 @@ redo:
 		goto redo
 	case opSave:
 		s := m.setCapture(inst.Operand1, sp)
+		// Opening capture k marks its end unfinished until its closing save, so that a
+		// back-reference from inside it is an error, as in Lua 5.1, and never reads an
+		// end left over from a path the matcher backtracked out of.
+		opening := inst.Operand1 >= 2 && inst.Operand1%2 == 0
+		var e uint32
+		if opening {
+			e = m.setRaw(inst.Operand1+1, unfinished)
+		}
 		if ok, nsp := vm.run(pc+1, sp, recLevel, m); ok {
 			return true, nsp
 		}
 		m.restoreCapture(inst.Operand1, s)
+		if opening {
+			m.restoreCapture(inst.Operand1+1, e)
+		}
 		return false, sp
 	case opPSave:
 		m.addPosCapture(inst.Operand1, sp+1)
@@ -688,8 +714,11 @@ redo:
 		return false, sp
 	case opNumber:
 		idx := inst.Operand1 * 2
-		if idx >= m.CaptureLength()-1 {
+		if idx >= m.CaptureLength()-1 || m.captures[idx+1] == unfinished {
 			panic(newError(_UNKNOWN, "invalid capture index"))
+		}
+		if m.IsPosCapture(idx) {
+			return false, sp // Lua 5.1: a position capture never matches as a back-reference
 		}
 		capture := src[m.Capture(idx):m.Capture(idx+1)]
 		vm.tick(int64(len(capture)))

@@ -331,3 +331,36 @@ func TestNestingLimit(t *testing.T) {
 		t.Fatal("no error")
 	}
 }
+
+// Back-references to a capture that is still open or to a position capture: Lua 5.1 raises
+// "invalid capture index" for the first and never matches the second. gopher-lua's pm
+// reads stale positions there and panicked with an index out of range on "()%1" and on
+// "(()%1)" from the second start position.
+func TestBackReferencesLikeLua51(t *testing.T) {
+	cases := []struct {
+		pat, src string
+		matches  int
+		err      string
+	}{
+		{"()%1", "0", 0, ""},
+		{"()%1", "", 0, ""},
+		{"()a%1", "aa", 0, ""},
+		{"(a%1)", "aa", 0, "invalid capture index"},
+		{"(()%1)", "xy", 0, "invalid capture index"},
+		{"(.-%1)", "xaa", 0, "invalid capture index"},
+		{"(a)%1", "aa", 1, ""},
+	}
+	for _, c := range cases {
+		ms, err := Find(t.Context(), c.pat, []byte(c.src), 0, -1)
+		if c.err != "" {
+			var e *Error
+			if !errors.As(err, &e) || e.Message != c.err {
+				t.Errorf("Find(%q, %q) = %v, want the error %q", c.pat, c.src, err, c.err)
+			}
+			continue
+		}
+		if err != nil || len(ms) != c.matches {
+			t.Errorf("Find(%q, %q) = %d matches, %v; want %d", c.pat, c.src, len(ms), err, c.matches)
+		}
+	}
+}

@@ -25,25 +25,36 @@ func (w *walker) fromLua(v lua.LValue, depth int) (any, error) {
 	}
 	switch x := v.(type) {
 	case lua.LString:
-		return string(x), nil
+		return string(x), w.grow(len(x) + 2)
 	case lua.LNumber:
 		f := float64(x)
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return nil, w.errorf("cannot convert %s to JSON", numName(f))
 		}
-		return f, nil
+		return f, w.grow(1)
 	case lua.LBool:
-		return bool(x), nil
+		return bool(x), w.grow(4)
 	case *lua.LTable:
 		return w.tableFromLua(x, depth)
 	case *lua.LNilType, nil:
-		return nil, nil
+		return nil, w.grow(4)
 	case *lua.LUserData:
 		if w.c != nil && x == w.c.Null {
-			return nil, nil
+			return nil, w.grow(4)
 		}
 	}
 	return nil, w.errorf("cannot convert %s to JSON", typeName(v))
+}
+
+// grow counts n more bytes of JSON output toward the size limit. It only ever
+// undercounts (no escapes, one digit per number), so FromLua refuses a value only when
+// Encode would refuse it too.
+func (w *walker) grow(n int) error {
+	w.size += n
+	if w.size > w.maxBytes {
+		return w.sizeError()
+	}
+	return nil
 }
 
 func numName(f float64) string {
@@ -237,6 +248,22 @@ func (w *walker) tableFromLua(t *lua.LTable, depth int) (any, error) {
 		return nil, err
 	}
 	count := len(w.kv) - start
+	// Brackets and commas; in an array the holes too ("null,"), in an object the keys
+	// (quotes and colon).
+	if err := w.grow(2 + max(count-1, 0)); err != nil {
+		return nil, err
+	}
+	if shape.array {
+		if err := w.grow(5 * (shape.n - count)); err != nil {
+			return nil, err
+		}
+	} else {
+		for i := start; i < start+count; i++ {
+			if err := w.grow(len(w.kv[i].key) + 3); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var out any
 	if shape.array {
 		arr := make([]any, shape.n)

@@ -222,6 +222,10 @@ type walker struct {
 	maxNodes int
 	nodes    int
 	indent   string
+	// size is, for FromLua, a lower bound of the JSON size of what was converted so
+	// far: a table reachable twice is converted twice, so without it a small DAG
+	// (t = {t, t} nested 60 times) would expand to 2^60 values.
+	size int
 
 	path []seg
 	anc  []*lua.LTable
@@ -247,6 +251,7 @@ const maxPooledScratch = 1 << 16
 func putWalker(w *walker) {
 	w.c = nil
 	w.indent = ""
+	w.size = 0
 	w.path = w.path[:0]
 	clear(w.anc[:cap(w.anc)])
 	w.anc = w.anc[:0]

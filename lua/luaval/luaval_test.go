@@ -878,3 +878,19 @@ func TestInterruptStopsConversion(t *testing.T) {
 		t.Fatalf("FromLua without interrupt: %v", err)
 	}
 }
+
+// A table reachable twice is converted twice; the size limit must stop a DAG whose
+// expansion is exponential before it is built (t = {t, t} nested 60 times is 2^60
+// leaves).
+func TestFromLuaDAGHitsSizeLimit(t *testing.T) {
+	t.Parallel()
+	L, c := newState(t, Limits{MaxBytes: 1 << 20})
+	v := eval(t, L, `local t = {1} for i = 1, 60 do t = {t, t} end return t`)
+	_, err := c.FromLua(v)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "limit of 1048576 bytes") {
+		t.Fatalf("FromLua of a 2^60-leaf DAG: %v, want the size limit", err)
+	}
+	if _, err := c.Encode(v, ""); !errors.Is(err, ErrLimit) {
+		t.Fatalf("Encode of a 2^60-leaf DAG: %v, want the size limit", err)
+	}
+}

@@ -98,7 +98,8 @@ type Run struct {
 	Msgs     []testkit.Message
 	Turns    []*Turn
 	chain    int
-	sharedPT int // prompt tokens of the shared system message (role marker included)
+	sharedPT int       // prompt tokens of the shared system message (role marker included)
+	admitted time.Time // when luft first admitted a turn of the run
 }
 
 // Turn is one model turn of a run as it goes through the policy and the engine.
@@ -147,6 +148,15 @@ type Harness struct {
 
 	FirstResponse time.Time // when the first answer of any kind reached a client
 	Stuck         bool      // the loop ended with runs unfinished
+	// Origin is when the simulation started, for makespans; zero = T0.
+	Origin time.Time
+}
+
+func (h *Harness) origin() time.Time {
+	if h.Origin.IsZero() {
+		return T0
+	}
+	return h.Origin
 }
 
 type streamState struct {

@@ -66,6 +66,8 @@ type Result struct {
 
 	Makespan      float64 `json:"makespan"`       // last run end
 	BatchMakespan float64 `json:"batch_makespan"` // last batch run end
+	// InteractiveJCT is the longest interactive run, start to end (s).
+	InteractiveJCT float64 `json:"interactive_jct"`
 
 	PromptTokens int64   `json:"prompt_tokens"`
 	CachedTokens int64   `json:"cached_tokens"`
@@ -160,10 +162,12 @@ func Measure(h *Harness) *Result {
 			r.Unfinished++
 			continue
 		}
-		e := secs(run.End)
+		e := run.End.Sub(h.origin()).Seconds()
 		r.Makespan = max(r.Makespan, e)
 		if run.Class == agent.ClassBatch {
 			r.BatchMakespan = max(r.BatchMakespan, e)
+		} else {
+			r.InteractiveJCT = max(r.InteractiveJCT, run.End.Sub(run.Start).Seconds())
 		}
 	}
 	lat := map[string][]float64{}

@@ -107,7 +107,7 @@ func (l *Luft) Submit(t *Turn) {
 		ID: id,
 		Turn: scheduler.Turn{RunID: t.Run.ID, CallKey: t.Run.ID + "/" + strconv.Itoa(t.Index), Lane: Lane,
 			Class: t.Run.Class, Caller: t.Run.Caller, EstTokens: t.Est, Continuation: t.Continuation(),
-			EstOutput: t.Output},
+			EstOutput: t.Output, Conversation: t.Run.ID, CallStart: t.Run.admitted},
 		RunStart: t.Run.Start,
 	}
 	l.timed(func(now time.Time) []scheduler.Action { return l.core.Submit(job, now) })
@@ -146,6 +146,9 @@ func (l *Luft) apply(a scheduler.Action) {
 	case scheduler.ActAdmit:
 		t := l.turns[a.ID]
 		l.queued--
+		if t.Run.admitted.IsZero() {
+			t.Run.admitted = l.h.Now() // the agent call's first admission ranks its later turns
+		}
 		l.h.Send(t, a.Replica)
 	case scheduler.ActRetry:
 		l.Retries++

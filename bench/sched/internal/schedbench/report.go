@@ -14,7 +14,10 @@ import (
 	"github.com/luft-run/luft/internal/testkit"
 )
 
-// Check is one of the issue's targets, evaluated.
+// Check is one of the issue's targets, evaluated for luft and for the FIFO baseline.
+// A target worth the name is one FIFO fails: TestTargetsDiscriminate holds every check
+// to that. A guard (Guard) is a no-harm bound instead — batch makespan no worse than
+// FIFO's, the decision cost — that FIFO meets by construction or has no figure for.
 type Check struct {
 	ID     string  `json:"id"`
 	What   string  `json:"what"`
@@ -23,17 +26,39 @@ type Check struct {
 	Target float64 `json:"target"`
 	Pass   bool    `json:"pass"`
 	Unit   string  `json:"unit,omitempty"`
+	// FIFO is the FIFO baseline's figure for the same metric and FIFOPass whether it
+	// meets the target; absent for a guard.
+	FIFO     *float64 `json:"fifo,omitempty"`
+	FIFOPass bool     `json:"fifo_pass,omitempty"`
+	Guard    bool     `json:"guard,omitempty"`
+}
+
+func meets(value float64, op string, target float64) bool {
+	if math.IsNaN(value) || math.IsInf(value, 0) {
+		return false
+	}
+	if op == ">=" {
+		return value >= target
+	}
+	return value <= target
 }
 
 func check(id, what string, value float64, op string, target float64, unit string) Check {
-	pass := value <= target
-	if op == ">=" {
-		pass = value >= target
-	}
-	if math.IsNaN(value) || math.IsInf(value, 0) {
-		pass = false
-	}
-	return Check{ID: id, What: what, Value: value, Op: op, Target: target, Pass: pass, Unit: unit}
+	return Check{ID: id, What: what, Value: value, Op: op, Target: target, Pass: meets(value, op, target), Unit: unit}
+}
+
+// target is a check of luft's figure with FIFO's beside it.
+func target(id, what string, luft, fifo float64, op string, goal float64, unit string) Check {
+	c := check(id, what, luft, op, goal, unit)
+	c.FIFO, c.FIFOPass = &fifo, meets(fifo, op, goal)
+	return c
+}
+
+// guard is a no-harm bound (see Check).
+func guard(id, what string, value float64, op string, goal float64, unit string) Check {
+	c := check(id, what, value, op, goal, unit)
+	c.Guard = true
+	return c
 }
 
 // Report is one workload's results and targets.
@@ -156,13 +181,19 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintf(w, "  %-62s %10.3f\n", k, r.Figures[k])
 		}
 	}
-	fmt.Fprintln(w, "\n  targets")
-	for _, c := range r.Checks {
-		mark := "PASS"
-		if !c.Pass {
-			mark = "FAIL"
+	fmt.Fprintln(w, "\n  targets (luft, then the FIFO baseline; a guard is a no-harm bound FIFO meets by construction)")
+	mark := func(ok bool) string {
+		if ok {
+			return "PASS"
 		}
-		fmt.Fprintf(w, "  %-62s %10.3f%-2s %s %8.3f%-2s  %s\n", c.What, c.Value, c.Unit, c.Op, c.Target, c.Unit, mark)
+		return "FAIL"
+	}
+	for _, c := range r.Checks {
+		base := "guard"
+		if c.FIFO != nil {
+			base = fmt.Sprintf("fifo %9.3f%-2s %s", *c.FIFO, c.Unit, mark(c.FIFOPass))
+		}
+		fmt.Fprintf(w, "  %-62s %10.3f%-2s %s %8.3f%-2s  %s   %s\n", c.What, c.Value, c.Unit, c.Op, c.Target, c.Unit, mark(c.Pass), base)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
@@ -174,8 +205,11 @@ func (r *Report) Print(w io.Writer) {
 // W1
 
 // RunW1 runs W1 under luft and the baselines.
-func RunW1(size Size) *Report {
-	w := W1(size)
+func RunW1(size Size) *Report { return W1Report(W1(size), size, nil) }
+
+// W1Report runs w under luft's decision core and the baselines. With rt, the result of
+// RunThroughRuntime on w, luft as shipped is reported first and held to the targets.
+func W1Report(w *Workload, size Size, rt *Result) *Report {
 	rep := &Report{Workload: "W1", Size: size.String(), Figures: map[string]float64{},
 		About: fmt.Sprintf("saturation: %d batch + %d interactive agent runs on %d replicas × %d slots, %dk-token prefix cache per replica",
 			w.Streams[0].Parallel, w.Streams[1].Parallel, w.Engine.Replicas, w.Engine.Slots, w.Engine.CacheTokens/1024)}
@@ -184,6 +218,11 @@ func RunW1(size Size) *Report {
 	}
 	rep.Results = append(rep.Results, Simulate(w.Only("interactive"), PolIsolate))
 	l, fifo, rr, iso, sticky := rep.Result(PolLuft), rep.Result(PolFIFO), rep.Result(PolRR), rep.Result(PolIsolate), rep.Result(PolSticky)
+	if rt != nil {
+		rep.Workload += " through the runtime"
+		rep.Results = append([]*Result{rt}, rep.Results...)
+		l = rt
+	}
 	li, fi, ii := l.Latency["interactive"], fifo.Latency["interactive"], iso.Latency["interactive"]
 	rep.Figures["interactive p50: fifo / luft"] = ratio(fi.P50, li.P50)
 	rep.Figures["interactive p99: nosched / luft"] = ratio(rep.Result(PolNoSched).Latency["interactive"].P99, li.P99)
@@ -192,10 +231,14 @@ func RunW1(size Size) *Report {
 	rep.Figures["cache hit: oracle / rr"] = ratio(l.OracleHit, rr.CacheHit)
 	rep.Figures["cache hit: luft / fifo"] = ratio(l.CacheHit, fifo.CacheHit)
 	rep.Checks = []Check{
-		check("W1/interactive_p99_vs_idle", "interactive p99 vs idle engines (luft / isolated)", ratio(li.P99, ii.P99), "<=", 2, "×"),
-		check("W1/interactive_p99_vs_fifo", "interactive p99 lower than FIFO by (fifo / luft)", ratio(fi.P99, li.P99), ">=", 5, "×"),
-		check("W1/batch_makespan_vs_fifo", "batch makespan vs FIFO (luft / fifo)", ratio(l.BatchMakespan, fifo.BatchMakespan), "<=", 1.05, "×"),
-		check("W1/cache_hit_vs_rr", "prefix-cache hit ratio vs round-robin (luft / rr)", ratio(l.CacheHit, rr.CacheHit), ">=", 1.6, "×"),
+		target("W1/interactive_p99_vs_idle", "interactive p99 vs idle engines (x / isolated)", ratio(li.P99, ii.P99), ratio(fi.P99, ii.P99), "<=", 2, "×"),
+		target("W1/interactive_p99_vs_fifo", "interactive p99 lower than FIFO by (fifo / x)", ratio(fi.P99, li.P99), 1, ">=", 5, "×"),
+		guard("W1/batch_makespan_vs_fifo", "batch makespan vs FIFO (luft / fifo)", ratio(l.BatchMakespan, fifo.BatchMakespan), "<=", 1.05, "×"),
+		// The notes' "≥ 1.6× round-robin" cannot be met on this trace by any routing
+		// (the figure 'cache hit: oracle / rr' is below 1.6); their other cache target,
+		// ≥ 0.8× the oracle, FIFO meets too. 0.85× the oracle is the least round bound
+		// FIFO fails.
+		target("W1/cache_hit_vs_oracle", "prefix-cache hit ratio vs the oracle (x / oracle)", ratio(l.CacheHit, l.OracleHit), ratio(fifo.CacheHit, fifo.OracleHit), ">=", 0.85, "×"),
 	}
 	rep.rows = []row{rowRuns, rowTurns,
 		latRow(agent.ClassInteractive, "p50"), latRow(agent.ClassInteractive, "p99"), waitRow(agent.ClassInteractive),
@@ -216,7 +259,12 @@ const W2DeepQueue = 10_000
 // for the decision cost at a deep queue. costHorizon bounds that run's virtual time (0 =
 // to the end): the cost is read while the queue is deep, and the run need not finish.
 func RunW2(size Size, costHorizon time.Duration) *Report {
-	w := W2(size, 0)
+	return W2Report(W2(size, 0), size, costHorizon, nil)
+}
+
+// W2Report is RunW2 on w; with rt (RunThroughRuntime on w), luft as shipped is reported
+// first and held to the targets.
+func W2Report(w *Workload, size Size, costHorizon time.Duration, rt *Result) *Report {
 	subs := w.Streams[1].Parallel
 	rep := &Report{Workload: "W2", Size: size.String(), Figures: map[string]float64{},
 		About: fmt.Sprintf("fan-out: one run plans, fans out to %d sub-agents (1–3 turns, 1k shared prefix + 300 unique), summarises; one interactive caller from t=10 s; %d replicas × %d slots",
@@ -236,19 +284,40 @@ func RunW2(size Size, costHorizon time.Duration) *Report {
 	rep.Results = append(rep.Results, cost)
 
 	l, iso := rep.Result(PolLuft), rep.Result(PolIsolate)
+	if rt != nil {
+		rep.Workload += " through the runtime"
+		rep.Results = append([]*Result{rt}, rep.Results...)
+		l = rt
+	}
 	ideal := w2Ideal(l)
 	rep.Figures["ideal makespan (s): plan + oracle work ÷ slots + summary"] = ideal
 	rep.Figures["makespan / ideal: fifo"] = ratio(rep.Result(PolFIFO).Makespan, ideal)
 	rep.Figures["makespan / ideal: nosched"] = ratio(rep.Result(PolNoSched).Makespan, ideal)
-	rep.Figures["interactive p99 vs isolation (luft / isolated)"] = ratio(l.Latency["interactive"].P99, iso.Latency["interactive"].P99)
-	rep.Figures["interactive p99 vs isolation (fifo / isolated)"] = ratio(rep.Result(PolFIFO).Latency["interactive"].P99, iso.Latency["interactive"].P99)
 	rep.Figures["luft-10k: events read at ≥ 9,000 queued"] = float64(cost.DecisionDeep.N)
 	rep.Figures["luft-10k: decision cost p50 at ≥ 9,000 queued (µs)"] = cost.DecisionDeep.P50
 	rep.Figures["luft-10k: decision cost max at ≥ 9,000 queued (µs)"] = cost.DecisionDeep.Max
 	rep.Figures["luft-10k: max queued turns"] = float64(cost.MaxQueued)
+	f := rep.Result(PolFIFO)
+	rep.Figures["interactive run time vs isolation (luft)"] = ratio(l.InteractiveJCT, iso.InteractiveJCT)
+	rep.Figures["interactive run time vs isolation (fifo)"] = ratio(f.InteractiveJCT, iso.InteractiveJCT)
+	p99s := []float64{cost.DecisionDeep.P99}
+	for len(p99s) < costRuns {
+		again := Measure(NewHarness(big, NewPolicy(PolLuft, big)).Run())
+		again.DeepCost(W2DeepQueue * 9 / 10)
+		p99s = append(p99s, again.DecisionDeep.P99)
+	}
+	slices.Sort(p99s)
+	rep.Figures[fmt.Sprintf("luft-10k: decision cost p99 (µs), least of %d runs", costRuns)] = p99s[0]
+	rep.Figures[fmt.Sprintf("luft-10k: decision cost p99 (µs), most of %d runs", costRuns)] = p99s[len(p99s)-1]
 	rep.Checks = []Check{
-		check("W2/decision_p99", "decision cost p99 with ~10,000 queued turns (luft-10k)", cost.DecisionDeep.P99, "<=", 50, "µs"),
-		check("W2/makespan_vs_ideal", "makespan vs ideal (luft / ideal)", ratio(l.Makespan, ideal), "<=", 1.10, "×"),
+		guard("W2/decision_p99", fmt.Sprintf("decision cost p99 with ~10,000 queued turns, median of %d runs", costRuns),
+			p99s[len(p99s)/2], "<=", 50, "µs"),
+		// The fan-out alone finishes near the ideal under FIFO too (a guard); what a
+		// scheduler adds is that the other caller's run is not held up behind it.
+		guard("W2/makespan_vs_ideal", "fan-out makespan vs ideal (luft / ideal)", ratio(l.Makespan, ideal), "<=", 1.10, "×"),
+		target("W2/interactive_run_vs_isolation", "the interactive caller's run time vs alone (x / isolated)",
+			ratio(l.InteractiveJCT, iso.InteractiveJCT), ratio(f.InteractiveJCT, iso.InteractiveJCT), "<=", 1.5, "×"),
+		target("W2/interactive_p99_vs_isolation", "interactive turn p99 vs isolation (x / isolated)", p99vs(l, iso), p99vs(f, iso), "<=", 2, "×"),
 	}
 	rep.rows = []row{rowRuns, rowTurns,
 		latRow(agent.ClassInteractive, "p50"), latRow(agent.ClassInteractive, "p99"), waitRow(agent.ClassInteractive),
@@ -318,11 +387,11 @@ func RunW3(size Size) *Report {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("luft-30m: the same callers for 30 min (not a target), for turns aged past BatchOffset: batch turn p99 %.0f s, least window Jain's index %.3f",
 			r.Latency[string(agent.ClassBatch)].P99, r.Fairness.JainMin))
 	}
-	l := rep.Result(PolLuft)
+	l, f := rep.Result(PolLuft), rep.Result(PolFIFO)
 	rep.Figures["late joiner delay / slot turnover (luft)"] = ratio(l.LateJoin.Delay, l.LateJoin.Turnover)
 	rep.Checks = []Check{
-		check("W3/jain", fmt.Sprintf("Jain's index, least over %v windows with all backlogged", W3Window), l.Fairness.JainMin, ">=", 0.95, ""),
-		check("W3/late_joiner", "late joiner: other turns admitted before its first (0 = next slot turnover)", float64(l.LateJoin.OthersBefore), "<=", 0, ""),
+		target("W3/jain", fmt.Sprintf("Jain's index, least over %v windows with all backlogged", W3Window), l.Fairness.JainMin, f.Fairness.JainMin, ">=", 0.95, ""),
+		target("W3/late_joiner", "late joiner: other turns admitted before its first (0 = next slot turnover)", float64(l.LateJoin.OthersBefore), float64(f.LateJoin.OthersBefore), "<=", 0, ""),
 	}
 	rep.rows = []row{rowRuns, rowTurns,
 		{"windows with all backlogged", func(r *Result) string { return fmt.Sprint(r.Fairness.Windows) }},
@@ -357,6 +426,25 @@ const (
 // ---------------------------------------------------------------------------------------
 // W4
 
+// p99vs is a policy's interactive turn p99 over the isolated one's, or +Inf when some of
+// its runs failed (a failed run's turns would otherwise not count).
+func p99vs(r, iso *Result) float64 {
+	if r.RunsFailed > 0 || r.Latency["interactive"].N == 0 {
+		return math.Inf(1)
+	}
+	return ratio(r.Latency["interactive"].P99, iso.Latency["interactive"].P99)
+}
+
+// completedWithin is a policy's makespan over its own net floor, (tokens it was charged −
+// the bucket's initial fill) ÷ TPM, or +Inf when some run failed: a policy that gives
+// runs up is charged fewer tokens and must not look faster for it.
+func completedWithin(r *Result, lim testkit.Limits) float64 {
+	if r.RunsFailed > 0 || r.Unfinished > 0 {
+		return math.Inf(1)
+	}
+	return ratio(r.Makespan, float64(r.ChargedTokens-int64(lim.TPM))/float64(lim.TPM)*60)
+}
+
 // RunW4 runs W4 under luft and the baselines.
 func RunW4(size Size) *Report {
 	w := W4(size)
@@ -378,7 +466,7 @@ func RunW4(size Size) *Report {
 	ip.Policy = "isolated-1s"
 	rep.Results = append(rep.Results, lp, ip)
 	rep.Figures["interactive p99 vs isolation with 1 s pauses (luft-1s / isolated-1s)"] = ratio(lp.Latency["interactive"].P99, ip.Latency["interactive"].P99)
-	l, iso := rep.Result(PolLuft), rep.Result(PolIsolate)
+	l, iso, f := rep.Result(PolLuft), rep.Result(PolIsolate), rep.Result(PolFIFO)
 	start := w.Streams[1].Start
 	tpm5, rpm5 := demand(iso, start, lim)
 	tpm1, rpm1 := demand(ip, start, lim)
@@ -388,17 +476,16 @@ func RunW4(size Size) *Report {
 	rep.Figures["interactive demand ÷ RPM, isolated-1s"] = rpm1
 	floor := float64(l.ChargedTokens) / float64(lim.TPM) * 60
 	burst := float64(l.ChargedTokens-int64(lim.TPM)) / float64(lim.TPM) * 60
-	rep.Figures["physical floor (s): total tokens ÷ TPM"] = floor
-	rep.Figures["floor net of the initial full bucket (s): (total − TPM) ÷ TPM"] = burst
-	rep.Figures["makespan / net floor: luft"] = ratio(l.Makespan, burst)
-	rep.Figures["makespan / floor: fifo"] = ratio(rep.Result(PolFIFO).Makespan, floor)
-	rep.Figures["makespan / floor: nosched"] = ratio(rep.Result(PolNoSched).Makespan, floor)
+	rep.Figures["gross floor (s): total tokens ÷ TPM"] = floor
+	rep.Figures["net floor (s): (total − TPM) ÷ TPM, the bucket's initial fill counted"] = burst
+	rep.Figures["makespan / gross floor: luft"] = ratio(l.Makespan, floor)
 	rep.Figures["achieved TPM share: luft (tokens ÷ makespan ÷ TPM)"] = float64(l.ChargedTokens) / (l.Makespan / 60) / float64(lim.TPM)
 	rep.Checks = []Check{
-		check("W4/429_after_headers", "429s once the first headers are known (luft)", float64(l.R429Late), "<=", 0, ""),
-		check("W4/429_share", "429s overall (luft, share of requests)", l.RateLimited, "<=", 0.01, ""),
-		check("W4/makespan_vs_floor", "makespan vs physical floor (luft / (tokens ÷ TPM))", ratio(l.Makespan, floor), "<=", 1.05, "×"),
-		check("W4/interactive_p99_vs_isolation", "interactive p99 vs isolation (luft / isolated)", ratio(l.Latency["interactive"].P99, iso.Latency["interactive"].P99), "<=", 2, "×"),
+		target("W4/429_after_headers", "429s once the first headers are known", float64(l.R429Late), float64(f.R429Late), "<=", 0, ""),
+		target("W4/429_share", "429s overall (share of requests)", l.RateLimited, f.RateLimited, "<=", 0.01, ""),
+		target("W4/makespan_vs_net_floor", "every run done, makespan vs net floor (x / ((tokens − TPM) ÷ TPM))",
+			completedWithin(l, lim), completedWithin(f, lim), "<=", 1.05, "×"),
+		target("W4/interactive_p99_vs_isolation", "interactive p99 vs isolation (x / isolated)", p99vs(l, iso), p99vs(f, iso), "<=", 2, "×"),
 	}
 	rep.rows = []row{rowRuns, rowTurns, row429,
 		{"429 share of requests", func(r *Result) string { return fmt.Sprintf("%.3f", r.RateLimited) }},
@@ -450,6 +537,10 @@ func RunAll(names []string, size Size) []*Report {
 	}
 	return out
 }
+
+// costRuns is how many times the decision cost is measured: it is wall time on a shared
+// machine, so the median of these is what is held to its target, with the spread shown.
+const costRuns = 5
 
 // W2FastCostHorizon bounds the fast variant's 10,000-sub-agent run.
 const W2FastCostHorizon = 60 * time.Second

@@ -1,0 +1,5 @@
+//go:build !race
+
+package schedbench
+
+const raceEnabled = false

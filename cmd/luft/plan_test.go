@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/storage"
+)
+
+const (
+	notCompiling  = "```lua\nfunction main(\n  report(1)\nend\n```"
+	withoutReport = "Here it is:\n```lua\nmeta = { phases = { { label = \"work\" } } }\nfunction main()\n  phase(\"work\")\n  agent{ name = \"worker\", prompt = \"count the files\" }\nend\n```"
+	goodScript    = "```lua\nmeta = { reasoning = \"two steps\", phases = { { label = \"work\", description = \"two agents\" } } }\n" +
+		"function main()\n  phase(\"work\")\n  local a = agent{ name = \"first\", prompt = \"count the files\" }\n" +
+		"  local b = agent{ name = \"second\", prompt = \"count the folders\" }\n" +
+		"  report({ first = a.ok, second = b.ok, done = \"planned run done\" })\nend\n```"
+)
+
+// planRecords are the engine's records of requests for model, in arrival order.
+func planRecords(e *testkit.Engine, model string) []testkit.Record {
+	var out []testkit.Record
+	for _, r := range e.Log() {
+		if r.Model == model {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func message(r testkit.Record, role string) string {
+	for _, m := range r.Messages {
+		if m.Role == role {
+			return string(m.Content)
+		}
+	}
+	return ""
+}
+
+// The model planner on the fake engine: a script that does not compile, then one that
+// never calls report, then a good one. Each rejection goes back to the model with the
+// reason; the third script runs to completion on the same endpoint.
+func TestPlannerRetriesOnFakeEngine(t *testing.T) {
+	engine, _, url := startEngine(t, testkit.Config{Slots: 4, KeepRequests: true, ToolRules: []testkit.ToolRule{
+		{Match: "never calls report()", Reply: goodScript},
+		{Match: "does not compile", Reply: withoutReport},
+		{Match: "Write a luft workflow", Reply: notCompiling},
+	}})
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"luft.toml": localBackend(url, "fake-1", "")})
+	out, errOut, code := luftIn(t, dir, nil, "--state-dir", filepath.Join(dir, "state"), "run", "--no-tui",
+		"count what is in this folder", "--planner-model", "planner-1")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "planned run done") {
+		t.Errorf("report missing:\n%s", out)
+	}
+	for _, want := range []string{"luft: planning with local/planner-1 (up to 3 attempts)", "plan by local/planner-1 (3 attempts, dry run: 2 agent calls)", "1. work — two agents"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	plans := planRecords(engine, "planner-1")
+	if len(plans) != 3 {
+		t.Fatalf("the planner sent %d requests, want 3", len(plans))
+	}
+	if sys := message(plans[0], "system"); !strings.Contains(sys, "name: luft-workflows") || !strings.Contains(sys, "## agent(opts)") {
+		t.Errorf("the system prompt is not the skill:\n%.300s", sys)
+	}
+	first, second, third := message(plans[0], "user"), message(plans[1], "user"), message(plans[2], "user")
+	if !strings.Contains(first, "Task: count what is in this folder") || strings.Contains(first, "rejected") {
+		t.Errorf("first prompt:\n%s", first)
+	}
+	if !strings.Contains(second, "was rejected: the script does not compile: workflow.lua:") || !strings.Contains(second, "function main(\n  report(1)") {
+		t.Errorf("second prompt lacks the compile error and the previous script:\n%s", second)
+	}
+	if !strings.Contains(third, "was rejected: main() never calls report()") || !strings.Contains(third, `count the files`) {
+		t.Errorf("third prompt lacks the missing-report reason and the previous script:\n%s", third)
+	}
+	if agents := planRecords(engine, "fake-1"); len(agents) != 2 {
+		t.Errorf("the planned run made %d agent requests, want 2", len(agents))
+	}
+	// The plan calls are journaled with the run: the rejected ones with their reasons.
+	st, err := storage.Open(context.Background(), filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	runs, err := st.ListRuns(context.Background(), storage.ListOptions{Limit: 5})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs %v (%v)", runs, err)
+	}
+	entries, err := st.Journal(context.Background(), runs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range entries {
+		if e.Kind == "plan" {
+			reasons = append(reasons, e.CallKey+": "+string(e.Result))
+		}
+	}
+	if len(reasons) != 3 || !strings.Contains(reasons[0], "does not compile") || !strings.Contains(reasons[1], "never calls report") ||
+		!strings.Contains(reasons[2], `"reason":""`) {
+		t.Errorf("journaled plan calls:\n%s", strings.Join(reasons, "\n"))
+	}
+}
+
+// Three rejected scripts: the plan fails with the last reason, before any run starts.
+func TestPlannerGivesUp(t *testing.T) {
+	engine, _, url := startEngine(t, testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{{Reply: notCompiling}}})
+	dir := t.TempDir()
+	// planner_model of the config, as BACKEND/MODEL, picks the planner here.
+	writeFiles(t, dir, map[string]string{"luft.toml": "planner_model = \"local/planner-1\"\n" + localBackend(url, "fake-1", "")})
+	out, errOut, code := luftIn(t, dir, nil, "--state-dir", filepath.Join(dir, "state"), "run", "--no-tui", "do something")
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitFailed, errOut)
+	}
+	want := "plan: no valid workflow after 3 attempts; the last script was rejected: the script does not compile: workflow.lua:2"
+	if !strings.Contains(errOut, want) || out != "" {
+		t.Errorf("stderr lacks %q (stdout %q):\n%s", want, out, errOut)
+	}
+	if n := len(planRecords(engine, "planner-1")); n != 3 {
+		t.Errorf("%d planner requests, want 3", n)
+	}
+	if n := len(planRecords(engine, "fake-1")); n != 0 {
+		t.Errorf("%d agent requests, want none", n)
+	}
+}
+
+// --auto-fix: a script fails after five successful calls; the planner's fix keeps them,
+// and the same run continues with it: the five replay from the journal, so the endpoint
+// sees no new request for them.
+func TestAutoFixReplaysFinishedCalls(t *testing.T) {
+	const calls = `function main()
+  local got = {}
+  for i = 1, 5 do
+    local r = agent{ name = "step " .. i, prompt = "work on part " .. i }
+    got[#got + 1] = r.ok
+  end
+`
+	bug := calls + "  local missing = nil\n  report({ n = #got, first = missing.value })\nend\n"
+	fixed := "```lua\n" + calls + "  report({ n = #got, fixed = \"repaired\" })\nend\n```"
+	engine, _, url := startEngine(t, testkit.Config{Slots: 4, KeepRequests: true, ToolRules: []testkit.ToolRule{
+		{Match: "failed while running", Reply: fixed},
+	}})
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"luft.toml": localBackend(url, "fake-1", ""), "bug.lua": bug})
+	state := filepath.Join(dir, "state")
+	out, errOut, code := luftIn(t, dir, nil, "--state-dir", state, "run", "--no-tui", "-w", "bug.lua", "--auto-fix", "--planner-model", "planner-1", "--log", "run.jsonl")
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, `"fixed": "repaired"`) || !strings.Contains(out, `"n": 5`) {
+		t.Errorf("report of the fixed script missing:\n%s", out)
+	}
+	if n := len(planRecords(engine, "fake-1")); n != 5 {
+		t.Errorf("the endpoint saw %d agent requests, want 5 (the fix must replay the five from the journal)", n)
+	}
+	fixes := planRecords(engine, "planner-1")
+	if len(fixes) != 1 {
+		t.Fatalf("%d fix requests, want 1", len(fixes))
+	}
+	prompt := message(fixes[0], "user")
+	for _, want := range []string{"bug.lua:8", "Failing line 8: report({ n = #got, first = missing.value })", "local missing = nil"} {
+		if !strings.Contains(prompt, want) {
+			t.Errorf("the fix prompt lacks %q:\n%s", want, prompt)
+		}
+	}
+	for _, want := range []string{"auto-fix 1/2: asking local/planner-1", "autofix-1.lua; continuing run", "5 cached"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	// --log holds both attempts: the failed one and the fixed one, each ending with run_done.
+	log := readFile(t, filepath.Join(dir, "run.jsonl"))
+	if n := strings.Count(log, `"type":"run_done"`); n != 2 || !strings.Contains(log, `"status":"failed"`) || !strings.Contains(log, `"status":"completed"`) {
+		t.Errorf("--log has %d run_done events:\n%s", n, log)
+	}
+	matches, _ := filepath.Glob(filepath.Join(state, "runs", "*", "autofix-1.lua"))
+	if len(matches) != 1 {
+		t.Errorf("the fixed script is not saved in the run's folder (%v)", matches)
+	}
+}
