@@ -10,9 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -279,5 +281,54 @@ func TestAPIFollowHostedRun(t *testing.T) {
 	all := string(buf[:n]) + string(rest)
 	if strings.Count(all, "\nevent: ") != 2 || !strings.Contains(all, "event: run_done") || !strings.Contains(all, `"status":"cancelled"`) {
 		t.Errorf("followed stream:\n%s", all)
+	}
+}
+
+// On shutdown a turn already admitted finishes (and is journaled) within the grace
+// period; the next is never admitted; the run ends suspended.
+func TestShutdownLetsAdmittedTurnsFinish(t *testing.T) {
+	dir := t.TempDir()
+	st, err := storage.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	gate := NewGate()
+	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir,
+		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{LatencyMS: 300})),
+		Scheduler: gate.Wrap(scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 4}}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{StateDir: dir, Service: svc, Store: st, Gate: gate, Grace: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := d.start(context.Background(), StartRequest{Path: "two.lua", Script: `function main() agent{prompt = "a"} agent{prompt = "b"} end`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the first turn is admitted (it then runs for the mock's 300 ms).
+	deadline := time.Now().Add(30 * time.Second)
+	for d.turnsRunning() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first turn was never admitted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	d.drain()
+	res := run.Wait()
+	entries, _ := st.Journal(context.Background(), run.ID)
+	done := map[string]string{}
+	for _, e := range entries {
+		done[e.CallKey] = e.Status
+	}
+	if res.Status != runtime.StatusSuspended || done["main/1"] != storage.EntryCompleted || done["main/2"] == storage.EntryCompleted {
+		t.Errorf("after shutdown: run %s (%v), journal %v; want suspended with main/1 completed and main/2 not", res.Status, res.Err, done)
+	}
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := gate.Wrap(nil).Admit(stopped, scheduler.Turn{}); err == nil {
+		t.Error("a closed gate admitted a turn")
 	}
 }

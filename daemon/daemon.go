@@ -59,8 +59,12 @@ type Options struct {
 	Listen string
 	Token  string // the bearer token HTTP requests must carry; "" = generated
 	Grace  time.Duration
-	Log    io.Writer // the daemon's log; nil = discarded
-	Now    func() time.Time
+	// Gate, when the Service's scheduler is behind it (Gate.Wrap), lets shutdown stop
+	// admitting turns and give the admitted ones the grace period to finish; without
+	// it, hosted runs get the grace period to end as a whole.
+	Gate *Gate
+	Log  io.Writer // the daemon's log; nil = discarded
+	Now  func() time.Time
 	// Ready is called once the daemon answers on its socket.
 	Ready func(Info)
 }

@@ -138,8 +138,9 @@ func (d *Daemon) recover(ctx context.Context) {
 	}
 }
 
-// drain stops admitting runs, gives the hosted ones the grace period to end, suspends
-// the rest and waits until each has stored its end.
+// drain stops admitting runs (and, with a Gate, turns), gives what is in flight the grace
+// period to finish, suspends the runs still going and waits until each has stored its
+// end.
 func (d *Daemon) drain() {
 	d.stopping.Store(true)
 	d.mu.Lock()
@@ -148,19 +149,12 @@ func (d *Daemon) drain() {
 		delete(d.timers, id)
 	}
 	d.mu.Unlock()
-	live := d.opts.Service.Live()
-	if len(live) > 0 {
-		d.log.Printf("shutdown: %d runs hosted; grace %s", len(live), d.opts.Grace)
+	if d.opts.Gate != nil {
+		d.opts.Gate.Close()
 	}
-	grace := time.NewTimer(d.opts.Grace)
-	defer grace.Stop()
-wait:
-	for _, r := range live {
-		select {
-		case <-r.Done():
-		case <-grace.C:
-			break wait
-		}
+	if live := d.opts.Service.Live(); len(live) > 0 {
+		d.log.Printf("shutdown: %d runs hosted; grace %s", len(live), d.opts.Grace)
+		d.settle(live)
 	}
 	for _, r := range d.opts.Service.Live() {
 		r.Suspend()
@@ -169,6 +163,39 @@ wait:
 		<-r.Done()
 	}
 	d.wg.Wait()
+}
+
+// settle waits, at most the grace period, until the runs have ended or (behind a Gate)
+// no admitted turn is still running.
+func (d *Daemon) settle(live []*runtime.Run) {
+	grace := time.NewTimer(d.opts.Grace)
+	defer grace.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for _, r := range live {
+		for {
+			select {
+			case <-r.Done():
+			case <-grace.C:
+				return
+			case <-tick.C:
+				if d.opts.Gate != nil && d.turnsRunning() == 0 {
+					return
+				}
+				continue
+			}
+			break
+		}
+	}
+}
+
+// turnsRunning is how many admitted turns have not finished.
+func (d *Daemon) turnsRunning() int {
+	st, ok := d.opts.Service.SchedulerStats()
+	if !ok {
+		return 0
+	}
+	return st.Running
 }
 
 // inputError is a request the caller got wrong (HTTP 400).

@@ -263,15 +263,16 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 		return err
 	}
 	defer st.Close()
+	gate := daemon.NewGate()
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
-		func(o *runtime.Options) { o.Caller = "daemon" })
+		func(o *runtime.Options) { o.Caller, o.Scheduler = "daemon", gate.Wrap(o.Scheduler) })
 	if err != nil {
 		return err
 	}
 	v, _ := buildVersion()
 	d, err := daemon.New(daemon.Options{
 		StateDir: dir, Service: svc, Store: st, Version: v, Listen: f.listen, Token: e.getenv("LUFT_TOKEN"),
-		Grace: f.grace, Log: logw, Now: e.now,
+		Grace: f.grace, Gate: gate, Log: logw, Now: e.now,
 		NewSpec: func(req daemon.StartRequest) (runtime.Spec, error) {
 			if _, err := bset.Registry.Get(req.Backend); err != nil {
 				return runtime.Spec{}, fmt.Errorf("backend: %w", err)
