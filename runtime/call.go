@@ -259,7 +259,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		cont, callStart := tally.begin()
 		permit, err := h.e.opts.Scheduler.Admit(tctx, scheduler.Turn{
 			RunID: h.run.ID, CallKey: c.Key, Lane: lane, Class: req.Class,
-			Caller: h.e.opts.Caller, EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
+			Caller: h.caller(), EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
 			CallStart: callStart, Conversation: conversation,
 			EstOutput: cost.MaxOutput, RunStart: h.start, Notify: h.notify(c.Key),
 		})
@@ -438,4 +438,12 @@ func (h *host) notify(key string) func(scheduler.Notice) {
 			h.emit(event.AgentRetry, d)
 		}
 	}
+}
+
+// caller is who the run's turns count against in the scheduler's fair shares.
+func (h *host) caller() string {
+	if h.run.spec.Caller != "" {
+		return h.run.spec.Caller
+	}
+	return h.e.opts.Caller
 }

@@ -71,3 +71,22 @@ func TestFirstTurnOfEachCallIsNewWork(t *testing.T) {
 		t.Fatalf("turns %+v: want two first turns of two conversations", rec.turns)
 	}
 }
+
+// A run's turns count against its spec's caller in the scheduler's fair shares (a daemon
+// hosts runs of many callers); a spec without one is the Service's caller.
+func TestTurnsCarryTheRunsCaller(t *testing.T) {
+	for _, tc := range []struct{ caller, want string }{{"cli:ada", "cli:ada"}, {"", "local"}} {
+		rec := &recordingScheduler{}
+		svc, _ := newScheduledEngine(t, &scripted{reply: echo}, rec)
+		r, err := svc.Start(t.Context(), Spec{Path: "c.lua", Caller: tc.caller, Source: []byte(`function main() agent{prompt="a"} end`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := r.Wait(); res.Status != StatusCompleted {
+			t.Fatal(res.Err)
+		}
+		if len(rec.turns) != 1 || rec.turns[0].Caller != tc.want {
+			t.Errorf("spec caller %q: turns %+v, want caller %q", tc.caller, rec.turns, tc.want)
+		}
+	}
+}

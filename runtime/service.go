@@ -112,6 +112,9 @@ type Spec struct {
 	Concurrency int           `json:"concurrency,omitempty"` // pipeline default max_inflight
 	Timeout     time.Duration `json:"timeout,omitempty"`     // wall-clock limit of one attempt; 0 = none
 	Limits      lua.Limits    `json:"limits"`
+	// Caller is who the run's turns are fair-shared as in the scheduler (a daemon hosts
+	// runs of many callers); "" = Options.Caller.
+	Caller string `json:"caller,omitempty"`
 	// Plan, when set, is how the script was planned from a task in words: its calls are
 	// journaled with the run (kind "plan") and the script is pinned as the run's
 	// workflow.lua in its folder, so a resume runs that script and never plans again.
@@ -186,6 +189,9 @@ var (
 	// lane's rate-limit budget would exceed suspend_after. The error that carries it
 	// wraps the *scheduler.SuspendError with the resume time.
 	ErrSuspended = errors.New("suspended by the scheduler")
+	// ErrShutdown is the cause of a run its host suspended while shutting down (the
+	// daemon on SIGTERM): the journal holds every finished call, so a resume goes on.
+	ErrShutdown = errors.New("suspended: its host shut down")
 )
 
 // suspension is the cancel cause of a run the scheduler suspended.
@@ -248,6 +254,21 @@ func (r *Run) SubscribeAttempt(ctx context.Context) <-chan event.Event {
 // Cancel stops the run: no new calls are admitted, in-flight calls are cancelled, and the
 // run ends as cancelled.
 func (r *Run) Cancel() { r.cancel(ErrCancelled) }
+
+// Suspend stops the run as Cancel does, but it ends as suspended: its host is going away
+// and the run is to go on later (the daemon resumes it when it starts again).
+func (r *Run) Suspend() { r.cancel(ErrShutdown) }
+
+// Live returns the runs this process drives now.
+func (s *Service) Live() []*Run {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Run, 0, len(s.live))
+	for _, r := range s.live {
+		out = append(out, r)
+	}
+	return out
+}
 
 // Done is closed when the run has ended.
 func (r *Run) Done() <-chan struct{} { return r.done }
@@ -742,7 +763,7 @@ func classify(err error, ctx context.Context) (Status, error) {
 		switch {
 		case errors.Is(cause, ErrTimeBudget):
 			return StatusSuspended, ErrTimeBudget
-		case errors.Is(cause, ErrSuspended):
+		case errors.Is(cause, ErrSuspended), errors.Is(cause, ErrShutdown):
 			return StatusSuspended, cause
 		case errors.Is(cause, ErrTimeout):
 			if errors.Is(err, ErrTimeout) {

@@ -323,15 +323,22 @@ func (s *SQLite) ListRuns(ctx context.Context, opts ListOptions) ([]Run, error) 
 	if limit <= 0 {
 		limit = -1
 	}
-	var runs []Run
-	var err error
+	var (
+		where []string
+		args  []any
+	)
 	if opts.Status != "" {
-		runs, err = s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs WHERE status = ?
-			ORDER BY created_at DESC, id DESC LIMIT ?`, opts.Status, limit)
-	} else {
-		runs, err = s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs
-			ORDER BY created_at DESC, id DESC LIMIT ?`, limit)
+		where, args = append(where, "status = ?"), append(args, opts.Status)
 	}
+	if opts.Before != "" {
+		where = append(where, "(created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?)")
+		args = append(args, opts.Before)
+	}
+	q := `SELECT ` + runColumns + ` FROM runs`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	runs, err := s.queryRuns(ctx, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("storage: list runs: %w", err)
 	}

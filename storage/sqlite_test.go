@@ -371,6 +371,10 @@ func TestListAndLatestResumable(t *testing.T) {
 		{ListOptions{Status: StatusCompleted}, []string{"r4", "r2"}},
 		{ListOptions{Status: StatusCompleted, Limit: 1}, []string{"r4"}},
 		{ListOptions{Status: StatusCancelled}, nil},
+		{ListOptions{Before: "r4", Limit: 2}, []string{"r3", "r2"}},
+		{ListOptions{Before: "r5", Status: StatusCompleted}, []string{"r4", "r2"}},
+		{ListOptions{Before: "r1"}, nil},
+		{ListOptions{Before: "no-such-run"}, nil},
 	}
 	for _, tc := range tests {
 		got, err := s.ListRuns(ctx, tc.opts)

@@ -219,6 +219,9 @@ type RunUpdate struct {
 type ListOptions struct {
 	Status string // "" = any
 	Limit  int    // <= 0 = all
+	// Before, a run id, lists only the runs after it in this order (older ones): the
+	// cursor of the next page. "" = from the newest.
+	Before string
 }
 
 // Phase is the projection of a run's phase_started and phase_done events.

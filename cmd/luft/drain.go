@@ -41,7 +41,7 @@ func (r *renderer) view(ctx context.Context, run *runtime.Run) (stuck bool, err 
 	if r.mode != modeQuiet {
 		events = run.SubscribeAttempt(vctx)
 	}
-	go func() { shown <- r.show(vctx, run, events) }()
+	go func() { shown <- r.show(vctx, run.Cancel, run.Done(), events) }()
 	select {
 	case err := <-shown:
 		return false, err

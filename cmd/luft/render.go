@@ -154,12 +154,13 @@ func (r *renderer) interrupt(n int, run *runtime.Run) {
 	r.e.exit(exitHard)
 }
 
-// show renders the run's events until they end.
-func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan event.Event) error {
+// show renders the run's events until they end. cancel is what q on the live board does
+// (nil: q only closes the view); done is closed when the run has ended.
+func (r *renderer) show(ctx context.Context, cancel func(), done <-chan struct{}, events <-chan event.Event) error {
 	switch r.mode {
 	case modeLive:
 		live := tui.NewLive(tui.LiveOptions{
-			Options: tui.Options{Now: r.e.now, Cancel: run.Cancel, Styles: r.sty, Location: time.Local,
+			Options: tui.Options{Now: r.e.now, Cancel: cancel, Styles: r.sty, Location: time.Local,
 				State: tui.StateOptions{LogLevel: r.g.logLevel}},
 			Out: r.e.stderr, In: r.e.stdinTTY,
 		})
@@ -200,7 +201,7 @@ func (r *renderer) show(ctx context.Context, run *runtime.Run, events <-chan eve
 		// Nothing is shown: the run's end is all there is to wait for, not a read of
 		// every event it stored.
 		select {
-		case <-run.Done():
+		case <-done:
 		case <-ctx.Done():
 		}
 		return nil

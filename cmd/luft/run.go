@@ -42,6 +42,7 @@ type runFlags struct {
 	quiet          bool
 	noTUI          bool
 	timeout        time.Duration
+	detach         bool // start the run in the daemon, print its id, return
 	// Luft's flags
 	confirm      bool
 	yes          bool
@@ -134,6 +135,7 @@ and exits 0.`,
 	fl.BoolVar(&f.json, "json", false, "write events as JSON lines on stdout instead of the report")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "print nothing but the report and errors")
 	fl.BoolVar(&f.noTUI, "no-tui", false, "plain progress lines even on a terminal (also with CI set or TERM=dumb)")
+	fl.BoolVar(&f.detach, "detach", false, "start the run in the daemon (luft daemon start), print its id and return; luft attach RUN shows it")
 	fl.DurationVar(&f.timeout, "timeout", 0, "stop the run after this long (e.g. 90s, 10m); 0 = no limit")
 	fl.BoolVarP(&f.confirm, "confirm", "c", false, "print the script and ask before running it (needs a terminal, or --yes)")
 	fl.BoolVar(&f.yes, "yes", false, "with --confirm: answer yes without asking")
@@ -247,6 +249,11 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		if err := confirm(e, f); err != nil {
 			return err
 		}
+	}
+	// While a daemon runs for the state dir, the run is hosted there: one scheduler for
+	// every run on the machine.
+	if routed, err := daemonRun(ctx, e, g, f, args, resumeRef); routed {
+		return err
 	}
 	logFile, err := openLog(f)
 	if err != nil {

@@ -1,0 +1,325 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
+)
+
+// Files of a daemon in its state dir.
+const (
+	LockFile   = "daemon.lock"
+	InfoFile   = "daemon.json"
+	SocketFile = "daemon.sock"
+	TokenFile  = "daemon.token"
+	LogFile    = "daemon.log"
+)
+
+// maxSocketPath is the longest unix socket path every unix accepts (sun_path is 104
+// bytes on macOS and the BSDs, 108 on Linux, including the NUL).
+const maxSocketPath = 103
+
+// Info is what <state>/daemon.json says of a running daemon.
+type Info struct {
+	PID       int       `json:"pid"`
+	Socket    string    `json:"socket"`
+	Addr      string    `json:"addr,omitempty"` // the HTTP address, when it listens on one
+	StartedAt time.Time `json:"started_at"`
+	Version   string    `json:"version"`
+}
+
+// Options configure a Daemon.
+type Options struct {
+	StateDir string           // required
+	Service  *runtime.Service // required: hosts every run
+	Store    storage.Store    // required: the Service's store
+	// NewSpec turns an API start request into what the Service runs (the CLI applies the
+	// config's limits and defaults); nil uses the request as it is.
+	NewSpec func(StartRequest) (runtime.Spec, error)
+	Version string
+	// Listen is a TCP address for the HTTP API ("" = the unix socket only). A loopback
+	// address needs no configured token (one is generated into <state>/daemon.token); any
+	// other needs Token.
+	Listen string
+	Token  string // the bearer token HTTP requests must carry; "" = generated
+	Grace  time.Duration
+	// Gate, when the Service's scheduler is behind it (Gate.Wrap), lets shutdown stop
+	// admitting turns and give the admitted ones the grace period to finish; without
+	// it, hosted runs get the grace period to end as a whole.
+	Gate *Gate
+	Log  io.Writer // the daemon's log; nil = discarded
+	Now  func() time.Time
+	// Ready is called once the daemon answers on its socket.
+	Ready func(Info)
+}
+
+// ErrAlreadyRunning is returned by Run when another daemon holds the state dir.
+var ErrAlreadyRunning = errors.New("a luft daemon already runs for this state dir")
+
+// Daemon hosts runs. Create it with New and serve with Run.
+type Daemon struct {
+	opts  Options
+	lock  *os.File // held for the life of the process
+	log   *log.Logger
+	info  Info
+	token string
+
+	stopping atomic.Bool // no new runs once set
+	shutdown chan struct{}
+	stopOnce sync.Once
+
+	mu     sync.Mutex
+	hosted int                    // runs started or resumed here
+	timers map[string]*time.Timer // wake-ups of suspended runs
+	wg     sync.WaitGroup         // run trackers
+}
+
+// New checks the options and returns a Daemon.
+func New(opts Options) (*Daemon, error) {
+	if opts.StateDir == "" || opts.Service == nil || opts.Store == nil {
+		return nil, errors.New("daemon: StateDir, Service and Store are required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = 10 * time.Second
+	}
+	if opts.NewSpec == nil {
+		opts.NewSpec = func(r StartRequest) (runtime.Spec, error) { return r.Spec(), nil }
+	}
+	return &Daemon{opts: opts, log: log.New(opts.Log, "", log.LstdFlags|log.LUTC),
+		shutdown: make(chan struct{}), timers: map[string]*time.Timer{}}, nil
+}
+
+// Shutdown asks a running daemon to stop as SIGTERM does.
+func (d *Daemon) Shutdown() { d.stopOnce.Do(func() { close(d.shutdown) }) }
+
+// Run holds the state dir, serves the API and hosts runs until ctx ends or Shutdown is
+// called, then shuts down gracefully (see the package doc).
+func (d *Daemon) Run(ctx context.Context) error {
+	dir, err := filepath.Abs(d.opts.StateDir)
+	if err != nil {
+		return fmt.Errorf("daemon: state dir %s: %w", d.opts.StateDir, err)
+	}
+	if err := checkDir(dir); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("daemon: open its lock file: %w", err)
+	}
+	held, err := lockFile(lock)
+	if err != nil || held {
+		lock.Close()
+		if held {
+			return alreadyRunning(dir)
+		}
+		return fmt.Errorf("daemon: lock %s: %w", lock.Name(), err)
+	}
+	// The lock stays held until the process exits (the OS releases it then), so whoever
+	// waits for it to be free (luft daemon stop) knows the process is gone, not just
+	// its API. One daemon per process.
+	d.lock = lock
+	sock := filepath.Join(dir, SocketFile)
+	if len(sock) > maxSocketPath {
+		return fmt.Errorf("daemon: socket path %s is %d bytes, longer than unix sockets allow (%d): use a shorter --state-dir", sock, len(sock), maxSocketPath)
+	}
+	// The lock is ours, so a socket left here is a dead daemon's.
+	if fi, err := os.Lstat(sock); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("daemon: %s exists and is not a socket: remove it", sock)
+		}
+		if err := os.Remove(sock); err != nil {
+			return fmt.Errorf("daemon: remove the stale socket %s: %w", sock, err)
+		}
+	}
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("daemon: listen on %s: %w", sock, err)
+	}
+	defer os.Remove(sock)
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ul.Close()
+		return fmt.Errorf("daemon: make %s private: %w", sock, err)
+	}
+	var tl net.Listener
+	if d.opts.Listen != "" {
+		if d.token, err = d.httpToken(dir); err != nil {
+			ul.Close()
+			return err
+		}
+		if tl, err = net.Listen("tcp", d.opts.Listen); err != nil {
+			ul.Close()
+			return fmt.Errorf("daemon: listen on %s: %w", d.opts.Listen, err)
+		}
+	}
+	d.info = Info{PID: os.Getpid(), Socket: sock, StartedAt: d.opts.Now().UTC(), Version: d.opts.Version}
+	if tl != nil {
+		d.info.Addr = tl.Addr().String()
+	}
+	b, _ := json.MarshalIndent(d.info, "", "  ")
+	infoPath := filepath.Join(dir, InfoFile)
+	if err := os.WriteFile(infoPath, append(b, '\n'), 0o600); err != nil {
+		ul.Close()
+		if tl != nil {
+			tl.Close()
+		}
+		return fmt.Errorf("daemon: write %s: %w", infoPath, err)
+	}
+	defer os.Remove(infoPath)
+
+	servers := []*http.Server{{Handler: d.handler(false), ReadHeaderTimeout: 10 * time.Second}}
+	listeners := []net.Listener{ul}
+	if tl != nil {
+		servers = append(servers, &http.Server{Handler: d.handler(true), ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, tl)
+	}
+	serveErr := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() {
+			if err := s.Serve(listeners[i]); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	d.log.Printf("started: pid %d, socket %s, http %q, version %s", d.info.PID, sock, d.info.Addr, d.info.Version)
+	d.recover(ctx)
+	if d.opts.Ready != nil {
+		d.opts.Ready(d.info)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+		d.log.Printf("signalled: shutting down")
+	case <-d.shutdown:
+		d.log.Printf("asked to shut down")
+	case runErr = <-serveErr:
+		d.log.Printf("serving failed: %v", runErr)
+	}
+	d.drain()
+	// Requests in flight (event streams) end with the servers.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		if s.Shutdown(sctx) != nil {
+			s.Close()
+		}
+	}
+	d.log.Printf("stopped")
+	return runErr
+}
+
+// checkDir creates the state dir and refuses one that every user may write: whoever can
+// write there can replace the socket the CLI talks to. (A group-writable one is common
+// under a umask of 002 with a group of one's own; clients refuse a socket another user
+// owns in any case.)
+func checkDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("daemon: create state dir %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("daemon: state dir %s: %w", dir, err)
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		return fmt.Errorf("daemon: state dir %s is writable by other users (mode %04o): its socket could be replaced; run chmod go-w %s", dir, fi.Mode().Perm(), dir)
+	}
+	if !ownedByMe(fi) {
+		return fmt.Errorf("daemon: state dir %s belongs to another user: use a state dir of your own (--state-dir)", dir)
+	}
+	return nil
+}
+
+// alreadyRunning names the daemon that holds dir.
+func alreadyRunning(dir string) error {
+	if info, err := ReadInfo(dir); err == nil {
+		addr := ""
+		if info.Addr != "" {
+			addr = ", http " + info.Addr
+		}
+		return fmt.Errorf("%w: pid %d, socket %s%s, started %s (luft daemon stop ends it): %s", ErrAlreadyRunning,
+			info.PID, info.Socket, addr, info.StartedAt.Format(time.RFC3339), dir)
+	}
+	return fmt.Errorf("%w (it is still starting or stopping): %s", ErrAlreadyRunning, dir)
+}
+
+// ReadInfo reads <dir>/daemon.json.
+func ReadInfo(dir string) (Info, error) {
+	var info Info
+	b, err := os.ReadFile(filepath.Join(dir, InfoFile))
+	if err != nil {
+		return info, err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return info, fmt.Errorf("read %s: %w", filepath.Join(dir, InfoFile), err)
+	}
+	return info, nil
+}
+
+// httpToken is the bearer token of the HTTP API: Options.Token, else the one in
+// <dir>/daemon.token (made on first use, mode 0600). A non-loopback address needs a
+// token the user chose.
+func (d *Daemon) httpToken(dir string) (string, error) {
+	host, _, err := net.SplitHostPort(d.opts.Listen)
+	if err != nil {
+		return "", fmt.Errorf("daemon: --listen %s: want HOST:PORT (e.g. 127.0.0.1:7878): %v", d.opts.Listen, err)
+	}
+	if d.opts.Token != "" {
+		return d.opts.Token, nil
+	}
+	if !loopbackHost(host) {
+		return "", fmt.Errorf("daemon: --listen %s is not a loopback address: set LUFT_TOKEN to the bearer token clients must send", d.opts.Listen)
+	}
+	path := filepath.Join(dir, TokenFile)
+	if fi, err := os.Stat(path); err == nil {
+		if fi.Mode().Perm()&0o077 != 0 {
+			return "", fmt.Errorf("daemon: %s is readable by other users (mode %04o): run chmod 600 %s", path, fi.Mode().Perm(), path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("daemon: read %s: %w", path, err)
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", fmt.Errorf("daemon: make a token: %w", err)
+	}
+	t := hex.EncodeToString(buf)
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("daemon: write %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// loopbackHost reports whether host names this machine only.
+func loopbackHost(host string) bool {
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"context"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
+)
+
+var updateShots = flag.Bool("update", false, "rewrite the dashboard screenshots under docs/")
+
+// gate is a backend whose calls wait until the test lets one through (or the run is
+// cancelled), so a run stays live while the browser watches it.
+type gate struct {
+	mock    *adapters.Mock
+	release chan struct{}
+}
+
+func (g *gate) ID() string { return "gate" }
+
+func (g *gate) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	select {
+	case <-g.release:
+		return g.mock.Run(ctx, req, call)
+	case <-ctx.Done():
+		return agent.Result{}, ctx.Err()
+	}
+}
+
+// serveDashboard runs a daemon on loopback HTTP with the mock and gate backends.
+func serveDashboard(t *testing.T) (addr string, d *Daemon, g *gate) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := storage.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	mock := adapters.NewMock(adapters.MockConfig{})
+	g = &gate{mock: mock, release: make(chan struct{})}
+	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("mock", mock, g)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan Info, 1)
+	d, err = New(Options{StateDir: dir, Service: svc, Store: st, Version: "test", Listen: "127.0.0.1:0", Token: "t0ken",
+		Grace: time.Millisecond, Ready: func(i Info) { ready <- i }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Run(context.Background()) }()
+	t.Cleanup(func() {
+		d.Shutdown()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		d.lock.Close()
+	})
+	select {
+	case info := <-ready:
+		return info.Addr, d, g
+	case err := <-done:
+		t.Fatalf("daemon: %v", err)
+	}
+	return "", nil, nil
+}
+
+func startRun(t *testing.T, d *Daemon, script string) string {
+	t.Helper()
+	run, err := d.start(context.Background(), StartRequest{Script: script, Path: "dash.lua"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run.ID
+}
+
+// shoot saves a full-page screenshot under docs/ with -update.
+func shoot(name string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		if !*updateShots {
+			return nil
+		}
+		buf, err := chromedp.FullScreenshot(100)(ctx, t)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join("..", "docs", name), buf, 0o644)
+	})
+}
+
+// until waits for a JavaScript condition in the page, bounded.
+func until(expr string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(20*time.Second))
+}
+
+// eval evaluates a JavaScript expression to a string.
+func eval(ctx context.Context, t *testing.T, expr string) string {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// The dashboard in a real headless browser: the runs list with filters, a finished run's
+// report (markdown as HTML, JSON as a tree), a live run's events arriving over SSE, the
+// cancel button, the lanes, dark mode and phone width.
+func TestDashboardInBrowser(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("the dashboard test needs Debian's chromium (apt-get install chromium; .ci/run installs it): %v", err)
+	}
+	addr, d, g := serveDashboard(t)
+	md := startRun(t, d, `function main() agent{prompt = "x"} report({markdown = "# Findings\n\n- **first** point\n- second <b>point</b>\n\n`+"```"+`\ncode()\n`+"```"+`"}) end`)
+	js := startRun(t, d, `function main() report({score = 7, items = {"a", "b"}, nested = {ok = true}}) end`)
+	for _, id := range []string{md, js} {
+		if _, err := d.opts.Service.Wait(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	live := startRun(t, d, `function main()
+  phase("gathering")
+  log("before the gate")
+  agent{prompt = "one", backend = "gate"}
+  log("after release")
+  agent{prompt = "two", backend = "gate"}
+end`)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.WindowSize(1200, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	base := "http://" + addr
+	// The first Run starts the browser (no timeout on it: it would stop the browser).
+	if err := chromedp.Do(ctx, chromedp.Navigate(base+"/#token=t0ken")); err != nil {
+		t.Fatalf("start the browser: %v", err)
+	}
+	ctx, stop := context.WithTimeout(ctx, 90*time.Second)
+	defer stop()
+
+	// The runs list: the three runs, their statuses, the lanes, a filter; the token is
+	// gone from the address bar.
+	if err := chromedp.Do(ctx,
+		until(`document.querySelectorAll('#runs-body tr a').length === 3`),
+		until(`document.querySelector('#lanes-body').textContent.includes('mock/')`),
+		shoot("dashboard-runs.png"),
+	); err != nil {
+		t.Fatalf("runs list: %v", err)
+	}
+	if text := eval(ctx, t, `document.querySelector('#runs-body').textContent`); strings.Count(text, "completed") != 2 || !strings.Contains(text, "running") {
+		t.Errorf("runs list:\n%s", text)
+	}
+	if loc := eval(ctx, t, `location.href`); strings.Contains(loc, "t0ken") {
+		t.Errorf("the token stays in the address bar: %s", loc)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#f-status'); s.value = 'completed'; s.dispatchEvent(new Event('change')); })()`)(ctx, t)
+			return err
+		}),
+		until(`document.querySelectorAll('#runs-body tr a').length === 2`),
+	); err != nil {
+		t.Errorf("status filter: %v", err)
+	}
+
+	// A markdown report as HTML, its markup escaped; a JSON report as a tree.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/#/runs/"+md),
+		until(`document.querySelector('#report h3') !== null`),
+		shoot("dashboard-report.png"),
+	); err != nil {
+		t.Fatalf("markdown report: %v", err)
+	}
+	strong := eval(ctx, t, `document.querySelector('#report strong').textContent`)
+	raw := eval(ctx, t, `document.querySelector('#report').textContent`)
+	if strong != "first" || !strings.Contains(raw, "second <b>point</b>") || !strings.Contains(raw, "code()") {
+		t.Errorf("markdown report: strong %q, text:\n%s", strong, raw)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/#/runs/"+js),
+		until(`document.querySelector('#report details') !== null && document.querySelector('#report').textContent.includes('score')`),
+	); err != nil {
+		t.Errorf("JSON report tree: %v", err)
+	}
+
+	// A live run: its events arrive while the page is open, then the cancel button stops it.
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/#/runs/"+live),
+		until(`document.querySelector('#events').textContent.includes('before the gate')`),
+		until(`document.querySelector('#agents-body').textContent.includes('running')`),
+		until(`document.querySelector('#phases-body').textContent.includes('gathering')`),
+	); err != nil {
+		t.Fatalf("live run: %v", err)
+	}
+	g.release <- struct{}{} // the first gated call answers; the script goes on
+	if err := chromedp.Do(ctx,
+		until(`document.querySelector('#events').textContent.includes('after release')`),
+		until(`document.querySelector('#agents-body').textContent.includes('ok')`),
+		shoot("dashboard-run.png"),
+		chromedp.Click(chromedp.CSS("#cancel")),
+		until(`document.querySelector('#run-status').textContent === 'cancelled'`),
+		until(`document.querySelector('#events').textContent.includes('run_done')`),
+	); err != nil {
+		t.Fatalf("live events and cancel: %v", err)
+	}
+	if row, err := d.opts.Service.Status(context.Background(), live); err != nil || row.Status != storage.StatusCancelled {
+		t.Errorf("after the cancel button the run is %q (%v)", row.Status, err)
+	}
+
+	// Dark mode and phone width.
+	if err := chromedp.Do(ctx,
+		chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+			_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+			return err
+		}),
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)),
+		chromedp.Navigate(base+"/#/"),
+		until(`document.querySelectorAll('#runs-body tr a').length >= 2`), // the status filter may still be set
+		shoot("dashboard-phone-dark.png"),
+	); err != nil {
+		t.Fatalf("dark phone: %v", err)
+	}
+	bg := eval(ctx, t, `getComputedStyle(document.body).backgroundColor`)
+	head := eval(ctx, t, `getComputedStyle(document.querySelector('table.list thead')).display`)
+	width := eval(ctx, t, `String(document.documentElement.scrollWidth)`)
+	if bg != "rgb(17, 20, 24)" || head != "none" || width != "390" {
+		t.Errorf("dark phone view: background %s, table head %s, page width %s (want no horizontal scroll at 390)", bg, head, width)
+	}
+}
+
+// The dashboard's files need no token (they hold no data) but keep the Host check and a
+// strict content security policy; the API behind them needs the token.
+func TestDashboardFiles(t *testing.T) {
+	d, _ := newTestDaemon(t)
+	h := d.handler(true)
+	for _, path := range []string{"/", "/ui/app.js", "/ui/style.css"} {
+		req, _ := http.NewRequest("GET", "http://127.0.0.1:1"+path, nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 || !strings.Contains(rec.Header().Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Errorf("GET %s: HTTP %d, CSP %q", path, rec.Code, rec.Header().Get("Content-Security-Policy"))
+		}
+		req.Host = "rebound.example"
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 403 {
+			t.Errorf("GET %s with a foreign Host: HTTP %d, want 403", path, rec.Code)
+		}
+	}
+}

@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
+)
+
+// StartRequest is the body of POST /api/runs: a script (or a path the daemon reads) and
+// how to run it.
+type StartRequest struct {
+	Script        string        `json:"script,omitempty"` // the workflow source; wins over reading Path
+	Path          string        `json:"path,omitempty"`   // the workflow file (its name when Script is given)
+	Args          any           `json:"args,omitempty"`
+	Backend       string        `json:"backend,omitempty"`
+	Model         string        `json:"model,omitempty"`
+	Class         string        `json:"class,omitempty"` // interactive (default) or batch
+	Concurrency   int           `json:"concurrency,omitempty"`
+	MaxAgentCalls int           `json:"max_agent_calls,omitempty"`
+	Timeout       time.Duration `json:"timeout_ns,omitempty"`
+	Caller        string        `json:"caller,omitempty"` // who asks (for fairness and the log)
+}
+
+// Spec is the request as a runtime.Spec, without any defaults of a config.
+func (r StartRequest) Spec() runtime.Spec {
+	s := runtime.Spec{Path: r.Path, Args: r.Args, Backend: r.Backend, Model: r.Model,
+		Class: agent.Class(r.Class), Concurrency: r.Concurrency, Timeout: r.Timeout,
+		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}, Caller: r.Caller}
+	if r.Script != "" {
+		s.Source = []byte(r.Script)
+	}
+	return s
+}
+
+// errStopping refuses new runs once the daemon shuts down.
+var errStopping = errors.New("the daemon is shutting down and admits no new runs; start it again (luft daemon start)")
+
+// start runs a request in this daemon.
+func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, error) {
+	if d.stopping.Load() {
+		return nil, errStopping
+	}
+	if req.Class != "" && req.Class != string(agent.ClassInteractive) && req.Class != string(agent.ClassBatch) {
+		return nil, &inputError{"invalid class " + quote(req.Class) + ": use interactive or batch"}
+	}
+	if req.Script == "" && req.Path == "" {
+		return nil, &inputError{"give the workflow as script (its source) or path (a file the daemon can read)"}
+	}
+	spec, err := d.opts.NewSpec(req)
+	if err != nil {
+		return nil, err
+	}
+	run, err := d.opts.Service.Start(context.WithoutCancel(ctx), spec)
+	if err != nil {
+		return nil, err
+	}
+	d.track(run, req.Caller)
+	return run, nil
+}
+
+// track counts a hosted run and, when it ends suspended with a resume time, wakes it then.
+func (d *Daemon) track(run *runtime.Run, caller string) {
+	d.mu.Lock()
+	d.hosted++
+	d.wg.Add(1)
+	d.mu.Unlock()
+	if caller == "" {
+		caller = "api"
+	}
+	d.log.Printf("run %s: attempt %d hosted (caller %s)", run.ID, run.Attempt, caller)
+	go func() {
+		defer d.wg.Done()
+		res := run.Wait()
+		d.log.Printf("run %s: attempt %d ended %s", run.ID, run.Attempt, res.Status)
+		if res.Status == runtime.StatusSuspended && !res.ResumeAfter.IsZero() && !d.stopping.Load() {
+			d.wake(run.ID, res.ResumeAfter)
+		}
+	}()
+}
+
+// wake resumes a suspended run at its resume time.
+func (d *Daemon) wake(id string, at time.Time) {
+	wait := max(at.Sub(d.opts.Now()), 0)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t := d.timers[id]; t != nil {
+		t.Stop()
+	}
+	d.log.Printf("run %s: suspended; wakes at %s", id, at.UTC().Format(time.RFC3339))
+	d.timers[id] = time.AfterFunc(wait, func() {
+		d.mu.Lock()
+		delete(d.timers, id)
+		d.mu.Unlock()
+		d.resume(id, "woken at its resume time")
+	})
+}
+
+// resume resumes a stopped run here.
+func (d *Daemon) resume(id, why string) {
+	if d.stopping.Load() {
+		return
+	}
+	run, err := d.opts.Service.Resume(context.Background(), runtime.ResumeSpec{Run: id})
+	if err != nil {
+		d.log.Printf("run %s: not resumed (%s): %v", id, why, err)
+		return
+	}
+	if run.AlreadyCompleted() {
+		return
+	}
+	d.log.Printf("run %s: resumed (%s)", id, why)
+	d.track(run, "daemon")
+}
+
+// recover resumes every run left running by a process that is gone and schedules the
+// wake-up of every suspended run that has a resume time.
+func (d *Daemon) recover(ctx context.Context) {
+	runs, err := d.opts.Service.List(ctx, storage.ListOptions{Status: storage.StatusInterrupted})
+	if err != nil {
+		d.log.Printf("recover: list interrupted runs: %v", err)
+	}
+	for _, r := range runs {
+		d.resume(r.ID, "left running by a process that is gone")
+	}
+	suspended, err := d.opts.Store.ListRuns(ctx, storage.ListOptions{Status: storage.StatusSuspended})
+	if err != nil {
+		d.log.Printf("recover: list suspended runs: %v", err)
+	}
+	for _, r := range suspended {
+		if !r.ResumeAfter.IsZero() {
+			d.wake(r.ID, r.ResumeAfter)
+		}
+	}
+}
+
+// drain stops admitting runs (and, with a Gate, turns), gives what is in flight the grace
+// period to finish, suspends the runs still going and waits until each has stored its
+// end.
+func (d *Daemon) drain() {
+	d.stopping.Store(true)
+	d.mu.Lock()
+	for id, t := range d.timers {
+		t.Stop()
+		delete(d.timers, id)
+	}
+	d.mu.Unlock()
+	if d.opts.Gate != nil {
+		d.opts.Gate.Close()
+	}
+	if live := d.opts.Service.Live(); len(live) > 0 {
+		d.log.Printf("shutdown: %d runs hosted; grace %s", len(live), d.opts.Grace)
+		d.settle(live)
+	}
+	for _, r := range d.opts.Service.Live() {
+		r.Suspend()
+	}
+	for _, r := range d.opts.Service.Live() {
+		<-r.Done()
+	}
+	d.wg.Wait()
+}
+
+// settle waits, at most the grace period, until the runs have ended or (behind a Gate)
+// no admitted turn is still running.
+func (d *Daemon) settle(live []*runtime.Run) {
+	grace := time.NewTimer(d.opts.Grace)
+	defer grace.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for _, r := range live {
+		for {
+			select {
+			case <-r.Done():
+			case <-grace.C:
+				return
+			case <-tick.C:
+				if d.opts.Gate != nil && d.turnsRunning() == 0 {
+					return
+				}
+				continue
+			}
+			break
+		}
+	}
+}
+
+// turnsRunning is how many admitted turns have not finished.
+func (d *Daemon) turnsRunning() int {
+	st, ok := d.opts.Service.SchedulerStats()
+	if !ok {
+		return 0
+	}
+	return st.Running
+}
+
+// inputError is a request the caller got wrong (HTTP 400).
+type inputError struct{ msg string }
+
+func (e *inputError) Error() string { return e.msg }
+
+func quote(s string) string { return `"` + s + `"` }
