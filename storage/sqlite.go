@@ -82,6 +82,11 @@ func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
 		return nil, fmt.Errorf("storage: create state dir: %w", err)
 	}
 	path := filepath.Join(dir, DBFile)
+	unlock, err := lockSetup(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	if err := checkNotEmptied(dir, path); err != nil {
 		return nil, err
 	}
