@@ -142,6 +142,15 @@ func (w concatRewriter) expr(e ast.Expr) ast.Expr {
 const concatArgs = 32
 
 func concatCall(args []ast.Expr, line, lastLine int) ast.Expr {
+	// An operand is one value: `"x" .. f()` and `"x" .. ...` use the first value only. As
+	// the last argument of a call, a call or ... would pass all of its values on, so it is
+	// adjusted to one, as the parser does for a parenthesised call.
+	switch last := args[len(args)-1].(type) {
+	case *ast.FuncCallExpr:
+		last.AdjustRet = true
+	case *ast.Comma3Expr:
+		last.AdjustRet = true
+	}
 	for len(args) > concatArgs {
 		var level []ast.Expr
 		for len(args) > 0 {

@@ -147,6 +147,11 @@ end`, kind: KindLimit, errSub: "cannot wait inside a callback"},
 		{name: "string.gsub callback", src: `function main()
   local s = ("abc"):gsub("%w", function(c) return agent{prompt=c}.output end)
 end`, kind: KindLimit, errSub: "agent() cannot wait inside a callback"},
+		{name: "a call or ... as an operand is one value", src: `local function f() return "a", "b" end
+function main()
+  local function g(...) return "z" .. ..., ... .. "z" end
+  report({"x" .. f(), #("y" .. f()), f() .. "x", g("1", "2")})
+end`, want: `["xa",2,"ax","z1","1z"]`},
 		{name: "metamethod", src: `function main()
   local t = setmetatable({}, {__index = function(_, k) return agent{prompt=k}.output end})
   local v = t.x
@@ -209,6 +214,11 @@ func TestConcatSemantics(t *testing.T) {
   local t = {k = "v" .. "w", ["x" .. "y"] = f("z" .. 1)}
   report(t.k .. t.xy .. (#("ab" .. "c")) .. (("p" .. "q")):upper())
 end`, want: `"vw<z1>3PQ"`},
+		{name: "a call or ... as an operand is one value", src: `local function f() return "a", "b" end
+function main()
+  local function g(...) return "z" .. ..., ... .. "z" end
+  report({"x" .. f(), #("y" .. f()), f() .. "x", g("1", "2")})
+end`, want: `["xa",2,"ax","z1","1z"]`},
 		{name: "metamethod", src: `function main()
   local mt = {__concat = function(a, b)
     local x = type(a) == "table" and a.n or a
