@@ -320,7 +320,7 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 	if spec.Plan != nil && s.opts.StateDir != "" {
 		// A planned script lives in its run's folder: the user can edit it there and rerun
 		// it with --workflow, and a resume reads it from there.
-		spec.Path = filepath.Join(s.opts.StateDir, "runs", id, "workflow.lua")
+		spec.Path = filepath.Join(s.RunDir(id), "workflow.lua")
 	}
 	if spec.Path == "" {
 		spec.Path = "workflow.lua" // the name the script is pinned and resumed under
@@ -355,7 +355,7 @@ func (s *Service) pin(ctx context.Context, id, path string, src []byte) error {
 	if s.opts.StateDir == "" {
 		return nil
 	}
-	dir := filepath.Join(s.opts.StateDir, "runs", id)
+	dir := s.RunDir(id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return storage.Unwritable(s.opts.StateDir, fmt.Sprintf("run %s: pin %s", id, path), err)
 	}

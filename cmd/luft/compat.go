@@ -192,31 +192,21 @@ ago. Running and suspended runs are kept. A deleted run cannot be resumed.`,
 			if days < 0 {
 				return usageErr("invalid --days %d: must be 0 or more", days)
 			}
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			if _, err := loadConfig(e, g); err != nil {
-				return err
-			}
-			st, err := openStore(ctx, e, g, true)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
 			cutoff := e.now()
 			if days > 0 {
 				cutoff = cutoff.Add(-time.Duration(days) * 24 * time.Hour)
 			}
-			ids, err := st.DeleteFinished(ctx, cutoff)
+			var ids []string
+			err := withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
+				var warn, err error
+				ids, warn, err = svc.DeleteFinished(ctx, cutoff)
+				if warn != nil {
+					fmt.Fprintf(e.stderr, "luft: warning: %v\n", warn)
+				}
+				return err
+			})
 			if err != nil {
 				return err
-			}
-			for _, id := range ids {
-				// The run's pinned scripts and artifacts; the database rows are gone already.
-				if err := os.RemoveAll(filepath.Join(stateDir(e, g), "runs", id)); err != nil {
-					fmt.Fprintf(e.stderr, "luft: warning: remove the folder of run %s: %v\n", id, err)
-				}
 			}
 			if asJSON {
 				if ids == nil {

@@ -143,7 +143,7 @@ func failingLine(err error) int {
 // fixed script is pinned as the run's script (and saved as autofix-N.lua in the run's
 // folder), and the run resumes, so calls whose keys and inputs are unchanged replay from
 // the journal; the journal is dropped only from the first call the fix changed.
-func autoFix(ctx context.Context, e *env, f *runFlags, svc *runtime.Service, dir string, pl *planner.Planner,
+func autoFix(ctx context.Context, e *env, f *runFlags, svc *runtime.Service, pl *planner.Planner,
 	res runtime.Result, src []byte, round int) (*runtime.Run, []byte, error) {
 	chatty := !f.quiet && !f.json
 	if chatty {
@@ -156,8 +156,8 @@ func autoFix(ctx context.Context, e *env, f *runFlags, svc *runtime.Service, dir
 	if err := svc.JournalPlan(ctx, res.RunID, planCalls(fix.Calls, fmt.Sprintf("@%d", round))); err != nil {
 		return nil, nil, err
 	}
-	if dir != "" {
-		path := filepath.Join(dir, "runs", res.RunID, fmt.Sprintf("autofix-%d.lua", round))
+	if dir := svc.RunDir(res.RunID); dir != "" {
+		path := filepath.Join(dir, fmt.Sprintf("autofix-%d.lua", round))
 		if err := os.WriteFile(path, fix.Script, 0o644); err != nil {
 			return nil, nil, fmt.Errorf("auto-fix: save %s: %w", path, err)
 		}
@@ -326,7 +326,7 @@ func (x *fixing) loop(ctx context.Context, e *env, g *globalFlags, f *runFlags, 
 		return err
 	}
 	for round := 1; round <= maxFixes && fixable(x.res) && !x.stuck; round++ {
-		next, fixed, err := autoFix(ctx, e, f, svc, stateDir(e, g), pl, x.res, src, round)
+		next, fixed, err := autoFix(ctx, e, f, svc, pl, x.res, src, round)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "luft: auto-fix: %v\n", err)
 			return nil

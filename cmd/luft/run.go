@@ -329,7 +329,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 
 	if plan != nil && !f.json {
 		fmt.Fprintf(e.stderr, "luft: planned script saved to %s (edit it and rerun with luft run --workflow FILE)\n",
-			filepath.Join(stateDir(e, g), "runs", run.ID, "workflow.lua"))
+			filepath.Join(svc.RunDir(run.ID), "workflow.lua"))
 	}
 	r := newRenderer(e, g, f)
 	r.lanes = laneSampler(svc)
