@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -117,34 +117,27 @@ func cmdNogrep(ts *testscript.TestScript, neg bool, args []string) {
 // cmdExitwithin runs a program and asserts that it exits with CODE within DUR of its start;
 // with -term AFTER it is sent SIGTERM after AFTER. A process still alive at DUR is killed and
 // fails the check. Its stdout and stderr go to $WORK/exitwithin.stdout and .stderr (use grep
-// on them). The environment is the script's: every variable the archive set with env is
-// passed (testscript's own list), plus the ones named by KEY=VALUE arguments before CODE.
+// on them). It runs through the exitwithinHelper program, started by testscript's own exec,
+// so the program gets exactly the script's environment (everything set with env), plus the
+// KEY=VALUE arguments before CODE.
 //
 //	exitwithin [-term AFTER] DUR [KEY=VALUE...] CODE program [args...]
 func cmdExitwithin(ts *testscript.TestScript, neg bool, args []string) {
 	if neg {
 		ts.Fatalf("unsupported: ! exitwithin (give the expected code instead)")
 	}
-	var term time.Duration
+	term := "0s"
 	if len(args) > 2 && args[0] == "-term" {
-		d, err := time.ParseDuration(args[1])
-		if err != nil {
-			ts.Fatalf("exitwithin: bad -term %q: %v", args[1], err)
-		}
-		term, args = d, args[2:]
+		term, args = args[1], args[2:]
 	}
 	if len(args) < 3 {
 		ts.Fatalf("usage: exitwithin [-term AFTER] DUR [KEY=VALUE...] CODE program [args...]")
 	}
-	bound, err := time.ParseDuration(args[0])
-	if err != nil {
-		ts.Fatalf("exitwithin: bad DUR %q: %v", args[0], err)
-	}
+	bound := args[0]
 	args = args[1:]
-	env := scriptEnv(ts)
+	var kv []string
 	for len(args) > 0 && strings.Contains(args[0], "=") {
-		env = append(env, args[0])
-		args = args[1:]
+		kv, args = append(kv, args[0]), args[1:]
 	}
 	if len(args) < 2 {
 		ts.Fatalf("usage: exitwithin [-term AFTER] DUR [KEY=VALUE...] CODE program [args...]")
@@ -153,44 +146,86 @@ func cmdExitwithin(ts *testscript.TestScript, neg bool, args []string) {
 	if err != nil {
 		ts.Fatalf("exitwithin: bad CODE %q", args[0])
 	}
-	prog, err := lookPath(ts, args[1])
-	if err != nil {
-		ts.Fatalf("exitwithin: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args[2:]...)
-	cmd.Dir = ts.MkAbs(".")
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		ts.Fatalf("exitwithin: %v", err)
-	}
-	if term > 0 {
-		timer := time.AfterFunc(term, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
-		defer timer.Stop()
-	}
-	err = cmd.Wait()
-	took := time.Since(start)
-	ts.Check(os.WriteFile(ts.MkAbs("exitwithin.stdout"), stdout.Bytes(), 0o644))
-	ts.Check(os.WriteFile(ts.MkAbs("exitwithin.stderr"), stderr.Bytes(), 0o644))
-	if ctx.Err() != nil {
-		ts.Fatalf("%s was still running after %s (killed); stderr:\n%s", args[1], bound, tail(stderr.String(), 2000))
-	}
+	helperArgs := append([]string{term, bound}, kv...)
+	helperArgs = append(append(helperArgs, "--"), args[1:]...)
 	got := 0
-	if err != nil {
+	if err := ts.Exec(exitwithinHelper, helperArgs...); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
 			ts.Fatalf("exitwithin: %v", err)
 		}
 		got = ee.ExitCode()
 	}
-	ts.Logf("%s exited %d after %s", args[1], got, took.Round(time.Millisecond))
-	if got != want {
-		ts.Fatalf("%s exited with code %d, want %d; stderr:\n%s", args[1], got, want, tail(stderr.String(), 2000))
+	stdout, stderr := ts.ReadFile("stdout"), ts.ReadFile("stderr")
+	ts.Check(os.WriteFile(ts.MkAbs("exitwithin.stdout"), []byte(stdout), 0o644))
+	ts.Check(os.WriteFile(ts.MkAbs("exitwithin.stderr"), []byte(stderr), 0o644))
+	if strings.Contains(stderr, withinKilled) {
+		ts.Fatalf("%s was still running after %s (killed); stderr:\n%s", args[1], bound, tail(stderr, 2000))
 	}
+	ts.Logf("%s exited %d", args[1], got)
+	if got != want {
+		ts.Fatalf("%s exited with code %d, want %d; stderr:\n%s", args[1], got, want, tail(stderr, 2000))
+	}
+}
+
+// exitwithinHelper is the program name under which this test binary runs one command with
+// a deadline (see TestMain): exitwithinHelper TERM BOUND [KEY=VALUE...] -- program [args...].
+const exitwithinHelper = "luft-exitwithin"
+
+// withinKilled starts the line the helper writes when the deadline killed the program.
+const withinKilled = "exitwithin: still running after"
+
+// exitwithinMain runs the helper: the program with the helper's own environment (the
+// script's) plus the KEY=VALUE pairs, SIGTERM after TERM (0s: never), killed at BOUND. The
+// exit code is the program's.
+func exitwithinMain(args []string) int {
+	if len(args) < 4 {
+		fmt.Fprintln(os.Stderr, "usage: luft-exitwithin TERM BOUND [KEY=VALUE...] -- program [args...]")
+		return 2
+	}
+	term, err1 := time.ParseDuration(args[0])
+	bound, err2 := time.ParseDuration(args[1])
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, "exitwithin:", err)
+		return 2
+	}
+	env := os.Environ()
+	args = args[2:]
+	for len(args) > 0 && args[0] != "--" {
+		env, args = append(env, args[0]), args[1:]
+	}
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "exitwithin: no program after --")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, args[1], args[2:]...)
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, nil, os.Stdout, os.Stderr
+	// A killed program's children may still hold its output: stop waiting for them.
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "exitwithin:", err)
+		return 2
+	}
+	if term > 0 {
+		timer := time.AfterFunc(term, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+		defer timer.Stop()
+	}
+	err := cmd.Wait()
+	if ctx.Err() != nil {
+		fmt.Fprintf(os.Stderr, "%s %s (killed)\n", withinKilled, bound)
+		return 124
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "exitwithin:", err)
+		return 2
+	}
+	return 0
 }
 
 func tail(s string, n int) string {
@@ -198,30 +233,4 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
-}
-
-// scriptEnv is the environment a testscript exec would get, rebuilt from the variables the
-// setup and the archive may set.
-func scriptEnv(ts *testscript.TestScript) []string {
-	var env []string
-	for _, k := range []string{"PATH", "HOME", "TMPDIR", "WORK", "LUFT_HOME", "NO_COLOR", "GORACE",
-		"LUFT_MOCK_LATENCY_MS", "LUFT_MOCK_FAIL", "LUFT_CONFIG", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TERM", "CI"} {
-		if v := ts.Getenv(k); v != "" {
-			env = append(env, k+"="+v)
-		}
-	}
-	return env
-}
-
-func lookPath(ts *testscript.TestScript, prog string) (string, error) {
-	if strings.ContainsRune(prog, filepath.Separator) {
-		return ts.MkAbs(prog), nil
-	}
-	for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
-		p := filepath.Join(dir, prog)
-		if info, err := os.Stat(p); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", errors.New(prog + " not found on $PATH")
 }

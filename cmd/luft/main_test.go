@@ -46,7 +46,8 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	testscript.Main(m, map[string]func(){
-		"luft": func() { os.Exit(execute(osEnv(), os.Args[1:])) },
+		"luft":           func() { os.Exit(execute(osEnv(), os.Args[1:])) },
+		exitwithinHelper: func() { os.Exit(exitwithinMain(os.Args[1:])) },
 	})
 }
 
