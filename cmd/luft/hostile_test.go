@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -201,9 +202,15 @@ func exitwithinMain(args []string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, args[1], args[2:]...)
-	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, nil, os.Stdout, os.Stderr
-	// A killed program's children may still hold its output: stop waiting for them.
+	// The output goes through pipes of this helper's own, so a killed program's children
+	// still holding them cannot keep the check open: WaitDelay closes them.
+	var stdout, stderr bytes.Buffer
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, nil, &stdout, &stderr
 	cmd.WaitDelay = time.Second
+	defer func() {
+		os.Stdout.Write(stdout.Bytes())
+		os.Stderr.Write(stderr.Bytes())
+	}()
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "exitwithin:", err)
 		return 2
@@ -214,7 +221,7 @@ func exitwithinMain(args []string) int {
 	}
 	err := cmd.Wait()
 	if ctx.Err() != nil {
-		fmt.Fprintf(os.Stderr, "%s %s (killed)\n", withinKilled, bound)
+		fmt.Fprintf(&stderr, "%s %s (killed)\n", withinKilled, bound)
 		return 124
 	}
 	var ee *exec.ExitError
@@ -222,7 +229,7 @@ func exitwithinMain(args []string) int {
 		return ee.ExitCode()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "exitwithin:", err)
+		fmt.Fprintln(&stderr, "exitwithin:", err)
 		return 2
 	}
 	return 0
