@@ -101,8 +101,7 @@ func (h *host) reserve(ctx context.Context, c lua.Call, req agent.Request, cost 
 		}
 		if limit != "" && (h.ledger.holds == 0 || used >= b.Tokens && b.Tokens > 0 || usedUSD >= b.USD && b.USD > 0) {
 			h.mu.Unlock()
-			err := &lua.ScriptError{Kind: lua.KindLimit, Where: c.Where,
-				Msg: fmt.Sprintf("budget exceeded: %s; call %s refused (raise the limit in budget{})", limit, c.Key)}
+			err := budgetRefusal(c, limit)
 			h.run.cancel(err)
 			return nil, err
 		}

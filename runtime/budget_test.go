@@ -9,7 +9,6 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/scheduler"
 )
 
@@ -83,8 +82,8 @@ func TestTimeBudgetCountsEarlierAttempts(t *testing.T) {
 	dir := t.TempDir()
 	b := &hangUntilCancelled{entered: make(chan struct{}, 1)}
 	e := openResumeEnv(t, dir, b, 0)
-	clock := testkit.NewVirtualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	e.svc.opts.Clock, e.svc.opts.Now = virtualClock{clock}, clock.Now
+	clock := newVirtualClock()
+	useClock(e.svc, clock)
 	r := start(t, e.svc, `function main()
   budget{time_ms = 300000}
   agent{prompt = "long"}

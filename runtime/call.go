@@ -272,29 +272,11 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		}
 		mu.Unlock()
 		tally.admit(h.e.opts.Now(), permit)
-		for {
-			var observe func(http.Header)
-			if o, ok := permit.(interface{ Observe(http.Header) }); ok {
-				observe = o.Observe
-			}
-			sctx := tctx
-			if r := h.route(req, lane, permit); r.Replica != 0 || r.Fallback != nil || observe != nil {
-				sctx = adapters.WithSend(tctx, r, observe)
-			}
-			rep := send(sctx)
-			used = used.Add(rep.Usage)
-			next, serr := scheduler.Finish(tctx, permit, scheduler.Outcome{Usage: rep.Usage, Err: rep.Err, Header: rep.Header})
-			if next == nil {
-				if serr != nil {
-					return serr
-				}
-				return rep.Err
-			}
+		return h.e.sendTurn(tctx, req, lane, permit, send, func(rep adapters.TurnReport) { used = used.Add(rep.Usage) }, func() {
 			tally.mu.Lock()
 			tally.resends++
 			tally.mu.Unlock()
-			permit = next
-		}
+		})
 	}
 	prog := &progress{h: h, key: c.Key}
 	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Key: h.run.ID + "/" + c.Key,
@@ -342,9 +324,42 @@ func laneOf(req agent.Request, b adapters.Backend) string {
 	return req.Backend + "/" + model
 }
 
+// sendTurn sends an admitted turn where the scheduler placed it and reports each send to
+// the scheduler; a send it retries (a 429 waits and keeps the turn's place, a 5xx backs
+// off) runs again on the permit it hands back. sent is told of every send's report,
+// resent of every re-admission; either may be nil.
+func (s *Service) sendTurn(tctx context.Context, req agent.Request, lane string, permit scheduler.Permit,
+	send func(context.Context) adapters.TurnReport, sent func(adapters.TurnReport), resent func()) error {
+	for {
+		var observe func(http.Header)
+		if o, ok := permit.(interface{ Observe(http.Header) }); ok {
+			observe = o.Observe
+		}
+		sctx := tctx
+		if r := s.route(req, lane, permit); r.Replica != 0 || r.Fallback != nil || observe != nil {
+			sctx = adapters.WithSend(tctx, r, observe)
+		}
+		rep := send(sctx)
+		if sent != nil {
+			sent(rep)
+		}
+		next, serr := scheduler.Finish(tctx, permit, scheduler.Outcome{Usage: rep.Usage, Err: rep.Err, Header: rep.Header})
+		if next == nil {
+			if serr != nil {
+				return serr
+			}
+			return rep.Err
+		}
+		if resent != nil {
+			resent()
+		}
+		permit = next
+	}
+}
+
 // route says where the scheduler sent a turn: the replica it chose, and the fallback
 // lane's backend when the turn's own lane has an open circuit.
-func (h *host) route(req agent.Request, own string, p scheduler.Permit) adapters.Route {
+func (s *Service) route(req agent.Request, own string, p scheduler.Permit) adapters.Route {
 	var r adapters.Route
 	if rp, ok := p.(interface{ Replica() int }); ok {
 		r.Replica = rp.Replica()
@@ -352,7 +367,7 @@ func (h *host) route(req agent.Request, own string, p scheduler.Permit) adapters
 	if lp, ok := p.(interface{ Lane() string }); ok {
 		if lane := lp.Lane(); lane != "" && lane != own {
 			id, _, _ := strings.Cut(lane, "/")
-			if b, err := h.e.opts.Backends.Get(id); err == nil && id != req.Backend {
+			if b, err := s.opts.Backends.Get(id); err == nil && id != req.Backend {
 				r.Fallback = b
 			}
 		}

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/luft-run/luft/internal/testkit"
 )
 
 // timeout_ms and --timeout run on Options.Clock: moving a virtual clock past them ends
@@ -29,8 +27,8 @@ end`},
 		t.Run(tt.name, func(t *testing.T) {
 			b := &hangUntilCancelled{entered: make(chan struct{}, 1)}
 			e := openResumeEnv(t, t.TempDir(), b, 0)
-			clock := testkit.NewVirtualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			e.svc.opts.Clock, e.svc.opts.Now = virtualClock{clock}, clock.Now
+			clock := newVirtualClock()
+			useClock(e.svc, clock)
 			r := start(t, e.svc, tt.src, func(s *Spec) { s.Timeout = tt.timeout })
 			<-b.entered
 			clock.Advance(59 * time.Second)

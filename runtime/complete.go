@@ -14,7 +14,8 @@ import (
 // Complete runs one model request outside any run — the planner's call — through the same
 // scheduler as the runs' calls: every turn is admitted on the request's lane (its backend
 // and model) in the request's class (interactive when unset), so a plan waits its turn
-// behind, and is counted against, the same slots and rate limits. key names the call in
+// behind, and is counted against, the same slots and rate limits, and is sent to the
+// replica or fallback the scheduler placed it on. key names the call in
 // the scheduler's view ("plan/1").
 func (s *Service) Complete(ctx context.Context, key string, req agent.Request) (agent.Result, error) {
 	b, err := s.opts.Backends.Get(req.Backend)
@@ -37,17 +38,7 @@ func (s *Service) Complete(ctx context.Context, key string, req agent.Request) (
 		if err != nil {
 			return err
 		}
-		for {
-			rep := send(tctx)
-			next, serr := scheduler.Finish(tctx, permit, scheduler.Outcome{Usage: rep.Usage, Err: rep.Err, Header: rep.Header})
-			if next == nil {
-				if serr != nil {
-					return serr
-				}
-				return rep.Err
-			}
-			permit = next
-		}
+		return s.sendTurn(tctx, req, lane, permit, send, nil, nil)
 	}
 	res, err := b.Run(ctx, req, adapters.Call{Turn: admit, Key: key})
 	if err == nil && res.Status == "" {

@@ -22,6 +22,14 @@ func (c virtualClock) AfterFunc(d time.Duration, f func()) scheduler.Timer {
 	return c.VirtualClock.AfterFunc(d, f)
 }
 
+// newVirtualClock is a virtual clock that starts at 2026-01-01 00:00 UTC.
+func newVirtualClock() virtualClock {
+	return virtualClock{testkit.NewVirtualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+}
+
+// useClock makes svc read the time, and set its timers, on c.
+func useClock(svc *Service, c virtualClock) { svc.opts.Clock, svc.opts.Now = c, c.Now }
+
 // gatedLoop is a tool-using backend whose every model turn tells the test it started
 // and then waits for the test's release, so the test decides when each turn ends and
 // sees the order the scheduler sent them in. "warm-up" takes one turn, others two.
@@ -61,11 +69,11 @@ func (b *gatedLoop) Run(ctx context.Context, req agent.Request, call adapters.Ca
 // (the one that took the slot while the agent's tool ran). Ranked by the run, every
 // first turn ran before any second turn.
 func TestToolFollowUpGoesAheadOfSiblingsFirstTurns(t *testing.T) {
-	clock := virtualClock{testkit.NewVirtualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	clock := newVirtualClock()
 	ex := scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 1}}, clock)
 	b := &gatedLoop{started: make(chan string), release: make(chan struct{})}
 	svc, _ := newScheduledEngine(t, b, ex)
-	svc.opts.Clock, svc.opts.Now = clock, clock.Now
+	useClock(svc, clock)
 	r, err := svc.Start(t.Context(), Spec{Path: "probe.lua", Source: []byte(`function main()
   agent{prompt = "warm-up"}
   parallel({1, 2, 3, 4, 5, 6, 7, 8}, function(i) return agent{prompt = "agent " .. i} end)

@@ -292,11 +292,17 @@ func (h *host) checkBudget(c lua.Call) error {
 		limit = fmt.Sprintf("usd=%g ($%.4f spent)", b.USD, usedUSD)
 	}
 	if limit != "" {
-		return &lua.ScriptError{Kind: lua.KindLimit, Where: c.Where,
-			Msg: fmt.Sprintf("budget exceeded: %s; call %s refused (raise the limit in budget{})", limit, c.Key)}
+		return budgetRefusal(c, limit)
 	}
 	h.started++
 	return nil
+}
+
+// budgetRefusal is the error of call c refused because it would pass limit, a budget{}
+// field with what the run has used.
+func budgetRefusal(c lua.Call, limit string) error {
+	return &lua.ScriptError{Kind: lua.KindLimit, Where: c.Where,
+		Msg: fmt.Sprintf("budget exceeded: %s; call %s refused (raise the limit in budget{})", limit, c.Key)}
 }
 
 // Agent implements lua.Host. A call the journal has completed with the same inputs

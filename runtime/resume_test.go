@@ -825,17 +825,26 @@ end
 	})
 }
 
-func TestResumeRefusesAChangedSubWorkflow(t *testing.T) {
-	dir := t.TempDir()
-	path := writeScript(t, dir, "main.lua", `function main()
+// startSubWorkflowRun writes, in dir/proj, a main.lua that runs the sub-workflow
+// parts/sub.lua and then blocks, starts it with its state in dir/state, and cancels it at
+// the block. It returns the env, the run, the backend, and the two scripts' paths.
+func startSubWorkflowRun(t *testing.T, dir, proj string) (e *resumeEnv, r *Run, b *scripted, path, sub string) {
+	t.Helper()
+	path = writeScript(t, dir, filepath.Join(proj, "main.lua"), `function main()
   local s = workflow("parts/sub.lua")
   local z = agent{prompt="block"}
   report(s .. "|" .. z.output)
 end`)
-	sub := writeScript(t, dir, "parts/sub.lua", `function main() report(agent{prompt="inner"}.output) end`)
+	sub = writeScript(t, dir, filepath.Join(proj, "parts/sub.lua"), `function main() report(agent{prompt="inner"}.output) end`)
 	b, k := blockingBackend("block", "")
-	e := openResumeEnv(t, filepath.Join(dir, "state"), b, 0)
-	r, _, _ := startAndCancel(t, e, path, k)
+	e = openResumeEnv(t, filepath.Join(dir, "state"), b, 0)
+	r, _, _ = startAndCancel(t, e, path, k)
+	return e, r, b, path, sub
+}
+
+func TestResumeRefusesAChangedSubWorkflow(t *testing.T) {
+	dir := t.TempDir()
+	e, r, b, path, sub := startSubWorkflowRun(t, dir, "")
 	files, err := e.st.Files(t.Context(), r.ID)
 	if err != nil || len(files) != 2 || files[0].Path != path || files[1].Path != sub {
 		t.Fatalf("pinned files %+v %v, want the script and its sub-workflow", files, err)
@@ -867,16 +876,8 @@ end`)
 // neither read nor pinned on resume, even with --allow-changed-script.
 func TestResumeRefusesASubWorkflowSymlinkedOut(t *testing.T) {
 	dir := t.TempDir()
-	path := writeScript(t, dir, "proj/main.lua", `function main()
-  local s = workflow("parts/sub.lua")
-  local z = agent{prompt="block"}
-  report(s .. "|" .. z.output)
-end`)
-	sub := writeScript(t, dir, "proj/parts/sub.lua", `function main() report(agent{prompt="inner"}.output) end`)
 	outside := writeScript(t, dir, "outside.lua", `function main() report("SECRET-OUTSIDE") end`)
-	b, k := blockingBackend("block", "")
-	e := openResumeEnv(t, filepath.Join(dir, "state"), b, 0)
-	r, _, _ := startAndCancel(t, e, path, k)
+	e, r, _, _, sub := startSubWorkflowRun(t, dir, "proj")
 	if err := os.Remove(sub); err != nil {
 		t.Fatal(err)
 	}

@@ -240,6 +240,13 @@ func TestSendCarriesTheRoute(t *testing.T) {
 		if len(main.routes) != 1 || main.routes[0].Replica != 2 || (main.routes[0].Fallback == spare) != tc.wantFallback {
 			t.Fatalf("lane %s: routes %+v", tc.lane, main.routes)
 		}
+		// The planner's call goes where the scheduler placed it too.
+		if _, err := svc.Complete(t.Context(), "plan/1", agent.Request{Prompt: "p", Model: "m"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(main.routes) != 2 || main.routes[1].Replica != 2 || (main.routes[1].Fallback == spare) != tc.wantFallback {
+			t.Fatalf("lane %s: planner call's route %+v", tc.lane, main.routes[1:])
+		}
 	}
 }
 

@@ -20,34 +20,35 @@ func (tc ToolCall) subject() string {
 
 // ToolStarted implements Store.
 func (s *SQLite) ToolStarted(ctx context.Context, tc ToolCall) error {
-	if err := tc.check("tool started"); err != nil {
-		return err
-	}
-	now := fmtTime(s.now())
-	return s.write(ctx, func(tx *wtx) error {
-		_, err := tx.Exec(`INSERT INTO tool_calls (run_id, call_key, conversation, turn, tool_call_id, name, args_hash,
-				status, output, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, 'started', NULL, ?, ?)
-			ON CONFLICT (run_id, call_key, conversation, turn, tool_call_id) DO NOTHING`,
-			tc.RunID, tc.CallKey, tc.Conversation, tc.Turn, tc.ID, tc.Name, tc.ArgsHash, now, now)
-		return toolErr("tool started", tc, err)
-	})
+	tc.Done, tc.Output = false, ""
+	return s.putTool(ctx, "tool started", tc, `DO NOTHING`)
 }
 
 // ToolDone implements Store.
 func (s *SQLite) ToolDone(ctx context.Context, tc ToolCall) error {
-	if err := tc.check("tool done"); err != nil {
+	tc.Done = true
+	return s.putTool(ctx, "tool done", tc, `DO UPDATE SET name = excluded.name,
+		args_hash = excluded.args_hash, status = 'done', output = excluded.output, updated_at = excluded.updated_at`)
+}
+
+// putTool inserts tc's row (started, or done with its output); onConflict says what a
+// row already there for the same tool call becomes.
+func (s *SQLite) putTool(ctx context.Context, what string, tc ToolCall, onConflict string) error {
+	if err := tc.check(what); err != nil {
 		return err
+	}
+	status, output := "started", sql.NullString{}
+	if tc.Done {
+		status, output = "done", sql.NullString{String: tc.Output, Valid: true}
 	}
 	now := fmtTime(s.now())
 	return s.write(ctx, func(tx *wtx) error {
 		_, err := tx.Exec(`INSERT INTO tool_calls (run_id, call_key, conversation, turn, tool_call_id, name, args_hash,
 				status, output, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, 'done', ?, ?, ?)
-			ON CONFLICT (run_id, call_key, conversation, turn, tool_call_id) DO UPDATE SET name = excluded.name,
-				args_hash = excluded.args_hash, status = 'done', output = excluded.output, updated_at = excluded.updated_at`,
-			tc.RunID, tc.CallKey, tc.Conversation, tc.Turn, tc.ID, tc.Name, tc.ArgsHash, tc.Output, now, now)
-		return toolErr("tool done", tc, err)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (run_id, call_key, conversation, turn, tool_call_id) `+onConflict,
+			tc.RunID, tc.CallKey, tc.Conversation, tc.Turn, tc.ID, tc.Name, tc.ArgsHash, status, output, now, now)
+		return toolErr(what, tc, err)
 	})
 }
 
