@@ -246,8 +246,7 @@ func (v *vm) convergeCheck(L *glua.LState) int {
 			key := k.String()
 			whole := func(lo, hi int) {
 				n, ok := val.(glua.LNumber)
-				// Compared as floats: int() of an infinite or huge number is not defined.
-				if f := float64(n); !ok || f != math.Trunc(f) || f < float64(lo) || f > float64(hi) {
+				if !ok || !wholeIn(float64(n), float64(lo), float64(hi)) {
 					msg = fmt.Sprintf("option %s must be a whole number from %d to %d, got %s", key, lo, hi, val.String())
 					return
 				}

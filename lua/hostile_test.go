@@ -229,6 +229,9 @@ end`, want: `true`},
 		{name: "budget tokens nan", src: `function main() budget{tokens=0/0} end`, kind: KindRuntime, errSub: "budget: tokens must be a whole number"},
 		{name: "budget negative", src: `function main() budget{agents=-1} end`, kind: KindRuntime, errSub: "budget: agents must be a whole number from 0"},
 		{name: "budget time_ms huge", src: `function main() budget(1e300) end`, kind: KindRuntime, errSub: "budget: time_ms must be a number from 0 to 1000000000000"},
+		{name: "phase planned inf", src: `function main() phase("p", 1/0) end`, kind: KindRuntime, errSub: "test.lua:1: phase: planned must be a whole number from 0 to 1000000, got +Inf"},
+		{name: "phase planned huge", src: `function main() phase{label="p", planned=2^63} end`, kind: KindRuntime, errSub: "phase: planned must be a whole number from 0 to 1000000"},
+		{name: "phase planned nan", src: `function main() phase("p", 0/0) end`, kind: KindRuntime, errSub: "phase: planned must be a whole number"},
 		{name: "budget usd inf", src: `function main() budget{usd=1/0} end`, kind: KindRuntime, errSub: "budget: usd must be a number from 0"},
 	})
 }

@@ -809,8 +809,8 @@ func (v *vm) phaseFn(L *glua.LState) int {
 	readPlanned := func(val glua.LValue) {
 		switch n := val.(type) {
 		case glua.LNumber:
-			if n < 0 || float64(n) != math.Trunc(float64(n)) {
-				L.RaiseError("phase: planned must be a whole number of at least 0, got %s", n.String())
+			if !wholeIn(float64(n), 0, maxWidth) {
+				L.RaiseError("phase: planned must be a whole number from 0 to %d, got %s", maxWidth, n.String())
 			}
 			planned = int(n)
 		case *glua.LNilType:
