@@ -63,11 +63,17 @@ func prefixFitting(s string, room int) int {
 // slices, strings, numbers, bools and nil) without allocating, so it is cheap enough to
 // take on every event; other values are encoded to be measured.
 func Size(v any) int {
+	return sizeWith(v, StringSize)
+}
+
+// sizeWith is Size with each string value (not map key) measured by str: the one walker
+// behind Size, and behind Fit, which measures strings only up to its cap and records them.
+func sizeWith(v any, str func(string) int) int {
 	switch x := v.(type) {
 	case nil:
 		return 4
 	case string:
-		return StringSize(x)
+		return str(x)
 	case bool:
 		if x {
 			return 4
@@ -82,25 +88,25 @@ func Size(v any) int {
 	case map[string]any:
 		n := 1 + len(x) // braces and the commas between entries
 		for k, e := range x {
-			n += StringSize(k) + 1 + Size(e) // ':'
+			n += StringSize(k) + 1 + sizeWith(e, str) // ':'
 		}
 		return max(n, 2)
 	case []any:
 		n := 1 + len(x)
 		for _, e := range x {
-			n += Size(e)
+			n += sizeWith(e, str)
 		}
 		return max(n, 2)
 	case []string:
 		n := 1 + len(x)
 		for _, e := range x {
-			n += StringSize(e)
+			n += str(e)
 		}
 		return max(n, 2)
 	case []map[string]any:
 		n := 1 + len(x)
 		for _, e := range x {
-			n += Size(e)
+			n += sizeWith(e, str)
 		}
 		return max(n, 2)
 	}
@@ -222,13 +228,11 @@ func Fit(v any, max int, limit string) (out any, ok bool) {
 	// Strings are measured only up to max+1: one longer is cut anyway, so its saving
 	// is underestimated, never over, and the result still fits.
 	var lens []int
-	strs := 0
-	walkStrings(v, func(s string) {
+	size := sizeWith(v, func(s string) int {
 		n := stringSizeUpTo(s, max+1)
 		lens = append(lens, n)
-		strs += n
+		return n
 	})
-	size := strs + structureSize(v)
 	if size <= max {
 		return v, true
 	}
@@ -258,58 +262,6 @@ func Fit(v any, max int, limit string) (out any, ok bool) {
 		}
 	}
 	return cutStrings(v, lo+cutMarker, limit), true
-}
-
-// structureSize is Size(v) without its strings' own sizes.
-func structureSize(v any) int {
-	switch x := v.(type) {
-	case string:
-		return 0
-	case map[string]any:
-		n := 1 + len(x)
-		for k, e := range x {
-			n += StringSize(k) + 1 + structureSize(e)
-		}
-		return max(n, 2)
-	case []any:
-		n := 1 + len(x)
-		for _, e := range x {
-			n += structureSize(e)
-		}
-		return max(n, 2)
-	case []string:
-		return max(1+len(x), 2)
-	case []map[string]any:
-		n := 1 + len(x)
-		for _, e := range x {
-			n += structureSize(e)
-		}
-		return max(n, 2)
-	}
-	return Size(v)
-}
-
-func walkStrings(v any, fn func(string)) {
-	switch x := v.(type) {
-	case string:
-		fn(x)
-	case map[string]any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	case []any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	case []string:
-		for _, e := range x {
-			fn(e)
-		}
-	case []map[string]any:
-		for _, e := range x {
-			walkStrings(e, fn)
-		}
-	}
 }
 
 // cutStrings copies v with every string longer than max encoded bytes cut to max.

@@ -80,6 +80,20 @@ func TestWriteCaps(t *testing.T) {
 			}},
 		{name: "table report too big names the line", config: small, errSub: "test.lua:4:",
 			src: "function main()\n  local t = {}\n  for i = 1, 5000 do t[i] = i end\n  pcall(report, t)\nend"},
+		{name: "cyclic report", errSub: "test.lua:3: report: the value cannot be stored as JSON: $.self: cycle",
+			src: "function main()\n  local t = {} t.self = t\n  report(t)\nend",
+			check: func(t *testing.T, h *fakeHost) {
+				if len(h.eventsOf("report")) != 0 {
+					t.Fatal("a refused report was recorded")
+				}
+			}},
+		{name: "deep report", errSub: "table nesting deeper than 64 levels",
+			src: "function main()\n  local t = {}\n  for i = 1, 100000 do t = {t} end\n  report(t)\nend",
+			check: func(t *testing.T, h *fakeHost) {
+				if len(h.eventsOf("report")) != 0 {
+					t.Fatal("a refused report was recorded")
+				}
+			}},
 		{name: "repeated reports record one event", src: `function main()
   local s = string.rep("x", 100000)
   for i = 1, 200 do report(s .. i) end

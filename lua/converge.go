@@ -182,8 +182,21 @@ func (v *vm) convergeCheck(L *glua.LState) int {
 	bad := func(format string, args ...any) int {
 		return v.raiseFatalKind(L, KindRuntime, "converge: "+format, args...)
 	}
-	if _, ok := L.Get(1).(*glua.LTable); !ok {
+	items, ok := L.Get(1).(*glua.LTable)
+	if !ok {
 		return bad("argument 1 must be a list of items, got a %s", L.Get(1).Type())
+	}
+	// Every item goes into a producer's prompt as JSON; one that cannot (a cycle, a
+	// function) is refused here, where the caller sees why, rather than as a producer
+	// that failed inside the round.
+	for i := 1; i <= items.Len(); i++ {
+		it := items.RawGetInt(i)
+		if _, isStr := it.(glua.LString); isStr {
+			continue
+		}
+		if _, err := v.codec.FromLua(it); err != nil {
+			return bad("item %d cannot be put in a prompt: %v", i, err)
+		}
 	}
 	if v.current == nil || v.current.topLevel {
 		v.raiseAt(L, "converge() is not allowed in a script's top-level code; call it from main() (top-level code only defines meta and functions)")
@@ -233,7 +246,7 @@ func (v *vm) convergeCheck(L *glua.LState) int {
 			key := k.String()
 			whole := func(lo, hi int) {
 				n, ok := val.(glua.LNumber)
-				if !ok || float64(n) != math.Trunc(float64(n)) || int(n) < lo || int(n) > hi {
+				if !ok || !wholeIn(float64(n), float64(lo), float64(hi)) {
 					msg = fmt.Sprintf("option %s must be a whole number from %d to %d, got %s", key, lo, hi, val.String())
 					return
 				}

@@ -90,3 +90,40 @@ end`, want: `1`},
 function main() end`, kind: KindInvalid, errSub: `converge() is not allowed in a script's top-level code`},
 	})
 }
+
+func TestConvergeHostileInput(t *testing.T) {
+	withReplies := func(h *fakeHost) { h.reply = convergeReplies }
+	runCases(t, []scriptCase{
+		{name: "max_rounds inf", src: `function main() converge({"a"}, {max_rounds = 1/0}) end`, kind: KindRuntime,
+			errSub: "test.lua:1: converge: option max_rounds must be a whole number from 1 to 20, got +Inf"},
+		{name: "max_rounds nan", src: `function main() converge({"a"}, {max_rounds = 0/0}) end`, kind: KindRuntime,
+			errSub: "option max_rounds must be a whole number from 1 to 20"},
+		{name: "max_rounds 2^63", src: `function main() converge({"a"}, {max_rounds = 2^63}) end`, kind: KindRuntime,
+			errSub: "option max_rounds must be a whole number from 1 to 20"},
+		{name: "producers_per_item -2^63", src: `function main() converge({"a"}, {producers_per_item = -2^63}) end`, kind: KindRuntime,
+			errSub: "option producers_per_item must be a whole number from 1 to 16"},
+		{name: "adversaries_per_finding fraction", src: `function main() converge({"a"}, {adversaries_per_finding = 1.5}) end`, kind: KindRuntime,
+			errSub: "option adversaries_per_finding must be a whole number from 1 to 16, got 1.5"},
+		{name: "vote_threshold nan", src: `function main() converge({"a"}, {vote_threshold = 0/0}) end`, kind: KindRuntime,
+			errSub: "option vote_threshold must be a number from 0 to 1"},
+		{name: "options not a table", src: `function main() converge({"a"}, 5) end`, kind: KindRuntime,
+			errSub: "converge: argument 2 must be an options table, got a number"},
+		{name: "cyclic schema", src: `function main()
+  local s = {type = "object"} s.properties = {x = s}
+  converge({"a"}, {schema = s})
+end`, kind: KindRuntime, errSub: "converge: option schema (the JSON Schema of one finding):"},
+		{name: "deep schema", src: `function main()
+  local s = {type = "object"}
+  for i = 1, 10000 do s = {type = "object", properties = {x = s}} end
+  converge({"a"}, {schema = s})
+end`, kind: KindRuntime, errSub: "converge: option schema (the JSON Schema of one finding):"},
+		{name: "schema not JSON", src: `function main() converge({"a"}, {schema = "{"}) end`, kind: KindRuntime,
+			errSub: "option schema (the JSON Schema of one finding): not valid JSON"},
+		{name: "cyclic item", prepare: withReplies, src: `function main()
+  local t = {} t.self = t
+  converge({t})
+end`, kind: KindRuntime, errSub: "test.lua:3: converge: item 1 cannot be put in a prompt:"},
+		{name: "function item", src: `function main() converge({"a", print}) end`, kind: KindRuntime,
+			errSub: "test.lua:1: converge: item 2 cannot be put in a prompt:"},
+	})
+}

@@ -41,7 +41,6 @@ var luaKeywords = map[string]bool{"and": true, "break": true, "do": true, "else"
 	"not": true, "or": true, "repeat": true, "return": true, "then": true, "true": true, "until": true, "while": true}
 
 var (
-	callNilRe  = regexp.MustCompile(`^attempt to call a non-function object$`)
 	indexNilRe = regexp.MustCompile(`^attempt to index a non-table object\(nil\) with key '([^']*)'$`)
 	// a name (possibly dotted) followed by call syntax: name(, name{, name", name'
 	calleeRe = regexp.MustCompile(`(^|[^\w.:])([A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*)\s*[({"']`)
@@ -81,7 +80,7 @@ func (v *vm) explain(msg string) string {
 	defined := func(name string) bool {
 		return env != nil && env.RawGetString(name) != glua.LNil
 	}
-	if callNilRe.MatchString(rest) {
+	if rest == "attempt to call a non-function object" {
 		for _, m := range calleeRe.FindAllStringSubmatch(line, -1) {
 			name := strings.Join(strings.Fields(strings.ReplaceAll(m[2], ".", " . ")), "")
 			first, _, dotted := strings.Cut(name, ".")

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -202,9 +203,13 @@ func TestWorkflowPathConfined(t *testing.T) {
 		{name: "syntax errors do not quote the file", src: `function main() workflow("sub/bad.lua") end`, prepare: files, kind: KindRuntime, check: func(t *testing.T, h *fakeHost) {},
 			errSub: "sub/bad.lua:3: syntax error (column"},
 	})
+	long, err := runScript(t, newFakeHost(), `function main() workflow(string.rep("a/", 500000) .. "w.lua") end`)
+	if err == nil || !strings.Contains(err.Error(), "test.lua:1: workflow \"a/a/") || !strings.Contains(err.Error(), "the path is longer than 4096 bytes") || len(err.Error()) > 1000 {
+		t.Fatalf("a 1 MB path: got %v, err of %d bytes; want a short error saying the path is too long", long, len(fmt.Sprint(err)))
+	}
 	h := newFakeHost()
 	files(h)
-	_, err := runScript(t, h, `function main() workflow("sub/bad.lua") end`)
+	_, err = runScript(t, h, `function main() workflow("sub/bad.lua") end`)
 	if err == nil || strings.Contains(err.Error(), "TOPSECRET") {
 		t.Fatalf("err = %v, must not quote the file", err)
 	}
@@ -229,6 +234,9 @@ end`, want: `true`},
 		{name: "budget tokens nan", src: `function main() budget{tokens=0/0} end`, kind: KindRuntime, errSub: "budget: tokens must be a whole number"},
 		{name: "budget negative", src: `function main() budget{agents=-1} end`, kind: KindRuntime, errSub: "budget: agents must be a whole number from 0"},
 		{name: "budget time_ms huge", src: `function main() budget(1e300) end`, kind: KindRuntime, errSub: "budget: time_ms must be a number from 0 to 1000000000000"},
+		{name: "phase planned inf", src: `function main() phase("p", 1/0) end`, kind: KindRuntime, errSub: "test.lua:1: phase: planned must be a whole number from 0 to 1000000, got +Inf"},
+		{name: "phase planned huge", src: `function main() phase{label="p", planned=2^63} end`, kind: KindRuntime, errSub: "phase: planned must be a whole number from 0 to 1000000"},
+		{name: "phase planned nan", src: `function main() phase("p", 0/0) end`, kind: KindRuntime, errSub: "phase: planned must be a whole number"},
 		{name: "budget usd inf", src: `function main() budget{usd=1/0} end`, kind: KindRuntime, errSub: "budget: usd must be a number from 0"},
 	})
 }

@@ -720,9 +720,13 @@ func (v *vm) workflowFn(L *glua.LState) int {
 			return fail(L, where, "workflow: args: %s", err)
 		}
 	}
+	shown := string(p)
+	if len(shown) > shownWorkflowPath {
+		shown = shown[:shownWorkflowPath] + "…"
+	}
 	name, err := workflowName(string(p))
 	if err != nil {
-		return fail(L, where, "workflow %q: %s", string(p), err)
+		return fail(L, where, "workflow %q: %s", shown, err)
 	}
 	v.checkNesting(L, t, "workflow()")
 	dir := scriptDir(t.wf.prog)
@@ -734,24 +738,24 @@ func (v *vm) workflowFn(L *glua.LState) int {
 		src, err := v.host.LoadWorkflow(c, dir, name)
 		if err != nil {
 			v.hostError(L, err)
-			return fail(L, where, "workflow %q: %s", string(p), err)
+			return fail(L, where, "workflow %q: %s", shown, err)
 		}
 		prog, err = compileWorkflow(path, src)
 		if err != nil {
-			return fail(L, where, "workflow %q: %s", string(p), err)
+			return fail(L, where, "workflow %q: %s", shown, err)
 		}
 		v.protos[path] = prog
 	}
 	child, err := v.newWorkflow(prog, args)
 	if err != nil {
-		return fail(L, where, "workflow %q: %s", string(p), err)
+		return fail(L, where, "workflow %q: %s", shown, err)
 	}
 	start := v.cfg.Now()
 	v.emit(event.WorkflowStarted, map[string]any{"span_id": key, "path": path, "args": args})
 	done := func(err error) {
 		data := map[string]any{"span_id": key, "path": path, "ok": err == nil, "elapsed_ms": v.cfg.Now().Sub(start).Milliseconds()}
 		if err != nil {
-			msg := fmt.Sprintf("workflow %q failed: %s", string(p), err)
+			msg := fmt.Sprintf("workflow %q failed: %s", shown, err)
 			if where != "" { // empty when workflow() is a tail call
 				msg = where + ": " + msg
 			}
@@ -809,8 +813,8 @@ func (v *vm) phaseFn(L *glua.LState) int {
 	readPlanned := func(val glua.LValue) {
 		switch n := val.(type) {
 		case glua.LNumber:
-			if n < 0 || float64(n) != math.Trunc(float64(n)) {
-				L.RaiseError("phase: planned must be a whole number of at least 0, got %s", n.String())
+			if !wholeIn(float64(n), 0, maxWidth) {
+				L.RaiseError("phase: planned must be a whole number from 0 to %d, got %s", maxWidth, n.String())
 			}
 			planned = int(n)
 		case *glua.LNilType:

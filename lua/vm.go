@@ -924,8 +924,17 @@ func splitWhere(msg string) (string, string) {
 // file inside the calling script's folder, named relative to it. Symlinks are the host's
 // to check (Host.LoadWorkflow); everything that can be refused without the file system
 // is refused here.
+// maxWorkflowPath is the longest path workflow() takes (Linux's PATH_MAX); error messages
+// quote at most shownWorkflowPath bytes of it.
+const (
+	maxWorkflowPath   = 4096
+	shownWorkflowPath = 200
+)
+
 func workflowName(p string) (string, error) {
 	switch {
+	case len(p) > maxWorkflowPath:
+		return "", fmt.Errorf("the path is longer than %d bytes", maxWorkflowPath)
 	case strings.IndexByte(p, 0) >= 0:
 		return "", errors.New("the path contains a NUL byte")
 	case filepath.IsAbs(p) || strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`):
