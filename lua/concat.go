@@ -187,20 +187,22 @@ func (v *vm) concatFn(L *glua.LState) int {
 	for i := n - 1; i >= 1; {
 		lhs := L.Get(i)
 		if joinable(lhs) && joinable(rhs) {
+			// The run of strings and numbers ending at rhs, converted once, right to left.
+			parts := []string{glua.LVAsString(rhs)}
+			size := int64(len(parts[0]))
 			j := i
-			size := int64(len(glua.LVAsString(rhs)))
 			for ; j >= 1 && joinable(L.Get(j)); j-- {
-				size += int64(len(glua.LVAsString(L.Get(j))))
+				parts = append(parts, glua.LVAsString(L.Get(j)))
+				size += int64(len(parts[len(parts)-1]))
 			}
 			if size > limit {
 				return v.raiseFatal(L, "string limit (%d bytes) exceeded: `..` would build %d bytes", limit, size)
 			}
 			var b strings.Builder
 			b.Grow(int(size))
-			for k := j + 1; k <= i; k++ {
-				b.WriteString(glua.LVAsString(L.Get(k)))
+			for k := len(parts) - 1; k >= 0; k-- {
+				b.WriteString(parts[k])
 			}
-			b.WriteString(glua.LVAsString(rhs))
 			rhs = glua.LString(b.String())
 			i = j
 			continue
