@@ -292,7 +292,7 @@ func (d *Daemon) cancelRun(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) startRun(w http.ResponseWriter, r *http.Request) {
 	var req StartRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScript))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		apiError(w, http.StatusBadRequest, "start: the body is not a start request: %v (fields: script, path, args, backend, model, class, concurrency, max_agent_calls, timeout_ns, caller)", err)
