@@ -48,7 +48,7 @@ func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, err
 		return nil, errStopping
 	}
 	if req.Class != "" && req.Class != string(agent.ClassInteractive) && req.Class != string(agent.ClassBatch) {
-		return nil, &inputError{"invalid class " + quote(req.Class) + ": use interactive or batch"}
+		return nil, &inputError{fmt.Sprintf("invalid class %q: use interactive or batch", req.Class)}
 	}
 	if req.Script == "" && req.Path == "" {
 		return nil, &inputError{"give the workflow as script (its source) or path (a file the daemon can read)"}
@@ -228,5 +228,3 @@ func (d *Daemon) turnsRunning() int {
 type inputError struct{ msg string }
 
 func (e *inputError) Error() string { return e.msg }
-
-func quote(s string) string { return `"` + s + `"` }
