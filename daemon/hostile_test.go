@@ -40,6 +40,8 @@ func TestAPIHostileInput(t *testing.T) {
 		{"resume: not JSON", "POST", "/api/runs/" + id + "/resume", `{`, 400, "not a resume request"},
 		{"resume: unknown field", "POST", "/api/runs/" + id + "/resume", `{"force":true}`, 400, `unknown field \"force\"`},
 		{"resume: unknown run", "POST", "/api/runs/nope/resume", ``, 404, "nope"},
+		{"resume: the newest unfinished run, with none", "POST", "/api/runs/-/resume", ``, 404, "no unfinished run to resume"},
+		{"resume: a finished run", "POST", "/api/runs/" + id + "/resume", `{}`, 200, `"status":"completed"`},
 		{"cancel: unknown run", "POST", "/api/runs/nope/cancel", ``, 404, "nope"},
 		{"report: unknown run", "GET", "/api/runs/nope/report", ``, 404, "nope"},
 		{"events: unknown run", "GET", "/api/runs/nope/events", ``, 404, "nope"},
