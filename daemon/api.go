@@ -59,20 +59,21 @@ type RunPage struct {
 
 // LaneJSON is one scheduler lane in the daemon's status.
 type LaneJSON struct {
-	Lane              string  `json:"lane"`
-	Running           int     `json:"running"`
-	QueuedInteractive int     `json:"queued_interactive"`
-	QueuedBatch       int     `json:"queued_batch"`
-	Admitted          uint64  `json:"admitted"`
-	Waits             uint64  `json:"waits"`
-	RateLimited       uint64  `json:"rate_limited"`
-	Retries           uint64  `json:"retries"`
-	Suspended         uint64  `json:"suspended"`
-	TokensLeft        float64 `json:"tokens_left"`
-	TokenLimit        float64 `json:"token_limit"`
-	RequestsLeft      float64 `json:"requests_left"`
-	RequestLimit      float64 `json:"request_limit"`
-	Circuit           string  `json:"circuit"`
+	Lane              string    `json:"lane"`
+	Running           int       `json:"running"`
+	QueuedInteractive int       `json:"queued_interactive"`
+	QueuedBatch       int       `json:"queued_batch"`
+	Admitted          uint64    `json:"admitted"`
+	Waits             uint64    `json:"waits"`
+	RateLimited       uint64    `json:"rate_limited"`
+	Retries           uint64    `json:"retries"`
+	Suspended         uint64    `json:"suspended"`
+	TokensLeft        float64   `json:"tokens_left"`
+	TokenLimit        float64   `json:"token_limit"`
+	RequestsLeft      float64   `json:"requests_left"`
+	RequestLimit      float64   `json:"request_limit"`
+	PausedUntil       time.Time `json:"paused_until,omitzero"` // a 429's Retry-After holds the lane until then
+	Circuit           string    `json:"circuit"`
 }
 
 // StatusJSON is GET /api/daemon.
@@ -172,7 +173,7 @@ func (d *Daemon) status() StatusJSON {
 			st.Lanes = append(st.Lanes, LaneJSON{Lane: l.Lane, Running: l.Running, QueuedInteractive: l.QueuedInteractive,
 				QueuedBatch: l.QueuedBatch, Admitted: l.Admitted, Waits: l.Waits, RateLimited: l.RateLimited,
 				Retries: l.Retries, Suspended: l.Suspended, TokensLeft: l.TokensLeft, TokenLimit: l.TokenLimit,
-				RequestsLeft: l.RequestsLeft, RequestLimit: l.RequestLimit, Circuit: l.Circuit})
+				RequestsLeft: l.RequestsLeft, RequestLimit: l.RequestLimit, PausedUntil: l.PausedUntil, Circuit: l.Circuit})
 		}
 	}
 	return st
@@ -292,7 +293,7 @@ func (d *Daemon) cancelRun(w http.ResponseWriter, r *http.Request) {
 
 func (d *Daemon) startRun(w http.ResponseWriter, r *http.Request) {
 	var req StartRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScript))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		apiError(w, http.StatusBadRequest, "start: the body is not a start request: %v (fields: script, path, args, backend, model, class, concurrency, max_agent_calls, timeout_ns, caller)", err)

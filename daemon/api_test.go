@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
@@ -284,6 +285,31 @@ func TestAPIFollowHostedRun(t *testing.T) {
 	}
 }
 
+// held is a backend whose turns, once admitted, say they started and then wait until the
+// test lets one through (or the run is stopped).
+type held struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (h *held) ID() string { return "held" }
+
+func (h *held) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	err := call.Do(ctx, adapters.TurnCost{}, func(ctx context.Context) adapters.TurnReport {
+		h.started <- struct{}{}
+		select {
+		case <-h.release:
+			return adapters.TurnReport{}
+		case <-ctx.Done():
+			return adapters.TurnReport{Err: context.Cause(ctx)}
+		}
+	})
+	if err != nil {
+		return agent.Result{}, err
+	}
+	return agent.Result{Status: agent.StatusOK, Text: "ok", Backend: "held"}, nil
+}
+
 // On shutdown a turn already admitted finishes (and is journaled) within the grace
 // period; the next is never admitted; the run ends suspended.
 func TestShutdownLetsAdmittedTurnsFinish(t *testing.T) {
@@ -294,8 +320,9 @@ func TestShutdownLetsAdmittedTurnsFinish(t *testing.T) {
 	}
 	defer st.Close()
 	gate := NewGate()
+	b := &held{started: make(chan struct{}, 2), release: make(chan struct{})}
 	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir,
-		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{LatencyMS: 300})),
+		Backends:  adapters.NewRegistry("held", b),
 		Scheduler: gate.Wrap(scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 4}}, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -308,15 +335,19 @@ func TestShutdownLetsAdmittedTurnsFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the first turn is admitted (it then runs for the mock's 300 ms).
-	deadline := time.Now().Add(30 * time.Second)
-	for d.turnsRunning() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the first turn was never admitted")
-		}
-		time.Sleep(time.Millisecond)
+	// The first turn is admitted and held; shutdown closes the gate, then the turn ends.
+	<-b.started
+	drained := make(chan struct{})
+	go func() {
+		d.drain()
+		close(drained)
+	}()
+	<-gate.closed
+	b.release <- struct{}{}
+	<-drained
+	if n := len(b.started); n != 0 {
+		t.Errorf("%d turns were admitted after the gate closed", n)
 	}
-	d.drain()
 	res := run.Wait()
 	entries, _ := st.Journal(context.Background(), run.ID)
 	done := map[string]string{}

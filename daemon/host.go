@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/luft-run/luft/agent"
@@ -46,10 +48,15 @@ func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, err
 		return nil, errStopping
 	}
 	if req.Class != "" && req.Class != string(agent.ClassInteractive) && req.Class != string(agent.ClassBatch) {
-		return nil, &inputError{"invalid class " + quote(req.Class) + ": use interactive or batch"}
+		return nil, &inputError{fmt.Sprintf("invalid class %q: use interactive or batch", req.Class)}
 	}
 	if req.Script == "" && req.Path == "" {
 		return nil, &inputError{"give the workflow as script (its source) or path (a file the daemon can read)"}
+	}
+	if req.Script == "" {
+		if err := checkWorkflowFile(req.Path); err != nil {
+			return nil, err
+		}
 	}
 	spec, err := d.opts.NewSpec(req)
 	if err != nil {
@@ -61,6 +68,25 @@ func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, err
 	}
 	d.track(run, req.Caller)
 	return run, nil
+}
+
+// maxScript is the largest workflow the daemon takes, as a body or as a file.
+const maxScript = 8 << 20
+
+// checkWorkflowFile refuses a path that is not a regular file of at most maxScript bytes
+// before it is read: a device such as /dev/zero or a FIFO would be read without end.
+func checkWorkflowFile(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return &inputError{fmt.Sprintf("read workflow %s: %v", path, err)}
+	}
+	if !fi.Mode().IsRegular() {
+		return &inputError{fmt.Sprintf("read workflow %s: not a regular file (%s): give the path of a .lua file", path, fi.Mode().Type())}
+	}
+	if fi.Size() > maxScript {
+		return &inputError{fmt.Sprintf("read workflow %s: %d bytes, more than the %d a workflow may have", path, fi.Size(), maxScript)}
+	}
+	return nil
 }
 
 // track counts a hosted run and, when it ends suspended with a resume time, wakes it then.
@@ -202,5 +228,3 @@ func (d *Daemon) turnsRunning() int {
 type inputError struct{ msg string }
 
 func (e *inputError) Error() string { return e.msg }
-
-func quote(s string) string { return `"` + s + `"` }

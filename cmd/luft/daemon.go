@@ -529,7 +529,8 @@ func daemonLanes(c *daemon.Client) func() []tui.Lane {
 			out = append(out, tui.Lane{Name: l.Lane, Running: l.Running, QueuedInteractive: l.QueuedInteractive,
 				QueuedBatch: l.QueuedBatch, TokensLeft: l.TokensLeft, TokenLimit: l.TokenLimit,
 				RequestsLeft: l.RequestsLeft, RequestLimit: l.RequestLimit, Admitted: l.Admitted, Waits: l.Waits,
-				RateLimited: l.RateLimited, Retries: l.Retries, Suspended: l.Suspended, Circuit: l.Circuit})
+				RateLimited: l.RateLimited, Retries: l.Retries, Suspended: l.Suspended, PausedUntil: l.PausedUntil,
+				Circuit: l.Circuit})
 		}
 		return out
 	}

@@ -135,6 +135,11 @@ end`})
 	if code != 0 || !strings.Contains(out, `"steps": 4`) {
 		t.Errorf("run through the daemon: exit %d\n%s%s", code, out, errOut)
 	}
+	// A report path that cannot be written is refused before the daemon hosts the run
+	// (the status below still counts 2 hosted runs).
+	if _, errOut, code := dt.luft("run", "--no-tui", "-w", "wf.lua", "-o", "nodir/r.json"); code != 2 || !strings.Contains(errOut, "the folder nodir does not exist") {
+		t.Errorf("run -o into a missing folder through the daemon: exit %d, want 2\n%s", code, errOut)
+	}
 	out, _, _ = dt.luft("daemon", "status", "--json")
 	var st daemon.StatusJSON
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.PID != info.PID || st.RunsHosted != 2 || len(st.Lanes) == 0 || st.Lanes[0].Admitted != 8 {

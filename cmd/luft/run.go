@@ -250,6 +250,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 			return err
 		}
 	}
+	if f.output != "" {
+		// Refuse a report path that cannot be written before any agent runs.
+		if st, err := os.Stat(filepath.Dir(f.output)); err != nil || !st.IsDir() {
+			return usageErr("-o %s: the folder %s does not exist", f.output, filepath.Dir(f.output))
+		}
+	}
 	// While a daemon runs for the state dir, the run is hosted there: one scheduler for
 	// every run on the machine.
 	if routed, err := daemonRun(ctx, e, g, f, args, resumeRef); routed {
@@ -261,12 +267,6 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}
 	if logFile != nil {
 		defer logFile.Close() // closed by the mirror once the run ends; this covers an early return
-	}
-	if f.output != "" {
-		// Refuse a report path that cannot be written before any agent runs.
-		if st, err := os.Stat(filepath.Dir(f.output)); err != nil || !st.IsDir() {
-			return usageErr("-o %s: the folder %s does not exist", f.output, filepath.Dir(f.output))
-		}
 	}
 	st, err := openStore(ctx, e, g, f.resume)
 	if err != nil {
