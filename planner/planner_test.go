@@ -230,3 +230,13 @@ func TestPlanHostileReplies(t *testing.T) {
 		})
 	}
 }
+
+// A planned script that builds ever larger tables in its dry run is stopped at the memory
+// cap with a reason for the model, before the time cap.
+func TestValidateMemoryHog(t *testing.T) {
+	src := "function main() local t = {} local s = string.rep('x', 65536) for i = 1, 1e9 do t[i] = s .. i end report(1) end"
+	_, err := Validate(context.Background(), []byte(src), Caps{Time: time.Minute, Memory: 64 << 20})
+	if err == nil || !strings.Contains(err.Error(), "memory limit (64 MiB) exceeded") {
+		t.Fatalf("got %v, want the memory cap", err)
+	}
+}
