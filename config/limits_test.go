@@ -114,3 +114,38 @@ func TestLimits(t *testing.T) {
 		})
 	}
 }
+
+// The keys added with [limits], [tools] env and writable, pass_env, a backend's env and
+// planner_model refuse a value of the wrong type, and a bad name anywhere in a huge list,
+// with the file, the line and the key.
+func TestNewKeysHostile(t *testing.T) {
+	huge := strings.Repeat(`"GOPATH", `, 100_000) + `"NOT A NAME"`
+	for _, tc := range []struct{ name, src, want string }{
+		{"limits string", "[limits]\nmax_log_bytes = \"1 GiB\"\n", "c.toml:2: limits.max_log_bytes: incompatible types"},
+		{"limits float", "[limits]\nmax_events = 1.5\n", "c.toml:2: limits.max_events: incompatible types"},
+		{"limits beyond int64", "[limits]\nmax_events_bytes = 99999999999999999999\n", "c.toml:2: limits.max_events_bytes: "},
+		{"limits too large", "[limits]\nmax_events_bytes = 9223372036854775807\n",
+			"c.toml:2: limits.max_events_bytes: must be 0 (the default) or between 1024 and 1099511627776 bytes (got 9223372036854775807)"},
+		{"limits a table", "[limits.max_log_bytes]\nx = 1\n", "c.toml:1: limits.max_log_bytes"},
+		{"tools env a string", "[tools]\nenv = \"GOPATH\"\n", "c.toml:2: tools.env: incompatible types"},
+		{"tools env numbers", "[tools]\nenv = [1, 2]\n", "c.toml:2: tools.env"},
+		{"tools env a bare star", "[tools]\nenv = [\"*\"]\n", `c.toml:2: tools.env: "*" is not an environment variable name`},
+		{"tools env with =", "[tools]\nenv = [\"PATH=/tmp\"]\n", `c.toml:2: tools.env: "PATH=/tmp" is not an environment variable name`},
+		{"tools env huge list", "[tools]\nenv = [" + huge + "]\n", `c.toml:2: tools.env: "NOT A NAME" is not an environment variable name`},
+		{"writable a string", "[tools]\nwritable = \"/tmp\"\n", "c.toml:2: tools.writable: incompatible types"},
+		{"writable numbers", "[tools]\nwritable = [5]\n", "c.toml:2: tools.writable"},
+		{"pass_env a string", "[mcp_servers.m]\ncommand = \"m\"\npass_env = \"HOME\"\n", "c.toml:3: mcp_servers.m.pass_env: incompatible types"},
+		{"pass_env a glob", "[mcp_servers.m]\ncommand = \"m\"\npass_env = [\"*TOKEN\"]\n", `c.toml:3: mcp_servers.m.pass_env: "*TOKEN" is not an environment variable name`},
+		{"backend env a table", "[backends.b]\ntype = \"mock\"\n[backends.b.env]\nX = \"1\"\n", "c.toml:3: backends.b.env"},
+		{"backend env a bad name", "[backends.b]\ntype = \"mock\"\nenv = [\"A-B\"]\n", `c.toml:3: backends.b.env: "A-B" is not an environment variable name`},
+		{"planner_model a number", "planner_model = 3\n", "c.toml:1: planner_model: incompatible types"},
+		{"planner_model a list", "planner_model = [\"a\"]\n", "c.toml:1: planner_model: incompatible types"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("c.toml", []byte(tc.src))
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("got  %v\nwant %s...", err, tc.want)
+			}
+		})
+	}
+}

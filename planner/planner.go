@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/skills"
 )
 
@@ -213,7 +214,8 @@ func (p *Planner) loop(ctx context.Context, op, first string, prev []byte) (*Pla
 		if best != nil {
 			break // the revision asked for by warnings failed: keep the valid script
 		}
-		if src == nil {
+		if src == nil || len(src) > lua.MaxScriptBytes {
+			// A script too large to compile is not sent back whole: the reason says why.
 			src = prev
 		}
 		prompt = retryPrompt(first, src, reason, chk.Warnings)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/lua"
 )
 
 // scripted answers planner requests with replies in order and keeps the requests.
@@ -199,5 +200,43 @@ func TestFixIgnoresStyleWarnings(t *testing.T) {
 	plan, err := New(Options{Model: m}).Fix(context.Background(), Failure{Script: []byte("function main() error(\"x\") end"), Error: "x"})
 	if err != nil || len(m.got) != 1 || len(plan.Check.Warnings) == 0 {
 		t.Fatalf("err %v, %d calls, warnings %v", err, len(m.got), plan.Check.Warnings)
+	}
+}
+
+// A model's reply is hostile input: a script over the compiler's size limit, a huge reply
+// without a fenced block, a fence never closed and a script that loops forever in the dry
+// run each end in a reason sent back, with a retry prompt that does not carry the huge
+// reply, and then in a clear error.
+func TestPlanHostileReplies(t *testing.T) {
+	hugeScript := "```lua\nfunction main() report(1) end\n--" + strings.Repeat("x", lua.MaxScriptBytes) + "\n```"
+	for _, tc := range []struct {
+		name, reply, reason string
+	}{
+		{"script over the size limit", hugeScript, "script too large"},
+		{"huge reply without a fence", strings.Repeat("prose ", 4<<20), "has no ```lua fenced block"},
+		{"fence never closed", "```lua\nfunction main() report(1) end\n", "has no ```lua fenced block"},
+		{"endless loop", "```lua\nfunction main() while true do end end\n```", "longer than the cap of 100ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &scripted{replies: []string{tc.reply}}
+			_, err := New(Options{Model: m, MaxAttempts: 2, Caps: Caps{Time: 100 * time.Millisecond}}).Plan(context.Background(), "do it")
+			var pe *Error
+			if !errors.As(err, &pe) || len(pe.Calls) != 2 || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("err %v, want a plan error after 2 calls with %q", err, tc.reason)
+			}
+			if n := len(m.got[1].Prompt); n > 64<<10 {
+				t.Fatalf("the retry prompt is %d bytes: it carries the hostile reply back to the model", n)
+			}
+		})
+	}
+}
+
+// A planned script that builds ever larger tables in its dry run is stopped at the memory
+// cap with a reason for the model, before the time cap.
+func TestValidateMemoryHog(t *testing.T) {
+	src := "function main() local t = {} local s = string.rep('x', 65536) for i = 1, 1e9 do t[i] = s .. i end report(1) end"
+	_, err := Validate(context.Background(), []byte(src), Caps{Time: time.Minute, Memory: 64 << 20})
+	if err == nil || !strings.Contains(err.Error(), "memory limit (64 MiB) exceeded") {
+		t.Fatalf("got %v, want the memory cap", err)
 	}
 }

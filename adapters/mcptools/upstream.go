@@ -22,6 +22,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/config"
 )
 
 // Server is one upstream MCP tool server: [mcp_servers.<Name>] in luft.toml. Exactly one
@@ -152,7 +153,7 @@ func validate(servers []Server) error {
 			errs = append(errs, fmt.Errorf("%s: both command and url are set (set only one in [mcp_servers.%s]: "+
 				"command for a server luft starts, url for one already running)", where, s.Name))
 		case s.URL != "":
-			if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			if config.CheckURL(s.URL) != nil {
 				errs = append(errs, fmt.Errorf("%s: url %q is not an http:// or https:// URL (fix url in [mcp_servers.%s])",
 					where, s.URL, s.Name))
 			}

@@ -364,6 +364,7 @@ func TestOpenErrors(t *testing.T) {
 		{"neither command nor url", []Server{{Name: "s"}}, nil, []string{"neither command nor url"}},
 		{"both command and url", []Server{{Name: "s", Command: "x", URL: "http://127.0.0.1:1/"}}, nil, []string{"both command and url"}},
 		{"url not http", []Server{{Name: "s", URL: "ftp://example.com/"}}, nil, []string{`url "ftp://example.com/" is not an http://`}},
+		{"url with a port and no host", []Server{{Name: "s", URL: "http://:8080/"}}, nil, []string{`url "http://:8080/" is not an http://`}},
 		{"args with url", []Server{{Name: "s", URL: "http://127.0.0.1:1/", Args: []string{"x"}}}, nil, []string{"args, env and pass_env apply to a command"}},
 		{"bad env name", []Server{{Name: "s", Command: "x", Env: map[string]string{"A=B": "c"}}}, nil, []string{`env name "A=B"`}},
 		{"bad pass_env name", []Server{{Name: "s", Command: "x", PassEnv: []string{"A B"}}}, nil, []string{`pass_env`, `"A B" is not an environment variable name`}},

@@ -176,3 +176,41 @@ func TestGuardWriteFileMakesNoFolders(t *testing.T) {
 		t.Fatalf("an ordinary new file: existed %t, %v", existed, err)
 	}
 }
+
+// TestGuardPathVariants: a protected or outside file named another way — through "..",
+// "./", an absolute path, other letter case, a linked folder — is refused like its plain
+// name, and nothing is written or made outside the workspace.
+func TestGuardPathVariants(t *testing.T) {
+	base := t.TempDir()
+	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	writeFileT(t, filepath.Join(ws, ".git", "config"), "[core]\n")
+	writeFileT(t, filepath.Join(ws, ".luft", "luft.db"), "db")
+	writeFileT(t, filepath.Join(ws, "sub", "keep.txt"), "k")
+	writeFileT(t, filepath.Join(outside, "victim.txt"), "victim")
+	if err := os.Symlink(outside, filepath.Join(ws, "out")); err != nil {
+		t.Skip("no symbolic links here:", err)
+	}
+	s := newSet(t, Config{Workspace: ws})
+	for _, path := range []string{
+		"sub/../.git/config", "./.git/config", ".git/./config", "../ws/.git/config",
+		filepath.Join(ws, ".git", "config"), ".Git/config", ".GIT/hooks/pre-commit",
+		"LUFT.TOML", "sub/Luft.Toml", ".Luft/luft.db", "sub/../.LUFT/luft.db",
+		"../outside/victim.txt", "sub/../../outside/victim.txt", filepath.Join(outside, "victim.txt"),
+		"out/victim.txt", "out/new.txt", "out/../ws/.git/config", "/etc/luft-guard-test",
+	} {
+		_, err := call(t, s, "write_file", map[string]any{"path": path, "content": "pwned"})
+		if err == nil || !strings.Contains(err.Error(), "may not change") && !strings.Contains(err.Error(), "outside the workspace") {
+			t.Errorf("write_file %q: %v, want a refusal", path, err)
+		}
+	}
+	for name, text := range map[string]string{"ws/.git/config": "[core]\n", "ws/.luft/luft.db": "db", "outside/victim.txt": "victim"} {
+		if got := readFileT(t, filepath.Join(base, name)); got != text {
+			t.Errorf("%s changed: %q", name, got)
+		}
+	}
+	for _, p := range []string{filepath.Join(outside, "new.txt"), filepath.Join(ws, ".git", "hooks"), filepath.Join(ws, "LUFT.TOML"), "/etc/luft-guard-test"} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s was made (%v)", p, err)
+		}
+	}
+}

@@ -249,3 +249,36 @@ func TestWarnings(t *testing.T) {
 		t.Errorf("warnings with Landlock: %q", w)
 	}
 }
+
+// [tools] writable entries become the real folders they name, whatever way they are
+// written: relative with "..", through a symbolic link, under ~; a name with a NUL or a
+// long list of entries ends in a clear error or a plain list, never a panic.
+func TestWritableDirsHostile(t *testing.T) {
+	base := t.TempDir()
+	ws, cache := filepath.Join(base, "ws"), filepath.Join(base, "cache")
+	for _, d := range []string{ws, cache, filepath.Join(base, "home", "c")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(cache, filepath.Join(ws, "cache-link")); err != nil {
+		t.Skip("no symbolic links here:", err)
+	}
+	t.Setenv("HOME", filepath.Join(base, "home"))
+	real := ResolveExisting(base)
+	w := workspace{dir: ws, real: ResolveExisting(ws)}
+	got, err := writableDirs(w, []string{"../cache", "cache-link", "~/c", "./../ws/../cache/"})
+	want := []string{filepath.Join(real, "cache"), filepath.Join(real, "cache"), filepath.Join(real, "home", "c"), filepath.Join(real, "cache")}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("writableDirs = %q, %v; want %q", got, err, want)
+	}
+	for _, bad := range []string{"cache\x00/etc", "../nope", "~nobody/x"} {
+		if _, err := writableDirs(w, []string{bad}); err == nil || !strings.Contains(err.Error(), "not an existing folder") {
+			t.Errorf("writable %q: %v, want a refusal", bad, err)
+		}
+	}
+	many := slices.Repeat([]string{"../cache"}, 10_000)
+	if got, err := writableDirs(w, append(many, "../nope")); err == nil || got != nil {
+		t.Fatalf("a missing folder at the end of 10,001 entries: %d dirs, %v", len(got), err)
+	}
+}

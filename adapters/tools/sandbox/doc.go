@@ -27,6 +27,12 @@
 // of a path outside the workspace works). TCP networking is not restricted. The rules
 // are set with no_new_privs, so no setuid program can shed them.
 //
+// Landlock judges a write by the path it is made through. A confined command cannot make
+// a hard link to an outside file (linking across the rule's boundary is refused), but a
+// hard link already in a writable folder before the command starts is written through:
+// the outside file changes. The file tools' Guard refuses files with more than one link;
+// the sandbox cannot.
+//
 // Kernels without Landlock (before 5.13, or with it disabled at boot) and other systems
 // cannot confine: Status says why, and commands then run unconfined — the allow-list and
 // the minimal environment are all that stands between a command and the user's files.

@@ -164,3 +164,45 @@ func TestConfinedStandardStreams(t *testing.T) {
 		t.Fatalf("standard streams: %v %q", err, out)
 	}
 }
+
+// TestConfinedEscapes: a confined command cannot write outside through a name it makes
+// inside the workspace — a symbolic link, a hard link, "..", /proc/self/root — nor by
+// moving the workspace's folder away and a link in its place.
+func TestConfinedEscapes(t *testing.T) {
+	needLandlock(t)
+	base := t.TempDir()
+	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	for _, d := range []string{ws, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("original"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, script := range []string{
+		"ln -s " + victim + " l && echo x > l",
+		"ln -s " + outside + " d && echo x > d/new",
+		"ln " + victim + " hl && echo x > hl",
+		"echo x > ../outside/victim",
+		"cd .. && echo x > outside/victim",
+		"echo x > /proc/self/root" + victim,
+		"echo x > " + ws + "/../outside/new",
+		"mkdir sub && mv sub ../outside/sub",
+		"cd .. && mv ws ws2 && ln -s outside ws && echo x > ws/new",
+	} {
+		if out, err := run(t, []string{ws}, ws, script); err == nil {
+			t.Errorf("%s: succeeded:\n%s", script, out)
+		}
+	}
+	if got, _ := os.ReadFile(victim); string(got) != "original" {
+		t.Fatalf("the outside file changed: %q", got)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Fatalf("the outside folder gained entries: %v", entries)
+	}
+	if entries, _ := os.ReadDir(base); len(entries) != 2 {
+		t.Fatalf("the workspace's parent changed: %v", entries)
+	}
+}
