@@ -307,8 +307,11 @@ func (s *session) decide(st toolState) (allow bool, why string, ask bool) {
 	}
 	paths := append(st.paths[:len(st.paths):len(st.paths)], rawPaths(st.rawInput)...)
 	for _, p := range paths {
+		if err := tools.CheckPathLen(p); err != nil {
+			return false, fmt.Sprintf("%s: %v", snippet(p, 100), err), false
+		}
 		if !s.b.inside(p) {
-			return false, fmt.Sprintf("%s is outside the workspace %s", p, s.b.ws), false
+			return false, fmt.Sprintf("%s is outside the workspace %s", snippet(p, 200), s.b.ws), false
 		}
 	}
 	switch st.kind {
@@ -318,7 +321,7 @@ func (s *session) decide(st toolState) (allow bool, why string, ask bool) {
 		}
 		for _, p := range paths {
 			if s.b.protects(p) {
-				return false, fmt.Sprintf("%s is luft's own config or state, or version control's, which agents may not change", p), false
+				return false, fmt.Sprintf("%s is luft's own config or state, or version control's, which agents may not change", snippet(p, 200)), false
 			}
 		}
 		if cfg.AllowEdits || cfg.Approval == tools.ApprovalAllow {

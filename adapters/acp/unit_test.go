@@ -202,3 +202,19 @@ func TestAgentEnv(t *testing.T) {
 		t.Errorf("a bad env name: %v", err)
 	}
 }
+
+// A path longer than any file may have (here 1 MiB of "d/" parts) is refused at once, with
+// the path cut in the reason: resolving it part by part took minutes.
+func TestDecideRefusesHugePaths(t *testing.T) {
+	ws := t.TempDir()
+	b, err := New(Config{Command: "x", Dir: ws, AllowEdits: true, Approval: tools.ApprovalAllow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(b, nil, adaptersCall())
+	huge := filepath.Join(ws, strings.Repeat("d/", 512<<10)+"f")
+	allow, why, _ := s.decide(toolState{kind: "edit", paths: []string{huge}})
+	if allow || !strings.Contains(why, "more than the 4096 a file may have") || len(why) > 400 {
+		t.Fatalf("allow %t, reason (%d bytes) %.300q", allow, len(why), why)
+	}
+}

@@ -94,6 +94,9 @@ func NewGuard(dir string, protected []string) Guard {
 // given and with the symbolic links of its existing part resolved. A path that leads
 // outside the workspace is left to the os.Root it is opened through, which refuses it.
 func (g Guard) Check(rel string) error {
+	if err := CheckPathLen(rel); err != nil {
+		return err
+	}
 	if err := g.checkReal(ResolveExisting(filepath.Join(g.real, rel)), rel); err != nil {
 		return err
 	}

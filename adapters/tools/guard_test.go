@@ -214,3 +214,17 @@ func TestGuardPathVariants(t *testing.T) {
 		}
 	}
 }
+
+// A path longer than PATH_MAX is refused by the guard and by the file tools' path check
+// before anything resolves it part by part.
+func TestHugePathsRefused(t *testing.T) {
+	ws := t.TempDir()
+	huge := strings.Repeat("d/", 512<<10) + "f"
+	if err := NewGuard(ws, nil).Check(huge); err == nil || !strings.Contains(err.Error(), "more than the 4096") {
+		t.Fatalf("Guard.Check: %v", err)
+	}
+	w := workspace{dir: ws, real: ws}
+	if _, err := w.rel("write_file", huge); err == nil || !strings.Contains(err.Error(), "write_file: the path is") {
+		t.Fatalf("rel: %v", err)
+	}
+}

@@ -21,6 +21,19 @@ func Within(dir, path string) bool {
 	return err == nil && (r == "." || filepath.IsLocal(r))
 }
 
+// MaxPathBytes is the longest path the tools and the coding agents' requests may name:
+// Linux's PATH_MAX. A longer path cannot be opened anyway, and resolving one (ResolveExisting
+// tries each leading part in turn) would take time quadratic in its length.
+const MaxPathBytes = 4096
+
+// CheckPathLen refuses a path longer than MaxPathBytes.
+func CheckPathLen(p string) error {
+	if len(p) > MaxPathBytes {
+		return fmt.Errorf("the path is %d bytes long, more than the %d a file may have", len(p), MaxPathBytes)
+	}
+	return nil
+}
+
 // ResolveExisting resolves the symbolic links of the longest existing leading part of
 // path, so that a path through a link compares as where it leads.
 func ResolveExisting(path string) string {
@@ -42,6 +55,9 @@ func ResolveExisting(path string) string {
 // that lead outside by their spelling. Symbolic links that lead outside are refused
 // later, by the os.Root the path is opened through.
 func (w workspace) rel(tool, p string) (string, error) {
+	if err := CheckPathLen(p); err != nil {
+		return "", fmt.Errorf("%s: %w", tool, err)
+	}
 	if filepath.IsAbs(p) {
 		p = filepath.Clean(p)
 		for _, base := range []string{w.dir, w.real} {
