@@ -99,6 +99,15 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 	mux.HandleFunc("GET /api/runs/{id}/report", d.getReport)
 	mux.HandleFunc("POST /api/runs/{id}/cancel", d.cancelRun)
 	mux.HandleFunc("POST /api/runs/{id}/resume", d.resumeRun)
+	open := http.NewServeMux() // mounts that need no token on a loopback listener
+	hasOpen := false
+	for _, m := range d.mounts {
+		mux.Handle(m.Pattern, m.Handler)
+		if m.OpenOnLoopback && d.loopbackListener() {
+			open.Handle(m.Pattern, m.Handler)
+			hasOpen = true
+		}
+	}
 	if !overHTTP {
 		return mux
 	}
@@ -118,6 +127,12 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 		if isDashboard(r) {
 			web.ServeHTTP(w, r)
 			return
+		}
+		if hasOpen {
+			if _, pattern := open.Handler(r); pattern != "" {
+				open.ServeHTTP(w, r)
+				return
+			}
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(d.token)) != 1 {

@@ -67,6 +67,20 @@ type Options struct {
 	Now  func() time.Time
 	// Ready is called once the daemon answers on its socket.
 	Ready func(Info)
+	// Mounts are further doors served beside the API (the MCP server at /mcp, the
+	// proxy at /v1/). It is called once, before the daemon listens, with the daemon
+	// itself so a door can start hosted runs through it (Daemon.Start).
+	Mounts func(*Daemon) []Mount
+}
+
+// Mount is a handler served by the daemon under a pattern of net/http's ServeMux
+// ("/mcp", "/v1/"). Over HTTP it passes the same Host and Origin checks as the API; it
+// needs the bearer token too unless OpenOnLoopback is set and the daemon listens on a
+// loopback address (a proxy whose clients send their own upstream Authorization).
+type Mount struct {
+	Pattern        string
+	Handler        http.Handler
+	OpenOnLoopback bool
 }
 
 // ErrAlreadyRunning is returned by Run when another daemon holds the state dir.
@@ -88,6 +102,8 @@ type Daemon struct {
 	hosted int                    // runs started or resumed here
 	timers map[string]*time.Timer // wake-ups of suspended runs
 	wg     sync.WaitGroup         // run trackers
+
+	mounts []Mount
 }
 
 // New checks the options and returns a Daemon.
@@ -188,6 +204,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer os.Remove(infoPath)
 
+	if d.opts.Mounts != nil {
+		d.mounts = d.opts.Mounts(d)
+	}
 	servers := []*http.Server{{Handler: d.handler(false), ReadHeaderTimeout: 10 * time.Second}}
 	listeners := []net.Listener{ul}
 	if tl != nil {
@@ -322,4 +341,10 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackListener reports whether the daemon's HTTP address is a loopback one.
+func (d *Daemon) loopbackListener() bool {
+	host, _, err := net.SplitHostPort(d.opts.Listen)
+	return err == nil && loopbackHost(host)
 }

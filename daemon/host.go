@@ -42,6 +42,13 @@ func (r StartRequest) Spec() runtime.Spec {
 // errStopping refuses new runs once the daemon shuts down.
 var errStopping = errors.New("the daemon is shutting down and admits no new runs; start it again (luft daemon start)")
 
+// Start runs a request in this daemon, as POST /api/runs does: the run is hosted here
+// (it outlives the caller, is suspended on shutdown and resumed on the next start) and
+// req.Caller is its fair-share caller. Doors mounted on the daemon start runs with it.
+func (d *Daemon) Start(ctx context.Context, req StartRequest) (*runtime.Run, error) {
+	return d.start(ctx, req)
+}
+
 // start runs a request in this daemon.
 func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, error) {
 	if d.stopping.Load() {
