@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/luft-run/luft/adapters"
@@ -117,8 +118,8 @@ func (c *customBackend) complete(ctx context.Context, in Request) (resp Response
 		// A reply that arrived after the call was cancelled is not used.
 		err = context.Cause(ctx)
 	}
-	if resp.Usage.Input < 0 || resp.Usage.Output < 0 || resp.Usage.Cached < 0 || resp.Cost < 0 {
-		return Response{}, fmt.Errorf("backend %s: negative usage or cost in its response (%+v, cost %g)", c.id, resp.Usage, resp.Cost)
+	if resp.Usage.Input < 0 || resp.Usage.Output < 0 || resp.Usage.Cached < 0 || !(resp.Cost >= 0) || math.IsInf(resp.Cost, 1) {
+		return Response{}, fmt.Errorf("backend %s: negative or invalid usage or cost in its response (%+v, cost %g)", c.id, resp.Usage, resp.Cost)
 	}
 	return resp, err
 }
