@@ -180,9 +180,22 @@ func TestStartRefusesBadScripts(t *testing.T) {
 			}
 		})
 	}
-	//nolint:staticcheck // a nil context is the hostile input under test
-	if _, err := eng.Start(nil, luft.Script{Source: "function main() end"}); err == nil {
-		t.Fatal("Start with a nil context: no error")
+	// A nil context is refused by every method that takes one.
+	var nilCtx context.Context
+	nilErrs := map[string]error{}
+	_, nilErrs["Start"] = eng.Start(nilCtx, luft.Script{Source: "function main() end"})
+	_, nilErrs["Run"] = eng.Run(nilCtx, luft.Script{Source: "function main() end"})
+	_, nilErrs["Resume"] = eng.Resume(nilCtx, "x")
+	_, nilErrs["Status"] = eng.Status(nilCtx, "x")
+	_, nilErrs["List"] = eng.List(nilCtx, luft.ListOptions{})
+	nilErrs["Cancel"] = eng.Cancel(nilCtx, "x")
+	for _, err := range eng.Events(nilCtx, "x", 0) {
+		nilErrs["Events"] = err
+	}
+	for op, err := range nilErrs {
+		if err == nil || !strings.Contains(err.Error(), "ctx is nil") {
+			t.Errorf("%s with a nil context: %v", op, err)
+		}
 	}
 	runs, err := eng.List(t.Context(), luft.ListOptions{})
 	if err != nil || len(runs) != 0 {
@@ -229,5 +242,32 @@ end`})
 		if !strings.Contains(rep, want) {
 			t.Errorf("report lacks %q:\n%s", want, rep)
 		}
+	}
+}
+
+// List, Status and Resume refuse arguments they cannot use.
+func TestQueryRefusesBadArguments(t *testing.T) {
+	eng := newEngine(t, luft.Options{})
+	res, err := eng.Run(t.Context(), luft.Script{Source: "function main() end"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.List(t.Context(), luft.ListOptions{Limit: -1}); err == nil || !strings.Contains(err.Error(), "Limit -1") {
+		t.Errorf("List with Limit -1: %v", err)
+	}
+	if _, err := eng.List(t.Context(), luft.ListOptions{Status: "finished"}); err == nil || !strings.Contains(err.Error(), `"finished" is not a run status`) {
+		t.Errorf("List with a bad status: %v", err)
+	}
+	if runs, err := eng.List(t.Context(), luft.ListOptions{Status: luft.StatusCompleted, Limit: 1}); err != nil || len(runs) != 1 || runs[0].ID != res.RunID {
+		t.Errorf("List of completed runs: %v %v", runs, err)
+	}
+	if _, err := eng.Status(t.Context(), ""); err == nil {
+		t.Error("Status of an empty id: no error")
+	}
+	if _, err := eng.Resume(t.Context(), ""); err == nil {
+		t.Error("Resume of an empty id: no error")
+	}
+	if _, err := eng.Resume(t.Context(), res.RunID, luft.ResumeOptions{}, luft.ResumeOptions{}); err == nil {
+		t.Error("Resume with two ResumeOptions: no error")
 	}
 }

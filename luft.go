@@ -44,7 +44,8 @@ type Options struct {
 	// LUFT_MODEL, LUFT_MOCK_*, the keys named by api_key_env); nil = os.Getenv.
 	Getenv func(string) string
 	// Clock times every wait of a run and the scheduler (timeouts, budgets, backoff,
-	// rate-limit waits); nil = the wall clock. Tests pass a fake one.
+	// rate-limit waits) and stamps events; nil = the wall clock. Tests pass a fake one.
+	// RunInfo.CreatedAt, which the store stamps, follows the wall clock.
 	Clock Clock
 	// Caller is who this Engine's runs are fair-shared as in its scheduler; "" = "embed".
 	Caller string
@@ -273,23 +274,24 @@ func (e *Engine) Close() error {
 // errNilEngine is the error of a method called on a nil *Engine.
 var errNilEngine = errors.New("luft: the *Engine is nil; make one with luft.New")
 
-// use reports ErrClosed once Close has begun.
-func (e *Engine) use() error {
-	if e == nil {
-		return errNilEngine
+// use checks a call of op: the Engine exists and is open, and ctx is set.
+func (e *Engine) use(ctx context.Context, op string) error {
+	done, err := e.starting(ctx, op)
+	if err != nil {
+		return err
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
-		return ErrClosed
-	}
+	done()
 	return nil
 }
 
-// starting holds off Close while a run starts; done must be called after.
-func (e *Engine) starting() (done func(), err error) {
+// starting is use that also holds off Close until done is called: a run that starts is
+// then among the runs Close suspends.
+func (e *Engine) starting(ctx context.Context, op string) (done func(), err error) {
 	if e == nil {
 		return nil, errNilEngine
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("luft: %s: ctx is nil; pass context.Background() or a request's context", op)
 	}
 	e.mu.RLock()
 	if e.closed {

@@ -35,7 +35,7 @@ type RunInfo struct {
 
 // Status returns one run, by id or unique id prefix; a *NotFoundError when there is none.
 func (e *Engine) Status(ctx context.Context, runID string) (RunInfo, error) {
-	if err := e.use(); err != nil {
+	if err := e.use(ctx, "Status"); err != nil {
 		return RunInfo{}, err
 	}
 	if runID == "" {
@@ -58,7 +58,7 @@ type ListOptions struct {
 
 // List returns runs, newest first.
 func (e *Engine) List(ctx context.Context, o ListOptions) ([]RunInfo, error) {
-	if err := e.use(); err != nil {
+	if err := e.use(ctx, "List"); err != nil {
 		return nil, err
 	}
 	if o.Limit < 0 {
@@ -91,7 +91,7 @@ func (e *Engine) List(ctx context.Context, o ListOptions) ([]RunInfo, error) {
 // exist yields a *NotFoundError; a failure to read the store ends the sequence with it.
 func (e *Engine) Events(ctx context.Context, runID string, since int64) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
-		if err := e.use(); err != nil {
+		if err := e.use(ctx, "Events"); err != nil {
 			yield(Event{}, err)
 			return
 		}

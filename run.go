@@ -143,10 +143,7 @@ func (e *Engine) Run(ctx context.Context, s Script) (Result, error) {
 // A script that does not compile is refused at once (a *ScriptError of kind "syntax")
 // and nothing is recorded.
 func (e *Engine) Start(ctx context.Context, s Script) (*Run, error) {
-	if ctx == nil {
-		return nil, errors.New("luft: Start: ctx is nil; pass context.Background() or a request's context")
-	}
-	done, err := e.starting()
+	done, err := e.starting(ctx, "Start")
 	if err != nil {
 		return nil, err
 	}
@@ -237,9 +234,11 @@ type ResumeOptions struct {
 // A run that has already completed is not run again: the returned Run has ended with
 // its stored result. ctx ending cancels the run.
 func (e *Engine) Resume(ctx context.Context, runID string, opts ...ResumeOptions) (*Run, error) {
-	if ctx == nil {
-		return nil, errors.New("luft: Resume: ctx is nil; pass context.Background() or a request's context")
+	done, err := e.starting(ctx, "Resume")
+	if err != nil {
+		return nil, err
 	}
+	defer done()
 	if runID == "" {
 		return nil, errors.New("luft: Resume: the run id is empty; List shows the runs")
 	}
@@ -250,11 +249,6 @@ func (e *Engine) Resume(ctx context.Context, runID string, opts ...ResumeOptions
 	if len(opts) == 1 {
 		o = opts[0]
 	}
-	done, err := e.starting()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
 	rt, err := e.svc.Resume(ctx, runtime.ResumeSpec{Run: runID, AllowChangedScript: o.AllowChangedScript, RerunFromDivergence: o.RerunFromDivergence})
 	if err != nil {
 		return nil, typed(err, runID)
@@ -265,7 +259,7 @@ func (e *Engine) Resume(ctx context.Context, runID string, opts ...ResumeOptions
 // Cancel stops a run by id: at once when this Engine drives it, otherwise by a request
 // the process driving it picks up.
 func (e *Engine) Cancel(ctx context.Context, runID string) error {
-	if err := e.use(); err != nil {
+	if err := e.use(ctx, "Cancel"); err != nil {
 		return err
 	}
 	_, err := e.svc.Cancel(ctx, runID)
