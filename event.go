@@ -11,31 +11,31 @@ type EventType string
 
 // The event types a run records, in the order they typically come.
 const (
-	EventRunStarted       EventType = event.RunStarted
-	EventPlan             EventType = event.Plan
-	EventPhaseStarted     EventType = event.PhaseStarted
-	EventPhaseDone        EventType = event.PhaseDone
-	EventAgentStarted     EventType = event.AgentStarted
-	EventAgentQueued      EventType = event.AgentQueued
-	EventAgentProgress    EventType = event.AgentProgress
-	EventAgentRetry       EventType = event.AgentRetry
-	EventSchemaRetry      EventType = event.SchemaRetry
-	EventAgentDone        EventType = event.AgentDone
-	EventRateLimit        EventType = event.RateLimit
-	EventParallelStarted  EventType = event.ParallelStarted
-	EventParallelDone     EventType = event.ParallelDone
-	EventPipelineStarted  EventType = event.PipelineStarted
-	EventPipelineItemDone EventType = event.PipelineItemDone
-	EventPipelineDone     EventType = event.PipelineDone
-	EventWorkflowStarted  EventType = event.WorkflowStarted
-	EventWorkflowDone     EventType = event.WorkflowDone
-	EventConvergeStarted  EventType = event.ConvergeStarted
-	EventConvergeDone     EventType = event.ConvergeDone
-	EventLog              EventType = event.Log
-	EventReport           EventType = event.Report
-	EventBudget           EventType = event.Budget
-	EventRunSuspended     EventType = event.RunSuspended
-	EventRunDone          EventType = event.RunDone
+	EventRunStarted       EventType = "run_started"
+	EventPlan             EventType = "plan"
+	EventPhaseStarted     EventType = "phase_started"
+	EventPhaseDone        EventType = "phase_done"
+	EventAgentStarted     EventType = "agent_started"
+	EventAgentQueued      EventType = "agent_queued"
+	EventAgentProgress    EventType = "agent_progress"
+	EventAgentRetry       EventType = "agent_retry"
+	EventSchemaRetry      EventType = "schema_retry"
+	EventAgentDone        EventType = "agent_done"
+	EventRateLimit        EventType = "rate_limit"
+	EventParallelStarted  EventType = "parallel_started"
+	EventParallelDone     EventType = "parallel_done"
+	EventPipelineStarted  EventType = "pipeline_started"
+	EventPipelineItemDone EventType = "pipeline_item_done"
+	EventPipelineDone     EventType = "pipeline_done"
+	EventWorkflowStarted  EventType = "workflow_started"
+	EventWorkflowDone     EventType = "workflow_done"
+	EventConvergeStarted  EventType = "converge_started"
+	EventConvergeDone     EventType = "converge_done"
+	EventLog              EventType = "log"
+	EventReport           EventType = "report"
+	EventBudget           EventType = "budget"
+	EventRunSuspended     EventType = "run_suspended"
+	EventRunDone          EventType = "run_done"
 )
 
 // Event is one entry of a run's stream. Seq numbers a run's events from 1 without gaps;

@@ -150,6 +150,9 @@ func TestNilEngine(t *testing.T) {
 	if err := eng.Close(); err != nil {
 		t.Error("Close")
 	}
+	if eng.Backends() != nil || eng.Warnings() != nil || eng.StateDir() != "" {
+		t.Error("the accessors of a nil Engine return something")
+	}
 }
 
 // Bad scripts and arguments are refused before anything is recorded, naming the field.

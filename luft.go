@@ -54,8 +54,14 @@ type Options struct {
 // Clock is the time source an Engine waits on.
 type Clock = scheduler.Clock
 
-// Option adds to what Options say; WithBackend is one.
-type Option func(*settings) error
+// Option adds to what Options say; WithBackend makes one.
+type Option interface {
+	apply(*settings) error
+}
+
+type optionFunc func(*settings) error
+
+func (f optionFunc) apply(s *settings) error { return f(s) }
 
 type settings struct {
 	custom []*customBackend
@@ -66,7 +72,7 @@ type settings struct {
 // when Options.Backend is name. The name may not be one the Engine already has (mock,
 // mockfile, openai, the acp:* agents, or one of the config's [backends]).
 func WithBackend(name string, b Backend) Option {
-	return func(s *settings) error {
+	return optionFunc(func(s *settings) error {
 		if err := checkBackendName(name); err != nil {
 			return fmt.Errorf("WithBackend: %v; give it a short name such as \"mymodel\"", err)
 		}
@@ -80,7 +86,7 @@ func WithBackend(name string, b Backend) Option {
 		}
 		s.custom = append(s.custom, &customBackend{id: name, b: b})
 		return nil
-	}
+	})
 }
 
 // Engine runs workflows: it owns the state dir's store, the backends and the one
@@ -118,7 +124,7 @@ func New(opts Options, more ...Option) (*Engine, error) {
 		if o == nil {
 			return nil, fmt.Errorf("luft.New: option %d is nil", i+1)
 		}
-		if err := o(&set); err != nil {
+		if err := o.apply(&set); err != nil {
 			return nil, fmt.Errorf("luft.New: %w", err)
 		}
 	}
@@ -234,14 +240,29 @@ func withCustom(reg *adapters.Registry, custom []*customBackend) (*adapters.Regi
 }
 
 // StateDir is the absolute path of the Engine's state dir.
-func (e *Engine) StateDir() string { return e.dir }
+func (e *Engine) StateDir() string {
+	if e == nil {
+		return ""
+	}
+	return e.dir
+}
 
 // Warnings are what the config and the backends want the user told once: a deprecated
 // config key, commands agents may run that this kernel cannot confine, and so on.
-func (e *Engine) Warnings() []string { return append([]string(nil), e.warnings...) }
+func (e *Engine) Warnings() []string {
+	if e == nil {
+		return nil
+	}
+	return append([]string(nil), e.warnings...)
+}
 
 // Backends are the ids of the backends scripts may name, sorted.
-func (e *Engine) Backends() []string { return e.registry.IDs() }
+func (e *Engine) Backends() []string {
+	if e == nil {
+		return nil
+	}
+	return e.registry.IDs()
+}
 
 // Close stops the Engine. A run still going is suspended, as when a host shuts down: its
 // finished calls are journaled and Resume (on a new Engine) goes on from there. Close

@@ -420,3 +420,21 @@ end`, first)
 		t.Fatalf("rerun from divergence: %v %v", res.Report, err)
 	}
 }
+
+// The accessors say what the Engine has: custom backends among the built-in ones, and the
+// state dir as an absolute path.
+func TestEngineAccessors(t *testing.T) {
+	eng := newEngine(t, luft.Options{StateDir: filepath.Join(t.TempDir(), "rel", "..", "state")},
+		luft.WithBackend("mine", luft.BackendFunc(func(ctx context.Context, req luft.Request) (luft.Response, error) {
+			return luft.Response{}, nil
+		})))
+	if got := eng.Backends(); !slices.Contains(got, "mine") || !slices.Contains(got, "mock") {
+		t.Errorf("Backends() = %v", got)
+	}
+	if dir := eng.StateDir(); !filepath.IsAbs(dir) || filepath.Base(dir) != "state" {
+		t.Errorf("StateDir() = %q", dir)
+	}
+	if _, err := os.Stat(filepath.Join(eng.StateDir(), "luft.db")); err != nil {
+		t.Errorf("no luft.db in the state dir: %v", err)
+	}
+}

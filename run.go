@@ -43,12 +43,12 @@ type Status string
 // Run statuses. Interrupted is how Status and List show a run stored as running whose
 // process is gone; it resumes.
 const (
-	StatusRunning     Status = Status(runtime.StatusRunning)
-	StatusCompleted   Status = Status(runtime.StatusCompleted)
-	StatusFailed      Status = Status(runtime.StatusFailed)
-	StatusCancelled   Status = Status(runtime.StatusCancelled)
-	StatusSuspended   Status = Status(runtime.StatusSuspended)
-	StatusInterrupted Status = Status(runtime.StatusInterrupted)
+	StatusRunning     Status = "running"
+	StatusCompleted   Status = "completed"
+	StatusFailed      Status = "failed"
+	StatusCancelled   Status = "cancelled"
+	StatusSuspended   Status = "suspended"
+	StatusInterrupted Status = "interrupted"
 )
 
 // AgentCounts count a run's agent calls by outcome; Cached ones were answered from the
