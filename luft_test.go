@@ -438,3 +438,53 @@ func TestEngineAccessors(t *testing.T) {
 		t.Errorf("no luft.db in the state dir: %v", err)
 	}
 }
+
+// Close while runs start and run: every Start either fails with ErrClosed or gives a run
+// that ends (completed, or suspended by the Close) and can be resumed to completion.
+func TestCloseWhileStarting(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := luft.New(luft.Options{StateDir: dir, Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		id  string
+		err error
+	}
+	out := make(chan outcome, 20)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := eng.Run(t.Context(), luft.Script{Source: fanOut(3)})
+			out <- outcome{res.RunID, err}
+		}()
+	}
+	if err := eng.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(out)
+	var stopped []string
+	for o := range out {
+		switch {
+		case o.err == nil:
+		case errors.Is(o.err, luft.ErrClosed) && o.id == "":
+		case errors.Is(o.err, luft.ErrShutdown) && o.id != "":
+			stopped = append(stopped, o.id)
+		default:
+			t.Errorf("Run during Close: %q %v", o.id, o.err)
+		}
+	}
+	again := newEngine(t, luft.Options{StateDir: dir})
+	for _, id := range stopped {
+		run, err := again.Resume(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := run.Wait(); err != nil || res.Report != float64(3) {
+			t.Errorf("resume of %s after Close: %v %v", id, res.Report, err)
+		}
+	}
+}
