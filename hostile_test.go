@@ -274,3 +274,19 @@ func TestQueryRefusesBadArguments(t *testing.T) {
 		t.Error("Resume with two ResumeOptions: no error")
 	}
 }
+
+// A state dir whose luft.db is not a database is refused, naming it; nothing is written.
+func TestNewCorruptStateDir(t *testing.T) {
+	dir := t.TempDir()
+	junk := []byte("this is not a SQLite database, it is a shopping list\n")
+	if err := os.WriteFile(filepath.Join(dir, "luft.db"), junk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := luft.New(luft.Options{StateDir: dir, Getenv: func(string) string { return "" }})
+	if err == nil || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("New over a corrupt luft.db: %v", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "luft.db")); string(got) != string(junk) {
+		t.Fatal("New changed the corrupt luft.db")
+	}
+}

@@ -488,3 +488,23 @@ func TestCloseWhileStarting(t *testing.T) {
 		}
 	}
 }
+
+// A script that never yields (a pure Lua loop) is stopped by Cancel too.
+func TestCancelStopsALuaLoop(t *testing.T) {
+	eng := newEngine(t, luft.Options{})
+	run, err := eng.Start(t.Context(), luft.Script{Source: "function main() local n = 0 while true do n = n + 1 end end"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := run.Events()
+	if ev := <-events; ev.Type != luft.EventRunStarted {
+		t.Fatalf("first event %s", ev.Type)
+	}
+	run.Cancel()
+	res, err := run.Wait()
+	if res.Status != luft.StatusCancelled || !errors.Is(err, luft.ErrCancelled) {
+		t.Fatalf("a Lua loop after Cancel: %s %v", res.Status, err)
+	}
+	for range events {
+	}
+}
