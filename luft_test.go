@@ -508,3 +508,48 @@ func TestCancelStopsALuaLoop(t *testing.T) {
 	for range events {
 	}
 }
+
+// The config's [scheduler] slots bound a custom backend's calls like any lane's, unless
+// Options.Concurrency is given; a config file is read from Options.ConfigPath.
+func TestConfigSlotsBoundCustomBackend(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "luft.toml")
+	if err := os.WriteFile(path, []byte("[scheduler]\nslots = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		concurrency int
+		want        int
+	}{{0, 1}, {3, 3}} {
+		g := newGate()
+		eng := newEngine(t, luft.Options{ConfigPath: path, Concurrency: tc.concurrency, Backend: "gated"}, luft.WithBackend("gated", g))
+		run, err := eng.Start(t.Context(), luft.Script{Source: fanOut(3 + tc.want)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := run.Events()
+		for range tc.want {
+			<-g.entered
+		}
+		for queued := 0; queued < 3; {
+			ev, ok := <-events
+			if !ok {
+				t.Fatal("the stream ended before three turns were queued")
+			}
+			if ev.Type == luft.EventAgentQueued {
+				queued++
+			}
+		}
+		if in, _, _ := g.snapshot(); in != tc.want {
+			t.Fatalf("Concurrency %d: %d calls in flight with three queued, want %d", tc.concurrency, in, tc.want)
+		}
+		close(g.release)
+		if _, err := run.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		for range events {
+		}
+		if _, most, _ := g.snapshot(); most != tc.want {
+			t.Fatalf("Concurrency %d: at most %d at once, want %d", tc.concurrency, most, tc.want)
+		}
+	}
+}
