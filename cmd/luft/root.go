@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"runtime/debug"
 	"strings"
 
+	"github.com/luft-run/luft/internal/version"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
@@ -36,12 +36,6 @@ func usageErr(format string, args ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
 
-// Set by -ldflags at release time; empty in development and `go install` builds.
-var (
-	version = ""
-	commit  = ""
-)
-
 type globalFlags struct {
 	noColor    bool
 	logLevel   string
@@ -69,6 +63,7 @@ func newRootCmd(e *env) *cobra.Command {
 	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e), newBackendCmd(e, g),
 		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g),
 		newClearCmd(e, g), newGenerateCmd(e, g), newSkillDumpCmd(e), newDaemonCmd(e, g), newAttachCmd(e, g))
+	completionCmd(root)
 	// luft --version, as Luft has it; the same line as luft version.
 	root.Version = "-"
 	root.SetVersionTemplate(versionLine())
@@ -153,35 +148,56 @@ func isCobraUsage(err error) bool {
 }
 
 func newVersionCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print luft's version and commit",
-		Args:  cobra.NoArgs,
+		Short: "Print luft's version, commit, build date and Go version",
+		Long: `Print luft's version, commit, build date and the Go toolchain that built it.
+
+A release build has them stamped; a build from source (go build, go install) reports
+what Go recorded: the module version and the VCS revision and time.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return writeJSON(e.stdout, version.Get())
+			}
 			fmt.Fprint(e.stdout, versionLine())
 			return nil
 		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the build as a JSON object")
+	return cmd
+}
+
+// completionCmd adds cobra's `luft completion bash|zsh|fish|powershell` now rather than at
+// Execute, so that a shell it does not know is a usage error instead of a help page with
+// exit 0.
+func completionCmd(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Long += `
+Install for one user, for example:
+  bash:        luft completion bash > ~/.local/share/bash-completion/completions/luft
+  zsh:         luft completion zsh > "${fpath[1]}/_luft"
+  fish:        luft completion fish > ~/.config/fish/completions/luft.fish
+  PowerShell:  Add-Content $PROFILE 'luft completion powershell | Out-String | Invoke-Expression'
+`
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return &exitError{code: exitUsage, usage: true,
+				err: fmt.Errorf("completion: unknown shell %q (use bash, zsh, fish or powershell)", args[0])}
+		}
 	}
 }
 
 // buildVersion is the version and commit: stamped at release, else from build info.
 func buildVersion() (string, string) {
-	v, c := version, commit
-	if info, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = info.Main.Version
-		}
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" && c == "" {
-				c = s.Value
-			}
-		}
-	}
-	if v == "" || v == "(devel)" {
-		v = "dev"
-	}
-	if c == "" {
-		c = "unknown"
-	}
-	return v, c
+	in := version.Get()
+	return in.Version, in.Commit
 }
