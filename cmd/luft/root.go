@@ -174,6 +174,7 @@ what Go recorded: the module version and the VCS revision and time.`,
 // exit 0.
 func completionCmd(root *cobra.Command) {
 	root.InitDefaultCompletionCmd()
+	completionHints(root)
 	for _, c := range root.Commands() {
 		if c.Name() != "completion" {
 			continue
@@ -192,6 +193,28 @@ Install for one user, for example:
 			}
 			return &exitError{code: exitUsage, usage: true,
 				err: fmt.Errorf("completion: unknown shell %q (use bash, zsh, fish or powershell)", args[0])}
+		}
+	}
+}
+
+// completionHints tells the completion scripts what luft's values are: workflow files
+// end in .lua, and a few flags take one of a fixed set of words.
+func completionHints(root *cobra.Command) {
+	lua := func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return []cobra.Completion{"lua"}, cobra.ShellCompDirectiveFilterFileExt
+	}
+	_ = root.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(
+		[]cobra.Completion{"trace", "debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "run":
+			_ = c.RegisterFlagCompletionFunc("workflow", lua)
+			_ = c.RegisterFlagCompletionFunc("class", cobra.FixedCompletions(
+				[]cobra.Completion{"interactive", "batch"}, cobra.ShellCompDirectiveNoFileComp))
+		case "validate":
+			if c.ValidArgsFunction == nil {
+				c.ValidArgsFunction = lua
+			}
 		}
 	}
 }
