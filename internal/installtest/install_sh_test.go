@@ -66,13 +66,14 @@ type sandbox struct {
 	env    []string
 	goLog  string
 	server *server
+	shell  []string // what runs install.sh: /bin/sh unless a test says otherwise
 }
 
 func newSandbox(t *testing.T, srv *server, without ...string) *sandbox {
 	t.Helper()
 	d := t.TempDir()
 	sb := &sandbox{t: t, home: filepath.Join(d, "home"), tmp: filepath.Join(d, "tmp"), fakes: filepath.Join(d, "fakes"),
-		tools: filepath.Join(d, "tools"), goLog: filepath.Join(d, "go.log"), server: srv}
+		tools: filepath.Join(d, "tools"), goLog: filepath.Join(d, "go.log"), server: srv, shell: []string{"/bin/sh"}}
 	for _, p := range []string{sb.home, sb.tmp, sb.fakes, sb.tools} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)
@@ -156,8 +157,8 @@ type result struct {
 	code           int
 }
 
-// install runs install.sh with /bin/sh (dash on Debian, a strict POSIX shell) and checks
-// that it left no temporary files behind, whatever the outcome.
+// install runs install.sh with the sandbox's shell (/bin/sh: dash on Debian, a strict POSIX
+// shell) and checks that it left no temporary files behind, whatever the outcome.
 func (sb *sandbox) install(args ...string) result {
 	sb.t.Helper()
 	script, err := filepath.Abs(filepath.Join(repoRoot, "install.sh"))
@@ -166,7 +167,8 @@ func (sb *sandbox) install(args ...string) result {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{script}, args...)...)
+	argv := append(append(slices.Clone(sb.shell[1:]), script), args...)
+	cmd := exec.CommandContext(ctx, sb.shell[0], argv...)
 	cmd.Env = sb.env
 	cmd.Dir = sb.home
 	var out, errb bytes.Buffer
@@ -221,13 +223,18 @@ func TestInstallLatest(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		without []string
+		shell   []string
 	}{
 		{name: "curl and sha256sum"},
 		{name: "wget and shasum", without: []string{"curl", "sha256sum"}},
+		{name: "bash in POSIX mode", shell: []string{"bash", "--posix"}}, // macOS's /bin/sh
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := serve(t, rel.root)
 			sb := newSandbox(t, srv, tc.without...)
+			if tc.shell != nil {
+				sb.shell = tc.shell
+			}
 			r := sb.install()
 			mustSucceed(t, r)
 			bin := filepath.Join(sb.home, ".luft", "bin", "luft")

@@ -35,6 +35,9 @@ func Get() Info {
 // resolve fills in Info from the stamped values and the build info (nil when the binary
 // has none).
 func resolve(v, c, d string, bi *debug.BuildInfo) Info {
+	if c == "none" {
+		c = "" // goreleaser's .FullCommit when it could not read git (a snapshot without a remote)
+	}
 	in := Info{
 		Version: v, Commit: c, Date: d,
 		GoVersion: runtime.Version(),

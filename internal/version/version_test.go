@@ -42,6 +42,11 @@ func TestResolve(t *testing.T) {
 			wantString: "luft dev (commit abc123-dirty, built 2026-01-02T03:04:05Z, go1.26.0 ",
 		},
 		{
+			name: "goreleaser without git state stamps none",
+			v:    "0.0.1-next", c: "none", d: "2026-01-01T00:00:00Z", bi: vcs,
+			want: Info{Version: "v0.0.1-next", Commit: "abc123", Date: "2026-01-01T00:00:00Z", GoVersion: "go1.26.0", Modified: true},
+		},
+		{
 			name: "go install at a version",
 			bi:   installed,
 			want: Info{Version: "v1.4.0", Commit: "unknown", Date: "unknown", GoVersion: "go1.26.1"},
