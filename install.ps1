@@ -100,7 +100,7 @@ function Install-Luft([string]$Version, [string]$Dir) {
     }
 
     function Invoke-GoInstall([string]$Reason) {
-        $go = Get-Command go -ErrorAction SilentlyContinue
+        $go = Get-Command go -CommandType Application -ErrorAction SilentlyContinue | Select-Object -First 1
         if ($null -eq $go) {
             Fail "$Reason, and Go is not installed to build it: install Go (https://go.dev/dl/) and run this again, or run: go install $Module@$Version"
         }
@@ -109,7 +109,7 @@ function Install-Luft([string]$Version, [string]$Dir) {
         $oldGobin = $env:GOBIN
         $env:GOBIN = $Dir
         try {
-            & $go.Source install "$Module@$Version"
+            & $go.Path install "$Module@$Version"
             if ($LASTEXITCODE -ne 0) {
                 Fail "go install $Module@$Version failed (see above)"
             }

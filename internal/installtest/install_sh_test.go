@@ -297,6 +297,19 @@ func TestInstallVersionAndDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(sb.home, ".luft")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("--dir given, yet ~/.luft was created (%v)", err)
 	}
+
+	spaced := filepath.Join(sb.home, "my tools", "$(touch pwned)", "bin")
+	r = sb.install("--dir", spaced, "--version", "v1.0.0")
+	mustSucceed(t, r)
+	if got := luftVersion(t, filepath.Join(spaced, "luft")); !strings.HasPrefix(got, "luft v1.0.0 ") {
+		t.Errorf("install into %q left %q", spaced, got)
+	}
+	if !strings.Contains(r.stderr, `echo 'export PATH="`+spaced+`:$PATH"'`) {
+		t.Errorf("no PATH hint for %q in:\n%s", spaced, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(sb.home, "pwned")); err == nil {
+		t.Error("a directory name was run as a command")
+	}
 }
 
 // What must not be installed: a tampered archive, an archive checksums.txt does not list,
