@@ -199,6 +199,7 @@ fi
 
 case $os/$arch in
 linux/amd64 | linux/arm64 | darwin/amd64 | darwin/arm64) ;;
+mingw* | msys* | cygwin*) die "this is Windows: install with PowerShell instead: irm https://raw.githubusercontent.com/luft-run/luft/main/install.ps1 | iex" ;;
 *) go_install "luft releases have no archive for $os/$arch" ;;
 esac
 

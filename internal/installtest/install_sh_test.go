@@ -442,16 +442,25 @@ func TestInstallBadArguments(t *testing.T) {
 		{[]string{"--dir"}, "--dir needs a value"},
 		{[]string{"--dir="}, "--dir is empty"},
 		{[]string{"--force"}, "unknown argument '--force'"},
+		{[]string{"uname=MINGW64_NT-10.0-19045"}, "this is Windows: install with PowerShell instead: irm https://raw.githubusercontent.com/luft-run/luft/main/install.ps1 | iex"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			srv := serve(t, rel.root)
 			sb := newSandbox(t, srv)
+			if u, ok := strings.CutPrefix(tc.args[0], "uname="); ok {
+				sb.fakeUname(u, "x86_64")
+				sb.fakeGo() // Git Bash with Go still gets pointed at install.ps1
+				tc.args = nil
+			}
 			r := sb.install(tc.args...)
 			if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
 				t.Errorf("exit %d, want 1 and %q in:\n%s", r.code, tc.want, r.stderr)
 			}
 			if reqs := srv.requests(); len(reqs) > 0 {
 				t.Errorf("downloaded %v before refusing", reqs)
+			}
+			if calls := sb.goCalls(); len(calls) > 0 {
+				t.Errorf("ran go before refusing: %v", calls)
 			}
 		})
 	}
