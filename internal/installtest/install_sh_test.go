@@ -402,18 +402,31 @@ func TestInstallFallsBackToGoInstall(t *testing.T) {
 func TestInstallPicksPlatformArchive(t *testing.T) {
 	hostOnly(t)
 	rel := getRelease(t)
-	for _, tc := range []struct{ s, m, archive, says string }{
-		{"Darwin", "arm64", "luft_darwin_arm64.tar.gz", "luft stand-in for darwin/arm64 v1.1.0"},
-		{"Darwin", "x86_64", "luft_darwin_amd64.tar.gz", "luft stand-in for darwin/amd64 v1.1.0"},
-		{"Linux", "aarch64", "luft_linux_arm64.tar.gz", "luft stand-in for linux/arm64 v1.1.0"},
+	for _, tc := range []struct {
+		s, m, archive, says string
+		rosetta             bool // sysctl.proc_translated says 1: an x86_64 shell on Apple silicon
+	}{
+		{s: "Darwin", m: "arm64", archive: "luft_darwin_arm64.tar.gz", says: "luft stand-in for darwin/arm64 v1.1.0"},
+		{s: "Darwin", m: "x86_64", archive: "luft_darwin_amd64.tar.gz", says: "luft stand-in for darwin/amd64 v1.1.0"},
+		{s: "Darwin", m: "x86_64", rosetta: true, archive: "luft_darwin_arm64.tar.gz", says: "luft stand-in for darwin/arm64 v1.1.0"},
+		{s: "Linux", m: "aarch64", archive: "luft_linux_arm64.tar.gz", says: "luft stand-in for linux/arm64 v1.1.0"},
 	} {
-		t.Run(tc.s+"-"+tc.m, func(t *testing.T) {
+		name := tc.s + "-" + tc.m
+		if tc.rosetta {
+			name += "-rosetta"
+		}
+		t.Run(name, func(t *testing.T) {
 			if tc.archive == rel.archive {
 				t.Skip("the host's own archive holds the real binary")
 			}
 			srv := serve(t, rel.root)
 			sb := newSandbox(t, srv)
 			sb.fakeUname(tc.s, tc.m)
+			if tc.rosetta {
+				sb.fake("sysctl", `[ "$*" = "-n sysctl.proc_translated" ] && echo 1`+"\n")
+			} else {
+				sb.fake("sysctl", "exit 1\n") // as on Linux, where the key does not exist
+			}
 			r := sb.install()
 			mustSucceed(t, r)
 			if !slices.Contains(srv.requests(), "/latest/download/"+tc.archive) {
