@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/agent"
+	buildinfo "github.com/luft-run/luft/internal/version"
 )
 
 // DefaultIdleTimeout ends a call whose agent has sent nothing for this long.
@@ -463,13 +463,8 @@ func (s *session) selectModel(ctx context.Context, conn *sdk.ClientSideConnectio
 	return "", nil
 }
 
-// version is luft's module version for the agent's logs.
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
+// version is luft's version for the agent's logs: the release's, else the module's, else "dev".
+func version() string { return buildinfo.Get().Version }
 
 // DefaultModel is the model of calls that name none (the scheduler's lane).
 func (b *Backend) DefaultModel() string { return b.cfg.Model }

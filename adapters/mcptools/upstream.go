@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/config"
+	buildinfo "github.com/luft-run/luft/internal/version"
 )
 
 // Server is one upstream MCP tool server: [mcp_servers.<Name>] in luft.toml. Exactly one
@@ -355,13 +355,9 @@ func (c *conn) close() error {
 	return nil
 }
 
-// luftVersion is the version luft gives in the MCP handshake.
-func luftVersion() string {
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		return info.Main.Version
-	}
-	return "dev"
-}
+// luftVersion is the version luft gives in the MCP handshake: the release's, else the
+// module's, else "dev".
+func luftVersion() string { return buildinfo.Get().Version }
 
 // tail keeps the last bytes written to it. It is safe for concurrent use.
 type tail struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/internal/version"
 	"github.com/luft-run/luft/runtime"
 )
 
@@ -231,6 +232,5 @@ ago. Running and suspended runs are kept. A deleted run cannot be resumed.`,
 
 // versionLine is what `luft version` and `luft --version` print.
 func versionLine() string {
-	v, c := buildVersion()
-	return fmt.Sprintf("luft %s (commit %s)\n", v, c)
+	return version.Get().String() + "\n"
 }

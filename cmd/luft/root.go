@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"runtime/debug"
 	"strings"
 
+	"github.com/luft-run/luft/internal/version"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
@@ -35,12 +35,6 @@ func (e *exitError) Unwrap() error { return e.err }
 func usageErr(format string, args ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }
-
-// Set by -ldflags at release time; empty in development and `go install` builds.
-var (
-	version = ""
-	commit  = ""
-)
 
 type globalFlags struct {
 	noColor    bool
@@ -72,6 +66,7 @@ func newRootCmd(e *env) *cobra.Command {
 	// luft --version, as Luft has it; the same line as luft version.
 	root.Version = "-"
 	root.SetVersionTemplate(versionLine())
+	completionCmd(root)
 	return root
 }
 
@@ -153,35 +148,79 @@ func isCobraUsage(err error) bool {
 }
 
 func newVersionCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print luft's version and commit",
-		Args:  cobra.NoArgs,
+		Short: "Print luft's version, commit, build date and Go version",
+		Long: `Print luft's version, commit, build date and the Go toolchain that built it.
+
+A release build has them stamped; a build from source (go build, go install) reports
+what Go recorded: the module version and the VCS revision and time.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return writeJSON(e.stdout, version.Get())
+			}
 			fmt.Fprint(e.stdout, versionLine())
 			return nil
 		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the build as a JSON object")
+	return cmd
+}
+
+// completionCmd adds cobra's `luft completion bash|zsh|fish|powershell` now rather than at
+// Execute, so that a shell it does not know is a usage error instead of a help page with
+// exit 0.
+func completionCmd(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	completionHints(root)
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Long += `
+Install for one user, for example:
+  bash:        luft completion bash > ~/.local/share/bash-completion/completions/luft
+  zsh:         luft completion zsh > "${fpath[1]}/_luft"
+  fish:        luft completion fish > ~/.config/fish/completions/luft.fish
+  PowerShell:  Add-Content $PROFILE 'luft completion powershell | Out-String | Invoke-Expression'
+`
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return &exitError{code: exitUsage, usage: true,
+				err: fmt.Errorf("completion: unknown shell %q (use bash, zsh, fish or powershell)", args[0])}
+		}
+	}
+}
+
+// completionHints tells the completion scripts what luft's values are: workflow files
+// end in .lua, and a few flags take one of a fixed set of words.
+func completionHints(root *cobra.Command) {
+	lua := func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return []cobra.Completion{"lua"}, cobra.ShellCompDirectiveFilterFileExt
+	}
+	_ = root.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions(
+		[]cobra.Completion{"trace", "debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "run":
+			_ = c.RegisterFlagCompletionFunc("workflow", lua)
+			_ = c.RegisterFlagCompletionFunc("class", cobra.FixedCompletions(
+				[]cobra.Completion{"interactive", "batch"}, cobra.ShellCompDirectiveNoFileComp))
+		case "validate":
+			if c.ValidArgsFunction == nil {
+				c.ValidArgsFunction = lua
+			}
+		}
 	}
 }
 
 // buildVersion is the version and commit: stamped at release, else from build info.
 func buildVersion() (string, string) {
-	v, c := version, commit
-	if info, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = info.Main.Version
-		}
-		for _, s := range info.Settings {
-			if s.Key == "vcs.revision" && c == "" {
-				c = s.Value
-			}
-		}
-	}
-	if v == "" || v == "(devel)" {
-		v = "dev"
-	}
-	if c == "" {
-		c = "unknown"
-	}
-	return v, c
+	in := version.Get()
+	return in.Version, in.Commit
 }
