@@ -42,7 +42,7 @@ const (
 	maxDirEntries = 20000
 	// defaultAwait is workflow_await's timeout when none is given: under the 60 s a
 	// client's request times out by default.
-	defaultAwait = 45 * time.Second
+	defaultAwait   = 45 * time.Second
 	maxConcurrency = 10000
 )
 
@@ -679,4 +679,3 @@ func (s *Server) validate(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	}
 	return Result(res, fmt.Sprintf("ok (dry run on the mock backend: %d agent calls)", res.AgentCalls)), nil
 }
-
