@@ -40,12 +40,19 @@ type ServiceHost struct {
 	// NewSpec turns a request into what the Service runs (the CLI applies the config's
 	// limits and defaults); nil uses the request as it is.
 	NewSpec func(daemon.StartRequest) (runtime.Spec, error)
+	// Backends, when set, checks a request's backend before the run starts.
+	Backends runtime.BackendSource
 }
 
 // Start runs req on the Service; the run lives on after ctx ends.
 func (h ServiceHost) Start(ctx context.Context, req daemon.StartRequest) (*runtime.Run, error) {
 	if req.Class != "" && req.Class != string(agent.ClassInteractive) && req.Class != string(agent.ClassBatch) {
 		return nil, fmt.Errorf("invalid class %q: use interactive or batch", req.Class)
+	}
+	if h.Backends != nil && req.Backend != "" {
+		if _, err := h.Backends.Get(req.Backend); err != nil {
+			return nil, fmt.Errorf("backend: %w", err)
+		}
 	}
 	spec := req.Spec()
 	if h.NewSpec != nil {
@@ -76,6 +83,9 @@ type Options struct {
 	// Validate dry-runs a workflow for workflow_validate; default DryRun.
 	Validate func(ctx context.Context, req daemon.StartRequest) (ValidateResult, error)
 	Log      *log.Logger // nil = discarded
+
+	// mcpOptions are further options of the mcp-go server (tests validate outputs).
+	mcpOptions []server.ServerOption
 }
 
 // Server is luft's MCP server. Create it with New; serve it with Handler (streamable
@@ -122,13 +132,13 @@ func New(opts Options) (*Server, error) {
 	if s.log == nil {
 		s.log = log.New(io.Discard, "", 0)
 	}
-	s.mcp = server.NewMCPServer(Name, opts.Version,
+	s.mcp = server.NewMCPServer(Name, opts.Version, append([]server.ServerOption{
 		server.WithToolCapabilities(false),
 		server.WithResourceCapabilities(false, false),
 		server.WithInstructions(instructions),
 		server.WithRecovery(),
 		server.WithResourceRecovery(),
-	)
+	}, opts.mcpOptions...)...)
 	s.addWorkflowTools()
 	s.addResources()
 	s.addSubagentTools()
@@ -173,6 +183,9 @@ func (s *Server) hooks() []AwaitHook {
 func (s *Server) Handler() http.Handler {
 	return server.NewStreamableHTTPServer(s.mcp,
 		server.WithStateful(true),
+		// Sessions are callers and carry the client's capabilities (elicitation): keep
+		// clients on a revision with sessions.
+		server.WithStreamableHTTPProtocolVersions(mcp.LegacyProtocolVersions()...),
 		server.WithSessionIdleTTL(time.Hour),
 		// The daemon checks Host and Origin for every listener, including the unix
 		// socket where mcp-go's own check cannot tell a loopback connection.
@@ -230,6 +243,10 @@ func (s *Server) Workdir(ctx context.Context) string {
 func Caller(ctx context.Context) string {
 	if cs := server.ClientSessionFromContext(ctx); cs != nil && cs.SessionID() != "" {
 		return "mcp:" + cs.SessionID()
+	}
+	// A sessionless request (protocol 2026-07-28) is known by its client's name.
+	if pi := server.RequestProtocolInfoFromContext(ctx); pi != nil && pi.ClientInfo != nil && pi.ClientInfo.Name != "" {
+		return "mcp:" + event.Cut(pi.ClientInfo.Name, 64, "")
 	}
 	return "mcp"
 }

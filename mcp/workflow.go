@@ -61,7 +61,7 @@ type RunView struct {
 	FinishedAt  *time.Time          `json:"finished_at,omitempty"`
 	ResumeAfter *time.Time          `json:"resume_after,omitempty"`
 	// Report is the run's report (what the script passed to report()), once it has one.
-	Report json.RawMessage `json:"report,omitempty"`
+	Report any `json:"report,omitempty"`
 }
 
 // PhaseView is one phase of a run.
@@ -87,7 +87,7 @@ func runView(r storage.Run, phases []storage.Phase, withReport bool) RunView {
 		v.Phases = append(v.Phases, PhaseView{ID: p.ID, Label: p.Label, Status: p.Status, Planned: p.Planned, OK: p.OK, Failed: p.Failed})
 	}
 	if withReport && r.HasReport {
-		v.Report = r.Report
+		v.Report = json.RawMessage(r.Report)
 	}
 	return v
 }
@@ -112,8 +112,8 @@ func (v RunView) summary() string {
 
 func (v RunView) text() string {
 	s := v.summary()
-	if len(v.Report) > 0 {
-		s += "\nreport: " + string(v.Report)
+	if r, ok := v.Report.(json.RawMessage); ok {
+		s += "\nreport: " + string(r)
 	}
 	return s
 }
@@ -202,7 +202,7 @@ func (s *Server) addWorkflowTools() {
 		mcp.WithDescription("Start a luft workflow (a Lua script) and return its run_id at once; the run goes on in the background. "+
 			"Give the script's source as script, or a .lua file as path. The script is checked first: a syntax error comes back as an error to fix. "+
 			"Then call workflow_await{run_id} to wait for its end and report."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "properties": {
+		rawInput((`{"type": "object", "additionalProperties": false, "properties": {
   "script": {"type": "string", "maxLength": 8388608, "description": "the workflow's Lua source (give script or path)"},
   "path": {"type": "string", "maxLength": 4096, "description": "a .lua workflow file, absolute or relative to the client's working directory (give script or path)"},
   "args": {"type": "object", "description": "arguments the script reads as args"},
@@ -220,23 +220,25 @@ func (s *Server) addWorkflowTools() {
 
 	s.AddTool(mcp.NewTool("workflow_status",
 		mcp.WithDescription("Show a run: status, agents done/failed, phases, usage and, once it has one, its report. Prefer workflow_await to wait for a run."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`}}`)),
+		rawInput((`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`}}`)),
 		mcp.WithOutputSchema[RunView](),
 		mcp.WithTitleAnnotation("Run status"),
 		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), s.status)
 
 	s.AddTool(mcp.NewTool("workflow_events",
 		mcp.WithDescription("Read a run's events in order, a page at a time: pass the page's next_seq as since_seq for the next one. types filters by event type (run_started, phase_started, phase_done, agent_started, agent_done, log, report, run_done, ...)."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`,
+		rawInput((`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`,
   "since_seq": {"type": "integer", "minimum": 0, "description": "only events after this seq (default 0: from the start)"},
   "types": {"type": "array", "maxItems": 64, "items": {"type": "string", "maxLength": 64}, "description": "only these event types (default all)"},
   "limit": {"type": "integer", "minimum": 1, "maximum": 500, "description": "events per page (default 50)"}}}`)),
 		mcp.WithOutputSchema[EventsResult](),
 		mcp.WithTitleAnnotation("Run events"),
 		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), s.events)
@@ -244,18 +246,19 @@ func (s *Server) addWorkflowTools() {
 	s.AddTool(mcp.NewTool("workflow_await",
 		mcp.WithDescription("Wait for a run to end and return its status and report. Returns early when timeout_s passes with the run still running (status running): call it again. "+
 			"Sends progress notifications (phase and agent counts) while it waits when the request carries a progressToken."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`,
+		rawInput((`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`,
   "timeout_s": {"type": "number", "minimum": 0, "maximum": 3600, "description": "longest wait in seconds (default 45; capped by the server, 600 by default); 0 answers at once"}}}`)),
 		mcp.WithOutputSchema[RunView](),
 		mcp.WithTitleAnnotation("Wait for a run"),
 		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), s.await)
 
 	s.AddTool(mcp.NewTool("workflow_cancel",
 		mcp.WithDescription("Cancel a running run: no new agent calls start, calls in flight are stopped, and it ends as cancelled (a cancelled run can be resumed later with luft run --resume)."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`}}`)),
+		rawInput((`{"type": "object", "additionalProperties": false, "required": ["run_id"], "properties": {`+runIDSchema+`}}`)),
 		mcp.WithOutputSchema[CancelResult](),
 		mcp.WithTitleAnnotation("Cancel a run"),
 		mcp.WithReadOnlyHintAnnotation(false),
@@ -266,24 +269,26 @@ func (s *Server) addWorkflowTools() {
 
 	s.AddTool(mcp.NewTool("workflow_list_runs",
 		mcp.WithDescription("List runs, newest first, a page at a time (pass next_cursor as cursor for older ones); status filters by status."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "properties": {
+		rawInput((`{"type": "object", "additionalProperties": false, "properties": {
   "limit": {"type": "integer", "minimum": 1, "maximum": 200, "description": "runs per page (default 20)"},
   "cursor": {"type": "string", "maxLength": 64, "description": "next_cursor of the previous page"},
   "status": {"type": "string", "enum": ["running", "completed", "failed", "cancelled", "suspended", "interrupted"], "description": "only runs in this status"}}}`)),
 		mcp.WithOutputSchema[RunsPage](),
 		mcp.WithTitleAnnotation("List runs"),
 		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), s.listRuns)
 
 	s.AddTool(mcp.NewTool("workflow_list_files",
 		mcp.WithDescription("List the .lua workflow files in a directory (default: the client's working directory) and its subdirectories, up to 3 levels and 200 files; hidden directories are skipped."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "properties": {
+		rawInput((`{"type": "object", "additionalProperties": false, "properties": {
   "dir": {"type": "string", "maxLength": 4096, "description": "the directory, absolute or relative to the client's working directory"}}}`)),
 		mcp.WithOutputSchema[FilesResult](),
 		mcp.WithTitleAnnotation("List workflow files"),
 		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), s.listFiles)
@@ -291,16 +296,26 @@ func (s *Server) addWorkflowTools() {
 	s.AddTool(mcp.NewTool("workflow_validate",
 		mcp.WithDescription("Check a workflow without real agents: it must compile, define main(), carry a valid meta table and run to its end on the offline mock backend (30 s at most). "+
 			"Answers ok, or the error with file:line to fix."),
-		mcp.WithRawInputSchema(json.RawMessage(`{"type": "object", "additionalProperties": false, "properties": {
+		rawInput((`{"type": "object", "additionalProperties": false, "properties": {
   "script": {"type": "string", "maxLength": 8388608, "description": "the workflow's Lua source (give script or path)"},
   "path": {"type": "string", "maxLength": 4096, "description": "a .lua workflow file (give script or path)"},
   "args": {"type": "object", "description": "arguments for the dry run"}}}`)),
 		mcp.WithOutputSchema[ValidateResult](),
 		mcp.WithTitleAnnotation("Validate a workflow"),
 		mcp.WithReadOnlyHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithIdempotentHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
 	), s.validate)
+}
+
+// rawInput sets a tool's input schema as written (NewTool's default object schema would
+// otherwise be sent beside it).
+func rawInput(schema string) mcp.ToolOption {
+	return func(t *mcp.Tool) {
+		t.InputSchema = mcp.ToolInputSchema{}
+		t.RawInputSchema = json.RawMessage(schema)
+	}
 }
 
 // workflowSource reads the script a call names: its source, or a file resolved in the
