@@ -13,9 +13,9 @@ import (
 
 // Resource URIs.
 const (
-	skillURI    = "luft://skill/"    // + a file of the skill: SKILL.md, references/api.md, ...
-	examplesURI = "luft://examples"  // the examples list
-	exampleURI  = "luft://example/"  // + an example's name
+	skillURI    = "luft://skill/"   // + a file of the skill: SKILL.md, references/api.md, ...
+	examplesURI = "luft://examples" // the examples list
+	exampleURI  = "luft://example/" // + an example's name
 	exampleTmpl = exampleURI + "{name}"
 )
 

@@ -48,6 +48,7 @@ func (h *held) Run(ctx context.Context, req agent.Request, call adapters.Call) (
 type env struct {
 	srv  *Server
 	svc  *runtime.Service
+	st   storage.Store
 	held *held
 	c    *client.Client
 	dir  string
@@ -94,7 +95,7 @@ func newEnv(t *testing.T, tweak ...func(*Options)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &env{srv: srv, svc: svc, held: h, c: c, dir: dir}
+	return &env{srv: srv, svc: svc, st: st, held: h, c: c, dir: dir}
 }
 
 func initRequest() mcp.InitializeRequest {
