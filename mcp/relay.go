@@ -81,23 +81,49 @@ func (r *Relay) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	rd := bufio.NewReaderSize(in, 64<<10)
+	// Lines are read on their own goroutine, so ctx ends the relay even while the client
+	// sends nothing.
+	type read struct {
+		line []byte
+		err  error
+	}
+	lines := make(chan read)
+	go func() {
+		rd := bufio.NewReaderSize(in, 64<<10)
+		for {
+			line, err := readLine(rd, r.MaxMessage)
+			select {
+			case lines <- read{line, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil && !errors.Is(err, errTooLong) {
+				return
+			}
+		}
+	}()
 	for {
-		line, err := readLine(rd, r.MaxMessage)
-		if errors.Is(err, errTooLong) {
+		var got read
+		select {
+		case got = <-lines:
+		case <-ctx.Done():
+			r.close()
+			return nil
+		}
+		if errors.Is(got.err, errTooLong) {
 			r.write(errorLine(nil, -32700, fmt.Sprintf("message of more than %d bytes refused", r.MaxMessage)))
 			continue
 		}
-		if len(bytes.TrimSpace(line)) > 0 {
-			r.handle(ctx, &wg, line)
+		if len(bytes.TrimSpace(got.line)) > 0 {
+			r.handle(ctx, &wg, got.line)
 		}
-		if err != nil {
+		if got.err != nil {
 			cancel()
 			r.close()
-			if errors.Is(err, io.EOF) {
+			if errors.Is(got.err, io.EOF) {
 				return nil
 			}
-			return err
+			return got.err
 		}
 	}
 }
