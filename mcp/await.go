@@ -190,13 +190,13 @@ func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat
 	for {
 		select {
 		case <-run.Done():
-			// Hooks see the run's last events too; without hooks the answer goes at once.
-			for ev := range evs {
-				if len(hooks) == 0 {
-					break
-				}
-				for _, h := range hooks {
-					h(ctx, run.ID, ev)
+			// Hooks see the run's last events too (the stream ends soon after the run);
+			// without hooks the answer goes at once. evs is nil once the stream ended.
+			if len(hooks) > 0 && evs != nil {
+				for ev := range evs {
+					for _, h := range hooks {
+						h(ctx, run.ID, ev)
+					}
 				}
 			}
 			return s.svc.Status(ctx, run.ID)

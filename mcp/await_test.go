@@ -115,3 +115,23 @@ func TestAwaitInterruptedRun(t *testing.T) {
 		}
 	}
 }
+
+// Many short runs awaited one after the other, with and without hooks: whichever of the
+// run's end and its event stream's end the await sees first, it answers.
+func TestAwaitManyShortRuns(t *testing.T) {
+	for _, withHook := range []bool{false, true} {
+		e := newEnv(t)
+		if withHook {
+			e.srv.OnAwaitEvent(func(context.Context, string, event.Event) {})
+		}
+		for range 60 {
+			var ex ExecuteResult
+			ok(t, e.c, "workflow_execute", map[string]any{"script": helloScript}, &ex)
+			var v RunView
+			ok(t, e.c, "workflow_await", map[string]any{"run_id": ex.RunID, "timeout_s": 30}, &v)
+			if v.Status != "completed" {
+				t.Fatalf("await: %+v", v)
+			}
+		}
+	}
+}
