@@ -199,8 +199,9 @@ func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat
 	for {
 		select {
 		case <-run.Done():
-			// Hooks see the run's last events too (the stream ends soon after the run);
-			// without hooks the answer goes at once. evs is nil once the stream ended.
+			// Hooks see the run's last events too; without hooks the answer goes at once.
+			// evs is nil once its stream has ended (often before Done): a range over it
+			// would block for ever.
 			if len(hooks) > 0 && evs != nil {
 				for ev := range evs {
 					for _, h := range hooks {
