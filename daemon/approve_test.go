@@ -18,7 +18,9 @@ import (
 
 type setTools struct{ *tools.Set }
 
-func (s setTools) Resolve(_ context.Context, names []string) ([]tools.Tool, error) { return s.Set.Resolve(names) }
+func (s setTools) Resolve(_ context.Context, names []string) ([]tools.Tool, error) {
+	return s.Set.Resolve(names)
+}
 
 // A hosted run whose agent asks for a destructive tool under "ask" waits with the call in
 // GET /api/runs/{id}; POST /api/runs/{id}/approve answers it, and bad answers are refused.
