@@ -65,22 +65,32 @@ func progressText(info runtime.RunInfo) string {
 
 // AwaitRun waits until the run is no longer running or wait has passed, and returns its
 // status then. It wakes on the run's events, not by polling, when this process drives
-// the run; progress (may be nil) is called with the run's status and a count that grows
-// with every call, when the phase or agent counts change and at least every
-// Options.ProgressEvery. Each event is shown to the hooks added with OnAwaitEvent.
+// the run; progress (may be nil) is called with the run's status (agent counts as of
+// now) and a count that grows with every call, when the phase or agent counts change
+// and at least every Options.ProgressEvery. Each event is shown to the hooks added with
+// OnAwaitEvent.
 func (s *Server) AwaitRun(ctx context.Context, id string, wait time.Duration, progress func(runtime.RunInfo, int)) (runtime.RunInfo, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	beat := time.NewTicker(s.opts.ProgressEvery)
 	defer beat.Stop()
 	calls := 0
-	report := func() (runtime.RunInfo, error) {
-		info, err := s.svc.Status(ctx, id)
-		if err == nil && progress != nil && runtime.Running(info.Status) {
-			calls++
-			progress(info, calls)
+	report := func(counts *storage.AgentCounts) error {
+		if progress == nil {
+			return nil
 		}
-		return info, err
+		info, err := s.svc.Status(ctx, id)
+		if err != nil || !runtime.Running(info.Status) {
+			return err
+		}
+		if counts != nil {
+			info.Agents = *counts
+		} else if info, err = s.liveStatus(ctx, id); err != nil {
+			return err
+		}
+		calls++
+		progress(info, calls)
+		return nil
 	}
 	for {
 		info, err := s.svc.Status(ctx, id)
@@ -98,9 +108,9 @@ func (s *Server) AwaitRun(ctx context.Context, id string, wait time.Duration, pr
 		case <-ctx.Done():
 			return info, ctx.Err()
 		case <-deadline.C:
-			return info, nil
+			return s.liveStatus(ctx, id)
 		case <-beat.C:
-			if _, err := report(); err != nil {
+			if err := report(nil); err != nil {
 				return info, err
 			}
 		case <-time.After(notLivePoll):
@@ -135,38 +145,88 @@ func (s *Server) live(id string) *runtime.Run {
 	return nil
 }
 
+// liveStatus is Status with the agent counts of a running run as of now: the store
+// keeps a run's counts when it ends, so they are counted from its agent_done events.
+func (s *Server) liveStatus(ctx context.Context, id string) (runtime.RunInfo, error) {
+	info, err := s.svc.Status(ctx, id)
+	if err != nil || !runtime.Running(info.Status) {
+		return info, err
+	}
+	evs, errc, err := s.svc.Events(ctx, info.ID, runtime.EventsOptions{Types: []string{event.AgentDone}, Attempt: info.Attempt})
+	if err != nil {
+		return info, nil // the counts stay as stored
+	}
+	var c storage.AgentCounts
+	for ev := range evs {
+		countAgent(&c, ev)
+	}
+	if <-errc == nil {
+		info.Agents = c
+	}
+	return info, nil
+}
+
+// countAgent counts an agent_done event as the runtime counts the call.
+func countAgent(c *storage.AgentCounts, ev event.Event) {
+	switch {
+	case ev.Data["cached"] == true:
+		c.Cached++
+	case ev.Data["status"] == "ok" && ev.Data["error"] == nil:
+		c.OK++
+	default:
+		c.Failed++
+	}
+}
+
 // awaitLive waits on a run this process drives: its event stream wakes the wait at once.
-func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat <-chan time.Time, report func() (runtime.RunInfo, error)) (runtime.RunInfo, error) {
+func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat <-chan time.Time, report func(*storage.AgentCounts) error) (runtime.RunInfo, error) {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	evs := run.SubscribeAttempt(sctx)
 	hooks := s.hooks()
+	var counts storage.AgentCounts
 	// Progress goes out when counts change, at most every progressGap, so a run of many
 	// quick agents does not flood the client.
 	const progressGap = 200 * time.Millisecond
 	var last time.Time
 	dirty := false
 	var flush <-chan time.Time
+	send := func() error {
+		last, dirty = time.Now(), false
+		c := counts
+		return report(&c)
+	}
 	for {
 		select {
 		case <-run.Done():
+			// Hooks see the run's last events too; without hooks the answer goes at once.
+			for ev := range evs {
+				if len(hooks) == 0 {
+					break
+				}
+				for _, h := range hooks {
+					h(ctx, run.ID, ev)
+				}
+			}
 			return s.svc.Status(ctx, run.ID)
 		case <-ctx.Done():
 			return s.svc.Status(context.WithoutCancel(ctx), run.ID)
 		case <-deadline:
-			return s.svc.Status(ctx, run.ID)
+			info, err := s.svc.Status(ctx, run.ID)
+			if err == nil && runtime.Running(info.Status) {
+				info.Agents = counts
+			}
+			return info, err
 		case <-beat:
-			if _, err := report(); err != nil {
+			if err := send(); err != nil {
 				return runtime.RunInfo{}, err
 			}
-			last, dirty = time.Now(), false
 		case <-flush:
 			flush = nil
 			if dirty {
-				if _, err := report(); err != nil {
+				if err := send(); err != nil {
 					return runtime.RunInfo{}, err
 				}
-				last, dirty = time.Now(), false
 			}
 		case ev, ok := <-evs:
 			if !ok {
@@ -184,18 +244,19 @@ func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat
 				}
 			}
 			switch ev.Type {
-			case event.PhaseStarted, event.PhaseDone, event.AgentDone:
-				dirty = true
-				if wait := progressGap - time.Since(last); wait > 0 {
-					if flush == nil {
-						flush = time.After(wait)
-					}
-				} else {
-					if _, err := report(); err != nil {
-						return runtime.RunInfo{}, err
-					}
-					last, dirty = time.Now(), false
+			case event.AgentDone:
+				countAgent(&counts, ev)
+			case event.PhaseStarted, event.PhaseDone:
+			default:
+				continue
+			}
+			dirty = true
+			if wait := progressGap - time.Since(last); wait > 0 {
+				if flush == nil {
+					flush = time.After(wait)
 				}
+			} else if err := send(); err != nil {
+				return runtime.RunInfo{}, err
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -193,6 +194,7 @@ func (s *Server) Handler() http.Handler {
 		// The daemon checks Host and Origin for every listener, including the unix
 		// socket where mcp-go's own check cannot tell a loopback connection.
 		server.WithDisableLocalhostProtection(true),
+		server.WithStreamableHTTPLogger(slog.New(slog.NewTextHandler(s.log.Writer(), nil))),
 		server.WithHTTPContextFunc(func(ctx context.Context, r *http.Request) context.Context {
 			if d := r.Header.Get(HeaderWorkdir); d != "" && filepath.IsAbs(d) {
 				ctx = context.WithValue(ctx, workdirKey{}, filepath.Clean(d))

@@ -416,7 +416,7 @@ func (s *Server) runRef(ctx context.Context, tool, id string) (runtime.RunInfo, 
 	if len(id) > 64 {
 		return runtime.RunInfo{}, ToolError("%s: run_id is %d characters; a run id has 36 (workflow_list_runs lists the runs)", tool, len(id))
 	}
-	info, err := s.svc.Status(ctx, id)
+	info, err := s.liveStatus(ctx, id)
 	switch {
 	case errors.Is(err, storage.ErrRunNotFound):
 		return info, ToolError("%s: no run %q here (workflow_list_runs lists the runs)", tool, id)
