@@ -20,6 +20,9 @@ const StatusAwaitingApproval Status = "awaiting_approval"
 // Approval is a destructive tool call that waits, or waited, for a person's answer.
 type Approval = storage.Approval
 
+// maxApprovalID bounds an approval id a caller gives (luft's have 19 characters).
+const maxApprovalID = 64
+
 // maxApprovalEventArgs bounds the arguments an approval_requested event shows.
 const maxApprovalEventArgs = 4 << 10
 
@@ -154,6 +157,10 @@ func (s *Service) Approve(ctx context.Context, idOrPrefix, approvalID string, al
 	r, err := s.Resolve(ctx, idOrPrefix)
 	if err != nil {
 		return Approval{}, err
+	}
+	if len(approvalID) > maxApprovalID {
+		return Approval{}, fmt.Errorf("run %s: approve: %w: an approval id has 19 characters, not %d (the run's pending_approvals list them)",
+			r.ID, ErrNoApproval, len(approvalID))
 	}
 	pending, err := s.opts.Store.Approvals(ctx, storage.ApprovalFilter{RunID: r.ID, Pending: true})
 	if err != nil {

@@ -106,6 +106,9 @@ func TestApprovalParksTheCall(t *testing.T) {
 			if _, err := e.svc.Approve(t.Context(), r.ID, "ap-nope", true); !errors.Is(err, ErrNoApproval) || !strings.Contains(err.Error(), p.ID) {
 				t.Fatalf("approve an unknown id: %v", err)
 			}
+			if _, err := e.svc.Approve(t.Context(), r.ID, strings.Repeat("x", 1<<20), true); !errors.Is(err, ErrNoApproval) || len(err.Error()) > 300 {
+				t.Fatalf("approve a huge id: %.300v", err)
+			}
 			got, err := e.svc.Approve(t.Context(), r.ID[:13], "", allow)
 			if err != nil || got.ID != p.ID || got.Allowed() != allow {
 				t.Fatalf("approve: %+v, %v", got, err)
