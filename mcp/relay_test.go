@@ -272,3 +272,45 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// The HTTP door refuses a body over MaxBody before reading it, and one that lies about
+// its length when it passes the bound.
+func TestHTTPBodyBounded(t *testing.T) {
+	d := newStandIn(t, nil)
+	_, url, _ := d.connect(context.Background())
+	req, _ := http.NewRequest(http.MethodPost, url, io.LimitReader(zeros{}, MaxBody+1))
+	req.ContentLength = MaxBody + 1
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "refused") {
+		t.Errorf("HTTP %d: %s", resp.StatusCode, body)
+	}
+	// Sent without a length (chunked): read up to the bound, then refused.
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = io.Copy(pw, io.LimitReader(zeros{}, MaxBody+10))
+		pw.Close()
+	}()
+	resp, err = http.Post(url, "application/json", pr)
+	if err == nil {
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "request body too large") {
+			t.Errorf("a chunked body over the bound: HTTP %d: %s", resp.StatusCode, body)
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}

@@ -185,7 +185,7 @@ func (s *Server) hooks() []AwaitHook {
 // stateful: a session id the server does not know (after a restart) gets 404, so a
 // client initializes again. The daemon in front checks Host, Origin and the token.
 func (s *Server) Handler() http.Handler {
-	return server.NewStreamableHTTPServer(s.mcp,
+	h := server.NewStreamableHTTPServer(s.mcp,
 		server.WithStateful(true),
 		// Sessions are callers and carry the client's capabilities (elicitation): keep
 		// clients on a revision with sessions.
@@ -202,7 +202,18 @@ func (s *Server) Handler() http.Handler {
 			return ctx
 		}),
 	)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxBody {
+			http.Error(w, fmt.Sprintf("request of %d bytes refused: at most %d (a workflow may have %d bytes)", r.ContentLength, MaxBody, MaxScript), http.StatusRequestEntityTooLarge)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+		h.ServeHTTP(w, r)
+	})
 }
+
+// MaxBody bounds one HTTP request to /mcp: room for the largest script, JSON-escaped.
+const MaxBody = 4 * MaxScript
 
 // Mount is the Handler as a daemon door at /mcp (it needs the daemon's token over HTTP).
 func (s *Server) Mount() daemon.Mount { return daemon.Mount{Pattern: "/mcp", Handler: s.Handler()} }
