@@ -420,3 +420,24 @@ func TestSubagentToolsListed(t *testing.T) {
 		}
 	}
 }
+
+// workflow_await asks an eliciting client too, for a call of any workflow run.
+func TestWorkflowAwaitElicits(t *testing.T) {
+	h := &elicitor{reply: mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+		Content: map[string]any{"allow": true}}}}
+	e := newSubEnv(t, h)
+	var ex ExecuteResult
+	ok(t, e.c, "workflow_execute", map[string]any{"script": `function main()
+  local a = agent{backend = "fake", prompt = "keep a note", tools = {"write_file"}}
+  local b = agent{backend = "mock", prompt = "then summarise"}
+  report({a = a.output, b = b.ok})
+end`}, &ex)
+	var rv RunView
+	ok(t, e.c, "workflow_await", map[string]any{"run_id": ex.RunID, "timeout_s": 60}, &rv)
+	if rv.Status != "completed" || len(h.asked()) != 1 || !strings.Contains(h.asked()[0].Params.Message, "run "+ex.RunID) {
+		t.Fatalf("workflow_await: %+v, asked %+v", rv, h.asked())
+	}
+	if _, err := os.Stat(filepath.Join(e.ws, "note.txt")); err != nil {
+		t.Fatal(err)
+	}
+}
