@@ -32,7 +32,7 @@ const maxApprovalEventArgs = 4 << 10
 // its tool and arguments), so an answered one is never asked again and one left
 // unanswered when the process stopped is asked again when the resumed call gets here.
 // The call holds no scheduler slot while it waits: tools run between admitted turns.
-func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall, tc adapters.ToolCall) (bool, error) {
+func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall, tc adapters.ToolCall, hold func() (resume func())) (bool, error) {
 	known, err := h.store().Approvals(ctx, storage.ApprovalFilter{RunID: h.run.ID, CallKey: c.Key})
 	if err != nil {
 		return false, h.stopIfBroken(fmt.Errorf("approval of tool call %s of %s: %w", tc.Name, c.Key, err))
@@ -55,6 +55,8 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 	}
 	h.emit(event.ApprovalRequested, map[string]any{"approval_id": a.ID, "call_key": c.Key, "tool": a.Tool,
 		"arguments": clip(a.Arguments, maxApprovalEventArgs)})
+	// The person's time to answer is not the agent's working time (timeout_ms).
+	defer hold()()
 	for {
 		fired := make(chan struct{})
 		poll := h.e.opts.Clock.AfterFunc(h.e.opts.CancelPoll, func() { close(fired) })

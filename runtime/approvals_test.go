@@ -293,3 +293,29 @@ end`)})
 		t.Fatalf("tool results %q", got)
 	}
 }
+
+// The time a call waits for a person does not count against its timeout_ms: ten
+// seconds of waiting leave a 1-second bound untouched (counted, they would end the call
+// as timed_out).
+func TestApprovalWaitIsNotWorkingTime(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	e := askEnv(t, dir, askBackend(t, te.url, ws), 2, true)
+	clock := newVirtualClock()
+	useClock(e.svc, clock)
+	r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", `function main()
+  local r = agent{prompt = "keep a note", tools = {"write_file"}, timeout_ms = 1000}
+  report(r.status)
+end`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent(t, r, event.ApprovalRequested)
+	clock.Advance(10 * time.Second)
+	if _, err := e.svc.Approve(t.Context(), r.ID, "", true); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitRun(t, r); res.Status != StatusCompleted || res.Report != "ok" {
+		t.Fatalf("run %s %v, agent %v: want ok (the wait is not working time)", res.Status, res.Err, res.Report)
+	}
+}
