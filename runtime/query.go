@@ -56,6 +56,13 @@ func (s *Service) Status(ctx context.Context, idOrPrefix string) (RunInfo, error
 		return RunInfo{}, fmt.Errorf("run %s: phases: %w", r.ID, err)
 	}
 	info := RunInfo{Run: s.shown(r), Phases: phases}
+	if info.Status == storage.StatusInterrupted && r.PID == s.opts.PID {
+		// A run of this process that has just ended left the live runs after its row was
+		// read: the row, read again, has its end.
+		if again, err := s.opts.Store.GetRun(ctx, r.ID); err == nil && again.Status != storage.StatusRunning {
+			info.Run, r = again, again
+		}
+	}
 	s.mu.Lock()
 	_, info.Live = s.live[r.ID]
 	s.mu.Unlock()
