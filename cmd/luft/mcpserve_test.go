@@ -64,6 +64,10 @@ func (dt *daemonTest) startMCPServe(args ...string) (*client.Client, error) {
 	if _, err := c.Initialize(ctx, init); err != nil {
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
+	// As clients do: the relay learns from the list which calls it may send again.
+	if _, err := c.ListTools(ctx, mcp.ListToolsRequest{}); err != nil {
+		return nil, fmt.Errorf("tools/list: %w", err)
+	}
 	return c, nil
 }
 
