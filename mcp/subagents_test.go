@@ -441,3 +441,40 @@ end`}, &ex)
 		t.Fatal(err)
 	}
 }
+
+// await with a progressToken tells the client as each handle settles; it wakes when the
+// held sub-agent is let go, not at its timeout.
+func TestAwaitProgress(t *testing.T) {
+	e := newSubEnv(t, nil)
+	progress := make(chan map[string]any, 10)
+	e.c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/progress" {
+			progress <- n.Params.AdditionalFields
+		}
+	})
+	var quick, held SpawnResult
+	ok(t, e.c, "spawn", map[string]any{"prompt": "quick"}, &quick)
+	ok(t, e.c, "spawn", map[string]any{"prompt": "wait", "backend": "held"}, &held)
+	<-e.held.started
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		var req mcp.CallToolRequest
+		req.Params.Name = "await"
+		req.Params.Arguments = map[string]any{"handles": []any{quick.Handle, held.Handle}, "timeout_s": 3600}
+		req.Params.Meta = &mcp.Meta{ProgressToken: "tok-2"}
+		res, _ := e.c.CallTool(context.Background(), req)
+		done <- res
+	}()
+	p := <-progress
+	if p["progressToken"] != "tok-2" || p["progress"] != float64(1) || p["total"] != float64(2) || p["message"] != "1 of 2 sub-agents settled" {
+		t.Fatalf("progress: %v", p)
+	}
+	close(e.held.release)
+	res := <-done
+	if res == nil || res.IsError {
+		t.Fatalf("await: %v", res)
+	}
+	if p := <-progress; p["progress"] != float64(2) {
+		t.Fatalf("second progress: %v", p)
+	}
+}

@@ -15,7 +15,8 @@
 //
 //	go run ./bench/mcp [-repeats 5] [-n 100] [-latency 100ms]
 //
-// Further modes (e.g. many sessions each spawning sub-agents) register in modes.
+// Further modes register in modes. The sub-agent load (many sessions each spawning
+// sub-agents) is bench/mcpload, which runs the daemon as its own process to read its memory.
 package main
 
 import (
