@@ -151,15 +151,18 @@ const (
 var convergeOptions = []string{"adversarial", "vote_threshold", "max_rounds", "producers_per_item", "adversaries_per_finding",
 	"model", "backend", "schema", "producer_prompt", "adversary_prompt", "recheck_prompt"}
 
-// loadConverge compiles the converge chunk with the wrappers it builds on and returns the
+// convergeProto is the converge chunk, compiled once for the process.
+var convergeProto = sharedProto("<converge>", convergeSrc)
+
+// loadConverge runs the converge chunk with the wrappers it builds on and returns the
 // function scripts see.
 func (v *vm) loadConverge(json *glua.LTable) (*glua.LFunction, error) {
 	L := v.L
-	fn, err := L.Load(strings.NewReader(convergeSrc), "<converge>")
+	proto, err := convergeProto()
 	if err != nil {
 		return nil, fmt.Errorf("lua: converge: %w", err)
 	}
-	L.Push(fn)
+	L.Push(L.NewFunctionFromProto(proto))
 	L.Push(v.wrap.RawGetString("agent"))
 	L.Push(v.wrap.RawGetString("parallel"))
 	L.Push(L.NewFunction(v.convergeCheck))

@@ -8,10 +8,12 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	glua "github.com/yuin/gopher-lua"
+	"github.com/yuin/gopher-lua/parse"
 )
 
 // allowedBase is the part of the base library a script gets (SPEC §3). pcall and xpcall
@@ -180,11 +182,11 @@ func (v *vm) openSandbox() error {
 	} {
 		goFns.RawSetString(name, L.NewFunction(fn))
 	}
-	fn, err := L.Load(strings.NewReader(prelude), "<prelude>")
+	proto, err := preludeProto()
 	if err != nil {
 		return fmt.Errorf("lua: prelude: %w", err)
 	}
-	L.Push(fn)
+	L.Push(L.NewFunctionFromProto(proto))
 	for _, name := range []string{"create", "resume", "status", "yield"} {
 		L.Push(co.RawGetString(name))
 	}
@@ -520,4 +522,21 @@ func watchMemory(ctx context.Context, cancel context.CancelCauseFunc, limit int6
 			}
 		}
 	}
+}
+
+// preludeProto is the prelude, compiled once for the process.
+var preludeProto = sharedProto("<prelude>", prelude)
+
+// sharedProto compiles a chunk of luft's own Lua once for the process: every run's VM
+// makes its functions from the same read-only prototype (gopher-lua shares prototypes
+// between states) instead of compiling the source again, which was most of the memory
+// a live run holds.
+func sharedProto(name, src string) func() (*glua.FunctionProto, error) {
+	return sync.OnceValues(func() (*glua.FunctionProto, error) {
+		chunk, err := parse.Parse(strings.NewReader(src), name)
+		if err != nil {
+			return nil, err
+		}
+		return glua.Compile(chunk, name)
+	})
 }

@@ -53,6 +53,12 @@ type Options struct {
 	PID int
 	// Events bounds what each run records; zero fields take DefaultEventLimits.
 	Events EventLimits
+	// AskApprovals parks a destructive tool call under [tools] approval = "ask" until
+	// Approve answers it (the run shows awaiting_approval). Set it where someone can
+	// answer: the daemon, an MCP server, a terminal's live view. Without it such a call
+	// fails its agent call with *tools.ApprovalError, so a non-interactive run never
+	// waits for an answer no one can give.
+	AskApprovals bool
 }
 
 // Service starts, resumes and inspects runs: the one surface the CLI, the MCP server, the
@@ -60,8 +66,9 @@ type Options struct {
 type Service struct {
 	opts Options
 
-	mu   sync.Mutex
-	live map[string]*Run // runs driven by this process
+	mu        sync.Mutex
+	live      map[string]*Run                    // runs driven by this process
+	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
 }
 
 // New returns a Service.
@@ -115,6 +122,9 @@ type Spec struct {
 	// Caller is who the run's turns are fair-shared as in the scheduler (a daemon hosts
 	// runs of many callers); "" = Options.Caller.
 	Caller string `json:"caller,omitempty"`
+	// Unattended says no one answers this run's approvals (a luft run without a terminal
+	// hosted by the daemon): a call that needs one fails as without Options.AskApprovals.
+	Unattended bool `json:"unattended,omitempty"`
 	// Plan, when set, is how the script was planned from a task in words: its calls are
 	// journaled with the run (kind "plan") and the script is pinned as the run's
 	// workflow.lua in its folder, so a resume runs that script and never plans again.

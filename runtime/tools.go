@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/storage"
@@ -31,7 +32,10 @@ const interruptedTool = "error: this tool call was begun in an earlier attempt o
 // A model asked the same thing again may give its tool call a fresh id (real providers
 // draw ids at random), so a call is also matched by turn, tool name and arguments when
 // no recorded call has its id.
-func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
+//
+// hold stops the call's timeout_ms clock while a call waits for approval; it returns
+// what starts it again.
+func (h *host) toolJournal(c lua.Call, req agent.Request, hold func() (resume func())) adapters.ToolFunc {
 	// The transcript's length is taken now, before this call adds to it; the request's
 	// hash only when a tool runs (most calls run none, and hashing costs every call).
 	turns := strconv.Itoa(len(h.session(req.SessionID)))
@@ -48,6 +52,23 @@ func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
 				return interruptedTool, true, nil
 			}
 			return prev.Output, true, nil
+		}
+		if tc.Ask && h.e.opts.AskApprovals && !h.run.spec.Unattended {
+			allow, err := h.askApproval(ctx, c, rec, tc, hold)
+			if err != nil {
+				return "", false, err
+			}
+			if !allow {
+				// Journaled as the tool's output: a retry or resume gives the model the
+				// same answer without asking again.
+				rec.Done, rec.Output = true, tools.DeclinedText
+				if err := h.store().ToolDone(context.WithoutCancel(ctx), rec); err != nil {
+					return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))
+				}
+				return tools.DeclinedText, false, nil
+			}
+			plain := run
+			run = func(ctx context.Context) (string, error) { return plain(tools.Approved(ctx)) }
 		}
 		if err := h.store().ToolStarted(ctx, rec); err != nil {
 			return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))

@@ -62,13 +62,19 @@
 //
 // # Approval
 //
-// A tool is destructive when its Spec says so or when [tools] destructive lists it. The
-// built-ins are not destructive by default: the file tools are confined to the workspace
-// and run_command to its allow-list. Resolve wraps each destructive tool in the approval
+// A tool is destructive when its Spec says so (an MCP tool marked destructiveHint and
+// not readOnlyHint) or when [tools] destructive lists it (e.g. write_file, edit_file).
+// The built-ins are not destructive by default: the file tools are confined to the
+// workspace and run_command to its allow-list. Under "ask", a run_command call for a
+// command the allow-list does not name asks too (NeedsApproval), and runs, confined as
+// any command, once approved. Resolve wraps each destructive tool in the approval
 // policy ([tools] approval):
 //
 //   - "allow" runs it;
 //   - "deny" refuses it with an ordinary tool error, so the model is told and may go on;
-//   - "ask" (the default) fails the agent call with an *ApprovalError, until an approval
-//     flow exists that a person can answer.
+//   - "ask" (the default) runs it once a person said yes: the runtime parks the call,
+//     asks (the terminal's live view, an MCP client, the daemon's API), and runs the tool
+//     with a context marked by Approved; a no reaches the model as DeclinedText. Where no
+//     one can answer (a CLI run without a terminal), the agent call fails with an
+//     *ApprovalError naming the tool.
 package tools

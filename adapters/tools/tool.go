@@ -33,11 +33,41 @@ type Approval string
 const (
 	ApprovalAllow Approval = "allow" // run destructive tools
 	ApprovalDeny  Approval = "deny"  // refuse them; the model is told and may go on
-	ApprovalAsk   Approval = "ask"   // fail the agent call until an approval flow exists
+	ApprovalAsk   Approval = "ask"   // ask a person (see Approved); fail the call when no one can answer
 )
 
+// DeclinedText is the tool result a model gets for a call a person declined.
+const DeclinedText = "Error: the user declined this tool call"
+
+type approvedKey struct{}
+
+// Approved returns ctx marked as carrying a person's yes for the one tool call it is
+// given to: a destructive tool under "ask" runs with it instead of failing.
+func Approved(ctx context.Context) context.Context {
+	return context.WithValue(ctx, approvedKey{}, true)
+}
+
+func isApproved(ctx context.Context) bool {
+	ok, _ := ctx.Value(approvedKey{}).(bool)
+	return ok
+}
+
+// NeedsApproval reports whether the call of t with args runs only with a person's yes:
+// t is a destructive tool that Set.Resolve wrapped under the "ask" policy, or run_command
+// under "ask" is asked for a command that allow_commands does not allow.
+func NeedsApproval(t Tool, args json.RawMessage) bool {
+	if g, ok := t.(*guarded); ok {
+		if g.policy == ApprovalAsk {
+			return true
+		}
+		t = g.Tool
+	}
+	a, ok := t.(interface{ asksApproval(json.RawMessage) bool })
+	return ok && a.asksApproval(args)
+}
+
 // ApprovalError fails an agent call whose model asked for a destructive tool under the
-// "ask" policy.
+// "ask" policy where no one can answer (a non-interactive CLI run).
 type ApprovalError struct {
 	Tool string
 }
