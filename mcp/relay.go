@@ -28,8 +28,10 @@ import (
 // When the daemon goes away (stopped, killed, restarted) the relay connects again
 // (Connect starts a daemon when none runs), replays the client's initialize and
 // initialized to get a new session, and sends the message again when it had not reached
-// the old daemon. A request whose answer was cut off is answered with a JSON-RPC error
-// that says the run goes on in the daemon.
+// the old daemon, or when sending it twice is harmless (a request other than a tool call,
+// or a call of a tool the server's tools/list answer marked read-only or idempotent).
+// Any other request whose answer was cut off is answered with a JSON-RPC error that says
+// the run goes on in the daemon.
 type Relay struct {
 	// Connect returns an HTTP client that reaches the daemon and the URL of its MCP
 	// endpoint, starting a daemon when none runs. It is called first and after every
@@ -54,6 +56,9 @@ type Relay struct {
 	inited    []byte // its notifications/initialized
 	gen       int    // connection generation, +1 per reconnect
 	reconnect sync.Mutex
+	// safe are the tools whose calls may be sent again after a connection broke in
+	// the middle (read-only or idempotent, as the server's tools/list answer said).
+	safe map[string]bool
 }
 
 // errLost is a connection to the daemon that broke after the message was sent.
@@ -157,6 +162,9 @@ func readLine(rd *bufio.Reader, max int) ([]byte, error) {
 type message struct {
 	ID     json.RawMessage `json:"id,omitempty"`
 	Method string          `json:"method,omitempty"`
+	Params struct {
+		Name string `json:"name"`
+	} `json:"params"`
 }
 
 func (m message) isRequest() bool { return m.Method != "" && len(m.ID) > 0 && string(m.ID) != "null" }
@@ -204,7 +212,12 @@ func (r *Relay) send(ctx context.Context, m message, line []byte, handshake bool
 			return
 		}
 		var nd *notDelivered
-		if !errors.As(err, &nd) || attempt >= 3 {
+		if !errors.As(err, &nd) && r.resendable(m) && attempt < 3 {
+			// The daemon may never have seen it (a kept-alive connection to a daemon that
+			// died), and sending it again changes nothing if it did.
+			nd = &notDelivered{err}
+		}
+		if nd == nil || attempt >= 3 {
 			r.Log.Printf("relay %s: %v", describe(m), err)
 			if m.isRequest() {
 				r.write(errorLine(m.ID, codeDaemonLost, fmt.Sprintf("%v while this request was in flight; runs go on in the daemon: send the request again (workflow_await waits for a run)", err)))
@@ -285,8 +298,11 @@ func (r *Relay) post(ctx context.Context, m message, line []byte, handshake bool
 		return nil
 	}
 	answered, err := r.relayBody(resp, m, func(msg []byte) {
-		if m.Method == "initialize" {
+		switch m.Method {
+		case "initialize":
 			r.noteVersion(msg)
+		case "tools/list":
+			r.noteTools(msg)
 		}
 		r.write(msg)
 	})
@@ -363,6 +379,48 @@ func (r *Relay) relayBody(resp *http.Response, m message, emit func([]byte)) (an
 		answered = answered || isAnswer(data)
 	}
 	return answered, sc.Err()
+}
+
+// resendable reports whether m may be sent again after the connection broke while it was
+// in flight: a request other than a tool call (lists, reads, ping), or a call of a tool
+// the server marked read-only or idempotent.
+func (r *Relay) resendable(m message) bool {
+	if !m.isRequest() || m.Method == "initialize" {
+		return false
+	}
+	if m.Method != "tools/call" {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.safe[m.Params.Name]
+}
+
+// noteTools learns from a tools/list answer which tools are safe to call again.
+func (r *Relay) noteTools(msg []byte) {
+	var ans struct {
+		Result struct {
+			Tools []struct {
+				Name        string `json:"name"`
+				Annotations struct {
+					ReadOnly   *bool `json:"readOnlyHint"`
+					Idempotent *bool `json:"idempotentHint"`
+				} `json:"annotations"`
+			} `json:"tools"`
+		} `json:"result"`
+	}
+	if json.Unmarshal(msg, &ans) != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.safe == nil {
+		r.safe = map[string]bool{}
+	}
+	for _, t := range ans.Result.Tools {
+		a := t.Annotations
+		r.safe[t.Name] = a.ReadOnly != nil && *a.ReadOnly || a.Idempotent != nil && *a.Idempotent
+	}
 }
 
 // noteVersion keeps the protocol version of the initialize answer for later requests.

@@ -314,3 +314,48 @@ func (zeros) Read(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// A call of a read-only tool in flight when the connection drops is sent again on a new
+// session (the client listed the tools, so the relay knows which are safe): the await
+// goes on and answers when the run ends.
+func TestRelayResendsSafeCalls(t *testing.T) {
+	d := newStandIn(t, nil)
+	c := relayClient(t, d)
+	if _, err := c.ListTools(context.Background(), mcp.ListToolsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var ex ExecuteResult
+	ok(t, c, "workflow_execute", map[string]any{"script": heldScript}, &ex)
+	<-d.held.started
+	progress := make(chan struct{}, 100)
+	c.OnNotification(func(mcp.JSONRPCNotification) {
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	})
+	type answer struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var req mcp.CallToolRequest
+		req.Params.Name = "workflow_await"
+		req.Params.Arguments = map[string]any{"run_id": ex.RunID, "timeout_s": 3600}
+		req.Params.Meta = &mcp.Meta{ProgressToken: "p"}
+		res, err := c.CallTool(context.Background(), req)
+		done <- answer{res, err}
+	}()
+	<-progress // in flight on the first server
+	d.restart()
+	for len(progress) > 0 {
+		<-progress
+	}
+	<-progress // sent again: the new server reports progress
+	close(d.held.release)
+	a := <-done
+	if a.err != nil || a.res.IsError || !strings.Contains(text(a.res), "completed") {
+		t.Fatalf("await across the drop: %v %+v", a.err, a.res)
+	}
+}

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,21 @@ type env struct {
 
 func newEnv(t *testing.T, tweak ...func(*Options)) *env {
 	t.Helper()
+	return newEnvVia(t, "in-process", tweak...)
+}
+
+// bothWays runs a test with a client in-process and with one over streamable HTTP.
+func bothWays(t *testing.T, test func(t *testing.T, newEnv func(*testing.T, ...func(*Options)) *env)) {
+	for _, via := range []string{"in-process", "http"} {
+		t.Run(via, func(t *testing.T) {
+			test(t, func(t *testing.T, tweak ...func(*Options)) *env { return newEnvVia(t, via, tweak...) })
+		})
+	}
+}
+
+// newEnvVia is newEnv with the client connected in-process or over streamable HTTP.
+func newEnvVia(t *testing.T, via string, tweak ...func(*Options)) *env {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := storage.Open(context.Background(), dir)
 	if err != nil {
@@ -83,7 +99,14 @@ func newEnv(t *testing.T, tweak ...func(*Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.NewInProcessClient(srv.MCPServer())
+	var c *client.Client
+	if via == "http" {
+		hs := httptest.NewServer(srv.Handler())
+		t.Cleanup(hs.Close)
+		c, err = client.NewStreamableHttpClient(hs.URL + "/mcp")
+	} else {
+		c, err = client.NewInProcessClient(srv.MCPServer())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

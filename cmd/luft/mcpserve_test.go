@@ -64,6 +64,10 @@ func (dt *daemonTest) startMCPServe(args ...string) (*client.Client, error) {
 	if _, err := c.Initialize(ctx, init); err != nil {
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
+	// As clients do: the relay learns from the list which calls it may send again.
+	if _, err := c.ListTools(ctx, mcp.ListToolsRequest{}); err != nil {
+		return nil, fmt.Errorf("tools/list: %w", err)
+	}
 	return c, nil
 }
 
@@ -152,6 +156,8 @@ func TestMCPServeRelaysToTheDaemon(t *testing.T) {
 	for processRunning(info.PID) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	// It is gone: its pid may soon be another process's (pid_max can be as low as 32768).
+	delete(dt.pids, info.PID)
 	var done mcpRun
 	mcpCall(t, c, "workflow_await", map[string]any{"run_id": ex.RunID, "timeout_s": 120}, &done)
 	if again, err := daemon.ReadInfo(dt.state); err == nil {
