@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/internal/testkit"
@@ -22,22 +26,31 @@ func (s setTools) Resolve(_ context.Context, names []string) ([]tools.Tool, erro
 	return s.Set.Resolve(names)
 }
 
-// A hosted run whose agent asks for a destructive tool under "ask" waits with the call in
-// GET /api/runs/{id}; POST /api/runs/{id}/approve answers it, and bad answers are refused.
-func TestAPIApprove(t *testing.T) {
+// noteBackend is the openai backend "fake" on the fake engine, whose agents asked for a
+// "note" write n.txt with write_file, destructive under "ask", in the workspace ws.
+func noteBackend(t *testing.T) (b adapters.Backend, ws string) {
+	t.Helper()
 	eng := testkit.NewEngine(testkit.Config{ToolRules: []testkit.ToolRule{
 		{Match: "note", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"n.txt","content":"x"}`}}, Reply: "done"},
 	}})
 	srv := httptest.NewServer(testkit.NewServer(eng).Handler())
 	t.Cleanup(srv.Close)
-	set, err := tools.New(tools.Config{Workspace: t.TempDir(), Destructive: []string{"write_file"}})
+	ws = t.TempDir()
+	set, err := tools.New(tools.Config{Workspace: ws, Destructive: []string{"write_file"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: "fake", BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m", Tools: setTools{set}, NoStream: true})
+	b, err = adapters.NewOpenAI(adapters.OpenAIConfig{ID: "fake", BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m", Tools: setTools{set}, NoStream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, ws
+}
+
+// A hosted run whose agent asks for a destructive tool under "ask" waits with the call in
+// GET /api/runs/{id}; POST /api/runs/{id}/approve answers it, and bad answers are refused.
+func TestAPIApprove(t *testing.T) {
+	b, _ := noteBackend(t)
 	dir := t.TempDir()
 	st, err := storage.Open(t.Context(), dir)
 	if err != nil {
@@ -103,5 +116,40 @@ func TestAPIApprove(t *testing.T) {
 	final, err := svc.Wait(t.Context(), started.RunID)
 	if err != nil || final.Status != storage.StatusCompleted || string(final.Report) != `"done"` {
 		t.Fatalf("run ended %s %s %v", final.Status, final.Report, err)
+	}
+}
+
+// The dashboard shows a run's waiting tool call with allow and decline; allow runs it.
+func TestDashboardApproval(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("the dashboard test needs Debian's chromium (apt-get install chromium; .ci/run installs it): %v", err)
+	}
+	b, ws := noteBackend(t)
+	addr, d, _ := serveDashboardWith(t, true, b)
+	id := startRun(t, d, `function main() report(agent{backend = "fake", prompt = "note", tools = {"write_file"}}.output) end`)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.WindowSize(1200, 900), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://"+addr+"/#token=t0ken")); err != nil {
+		t.Fatalf("start the browser: %v", err)
+	}
+	ctx, stop := context.WithTimeout(ctx, 90*time.Second)
+	defer stop()
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate("http://"+addr+"/#/runs/"+id),
+		until(`document.querySelector('#run-status').textContent === 'awaiting_approval'`),
+		until(`!document.querySelector('#approvals').hidden && document.querySelector('#approvals-list').textContent.includes('n.txt')`),
+		chromedp.Click(chromedp.CSS(`#approvals-list button[data-allow="true"]`)),
+		until(`document.querySelector('#run-status').textContent === 'completed'`),
+		until(`document.querySelector('#approvals').hidden`),
+	); err != nil {
+		t.Fatalf("approve in the dashboard: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "n.txt")); err != nil || string(b) != "x" {
+		t.Fatalf("n.txt after allow: %q %v", b, err)
 	}
 }

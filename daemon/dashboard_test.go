@@ -44,6 +44,13 @@ func (g *gate) Run(ctx context.Context, req agent.Request, call adapters.Call) (
 // serveDashboard runs a daemon on loopback HTTP with the mock and gate backends.
 func serveDashboard(t *testing.T) (addr string, d *Daemon, g *gate) {
 	t.Helper()
+	return serveDashboardWith(t, false)
+}
+
+// serveDashboardWith is serveDashboard with further backends, and approvals asked when
+// ask is set.
+func serveDashboardWith(t *testing.T, ask bool, extra ...adapters.Backend) (addr string, d *Daemon, g *gate) {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := storage.Open(context.Background(), dir)
 	if err != nil {
@@ -52,7 +59,8 @@ func serveDashboard(t *testing.T) (addr string, d *Daemon, g *gate) {
 	t.Cleanup(func() { st.Close() })
 	mock := adapters.NewMock(adapters.MockConfig{})
 	g = &gate{mock: mock, release: make(chan struct{})}
-	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("mock", mock, g)})
+	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("mock", append([]adapters.Backend{mock, g}, extra...)...),
+		AskApprovals: ask})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,13 @@
 // (status, events, cancel, list) reads the Service. Each MCP session is a caller of the
 // scheduler's fair shares (runtime.Spec.Caller = "mcp:" + session id).
 //
+// The sub-agent tools (spawn, await, run, status, cancel, approve, tools) run each
+// sub-agent as a hosted run of a one-call workflow (subagentScript), so a handle is a run
+// id and outlives the server and the daemon. A run whose tool call waits for approval
+// (runtime's awaiting_approval) is answered through the awaiting client: one that
+// declared elicitation is asked by the await hook, others get the pending call in the
+// await's answer and reply with approve.
+//
 // Relay is the other half of `luft mcp serve`: a transparent stdio <-> streamable HTTP
 // bridge to the daemon's /mcp over its unix socket that survives a restart of the daemon
 // (it replays the client's initialize on a new session and answers the requests that

@@ -70,6 +70,11 @@ func (dt *daemonTest) cleanup() {
 		_, _, _ = luftIn(dt.t, dt.dir, dt.env, "--state-dir", dt.state, "daemon", "stop")
 	}
 	for pid := range dt.pids {
+		// The kernel frees the daemon's lock (which daemon stop waits for) a moment
+		// before the exiting process turns into a zombie: give it that moment.
+		for deadline := time.Now().Add(5 * time.Second); processRunning(pid) && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond) // an external process
+		}
 		if processRunning(pid) {
 			dt.t.Errorf("daemon pid %d still runs after stop: killing it", pid)
 			_ = syscall.Kill(pid, syscall.SIGKILL)

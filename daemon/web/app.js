@@ -109,7 +109,8 @@ function applyEvent(ev) {
   const { seq, type, ts, run_id, ...rest } = ev;
   li.innerHTML = `<span class="muted">${seq}</span> <span class="t">${esc(type)}</span> ${esc(JSON.stringify(rest))}`;
   $("events").appendChild(li);
-  if (type === "run_done" || type === "phase_started" || type === "phase_done") refreshRun(run_id).catch(() => {});
+  if (type === "run_done" || type === "phase_started" || type === "phase_done" || type === "approval_requested" ||
+    type === "approval_decided") refreshRun(run_id).catch(() => {});
 }
 
 // follow reads the run's events as Server-Sent Events over fetch (EventSource cannot send
@@ -155,7 +156,8 @@ async function refreshRun(id) {
   $("run-status").textContent = r.status;
   $("run-status").className = "status s-" + r.status;
   $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${r.agents.ok} ok, ${r.agents.failed} failed, ${r.agents.cached} cached · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
-  $("cancel").hidden = r.status !== "running";
+  $("cancel").hidden = r.status !== "running" && r.status !== "awaiting_approval";
+  renderApprovals(r.pending_approvals || []);
   $("phases-body").innerHTML = r.phases.map((p) => "<tr>" +
     cell("phase", esc(p.label) + (p.description ? ` <span class="muted">${esc(p.description)}</span>` : "")) +
     cell("status", esc(p.status), "status") + cell("planned", String(p.planned || "")) +
@@ -165,6 +167,24 @@ async function refreshRun(id) {
     const res = await fetch(`/api/runs/${id}/report`, { headers: { Authorization: "Bearer " + token } });
     const report = await res.json();
     if (id === current) renderReport(report);
+  }
+}
+
+// renderApprovals lists the tool calls the run waits on, each with allow and decline.
+function renderApprovals(pending) {
+  $("approvals").hidden = pending.length === 0;
+  $("approvals-list").innerHTML = pending.map((p) => `<li><code>${esc(p.tool)}</code> <span class="muted">${esc(p.call_key)} · ${esc(p.id)}</span>` +
+    `<pre>${esc(p.arguments)}</pre><button data-a="${esc(p.id)}" data-allow="true">allow</button> ` +
+    `<button class="danger" data-a="${esc(p.id)}" data-allow="false">decline</button></li>`).join("");
+  for (const b of $("approvals-list").querySelectorAll("button")) {
+    b.onclick = async () => {
+      for (const x of $("approvals-list").querySelectorAll(`button[data-a="${CSS.escape(b.dataset.a)}"]`)) x.disabled = true;
+      try {
+        await api(`/api/runs/${current}/approve`, { method: "POST", headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ approval_id: b.dataset.a, allow: b.dataset.allow === "true" }) });
+      } catch (e) { alert(e.message); }
+      refreshRun(current).catch(() => {});
+    };
   }
 }
 
