@@ -17,6 +17,7 @@ import (
 
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
@@ -161,9 +162,24 @@ func startDaemon(e *env, g *globalFlags, f *daemonFlags) error {
 		info, _ := daemon.ReadInfo(dir)
 		return &exitError{code: exitFailed, err: fmt.Errorf("%w: pid %d, socket %s (luft daemon stop ends it)", daemon.ErrAlreadyRunning, info.PID, info.Socket)}
 	}
+	info, err := spawnDaemon(e, g, f, dir)
+	if err != nil {
+		return err
+	}
+	addr := ""
+	if info.Addr != "" {
+		addr = ", http://" + info.Addr
+	}
+	fmt.Fprintf(e.stdout, "luft daemon started: pid %d, socket %s%s (log %s)\n", info.PID, info.Socket, addr, filepath.Join(dir, daemon.LogFile))
+	return nil
+}
+
+// spawnDaemon starts `luft daemon start --foreground` for the state dir dir, detached,
+// and waits until it answers on its socket (it says so on a pipe) or exits.
+func spawnDaemon(e *env, g *globalFlags, f *daemonFlags, dir string) (daemon.Info, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("daemon start: find the luft executable: %w", err)
+		return daemon.Info{}, fmt.Errorf("daemon start: find the luft executable: %w", err)
 	}
 	args := []string{"--state-dir", dir}
 	if g.configPath != "" {
@@ -176,12 +192,12 @@ func startDaemon(e *env, g *globalFlags, f *daemonFlags) error {
 	}
 	logf, err := os.OpenFile(filepath.Join(dir, daemon.LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("daemon start: open its log: %w", err)
+		return daemon.Info{}, fmt.Errorf("daemon start: open its log: %w", err)
 	}
 	defer logf.Close()
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return fmt.Errorf("daemon start: %w", err)
+		return daemon.Info{}, fmt.Errorf("daemon start: %w", err)
 	}
 	defer pr.Close()
 	cmd := exec.Command(self, args...)
@@ -191,7 +207,7 @@ func startDaemon(e *env, g *globalFlags, f *daemonFlags) error {
 	detach(cmd)
 	if err := cmd.Start(); err != nil {
 		pw.Close()
-		return fmt.Errorf("daemon start: %w", err)
+		return daemon.Info{}, fmt.Errorf("daemon start: %w", err)
 	}
 	pw.Close()
 	ready := make(chan string, 1)
@@ -208,16 +224,11 @@ func startDaemon(e *env, g *globalFlags, f *daemonFlags) error {
 		var info daemon.Info
 		if json.Unmarshal([]byte(line), &info) != nil || info.PID == 0 {
 			err := <-exited
-			return &exitError{code: exitFailed, err: fmt.Errorf("daemon start: it exited (%v): %s", err, lastLine(filepath.Join(dir, daemon.LogFile)))}
+			return daemon.Info{}, &exitError{code: exitFailed, err: fmt.Errorf("daemon start: it exited (%v): %s", err, lastLine(filepath.Join(dir, daemon.LogFile)))}
 		}
-		addr := ""
-		if info.Addr != "" {
-			addr = ", http://" + info.Addr
-		}
-		fmt.Fprintf(e.stdout, "luft daemon started: pid %d, socket %s%s (log %s)\n", info.PID, info.Socket, addr, filepath.Join(dir, daemon.LogFile))
-		return nil
+		return info, nil
 	case <-timer.C:
-		return &exitError{code: exitFailed, err: fmt.Errorf("daemon start: pid %d did not answer within %s (see %s)", cmd.Process.Pid, startWait, filepath.Join(dir, daemon.LogFile))}
+		return daemon.Info{}, &exitError{code: exitFailed, err: fmt.Errorf("daemon start: pid %d did not answer within %s (see %s)", cmd.Process.Pid, startWait, filepath.Join(dir, daemon.LogFile))}
 	}
 }
 
@@ -273,22 +284,12 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	d, err := daemon.New(daemon.Options{
 		StateDir: dir, Service: svc, Store: st, Version: v, Listen: f.listen, Token: e.getenv("LUFT_TOKEN"),
 		Grace: f.grace, Gate: gate, Log: logw, Now: e.now,
-		NewSpec: func(req daemon.StartRequest) (runtime.Spec, error) {
-			if _, err := bset.Registry.Get(req.Backend); err != nil {
-				return runtime.Spec{}, fmt.Errorf("backend: %w", err)
-			}
-			s := req.Spec()
-			if s.Class == "" {
-				s.Class = agent.ClassInteractive
-			}
-			if s.Limits.MaxAgentCalls <= 0 {
-				s.Limits.MaxAgentCalls = 10000
-			}
-			s.Limits.MaxLogBytes, s.Limits.MaxReportBytes = cfg.Limits.MaxLogBytes, cfg.Limits.MaxReportBytes
-			return s, nil
-		},
+		NewSpec: hostedSpec(bset.Registry, cfg),
 		Ready: func(info daemon.Info) {
 			readyFD(e, info)
+		},
+		Mounts: func(d *daemon.Daemon) []daemon.Mount {
+			return mcpMounts(d, svc, v, logw)
 		},
 	})
 	if err != nil {
@@ -313,6 +314,25 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 		return err
 	}
 	return nil
+}
+
+// hostedSpec turns a start request of a door (the API, MCP) into what the Service runs:
+// the backend must exist, and the config's limits apply.
+func hostedSpec(backends runtime.BackendSource, cfg config.Config) func(daemon.StartRequest) (runtime.Spec, error) {
+	return func(req daemon.StartRequest) (runtime.Spec, error) {
+		if _, err := backends.Get(req.Backend); err != nil {
+			return runtime.Spec{}, fmt.Errorf("backend: %w", err)
+		}
+		s := req.Spec()
+		if s.Class == "" {
+			s.Class = agent.ClassInteractive
+		}
+		if s.Limits.MaxAgentCalls <= 0 {
+			s.Limits.MaxAgentCalls = 10000
+		}
+		s.Limits.MaxLogBytes, s.Limits.MaxReportBytes = cfg.Limits.MaxLogBytes, cfg.Limits.MaxReportBytes
+		return s, nil
+	}
 }
 
 // readyFD tells the starter of a detached daemon that it answers: its info as one JSON

@@ -13,6 +13,7 @@ import (
 // env is the process state every command uses. Nothing else in luft reads os.Stdout,
 // os.Getenv or the wall clock directly.
 type env struct {
+	stdin     io.Reader // what luft mcp serve reads; nil = nothing
 	stdout    io.Writer
 	stderr    io.Writer
 	stderrTTY bool
@@ -42,6 +43,7 @@ func osEnv() *env {
 			return 100
 		},
 		stdinTTY:  keys,
+		stdin:     os.Stdin,
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
 		stderrTTY: tty,

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/luft-run/luft/daemon"
+	luftmcp "github.com/luft-run/luft/mcp"
+	"github.com/luft-run/luft/runtime"
+	"github.com/spf13/cobra"
+)
+
+// startLockFile serialises `luft mcp serve`'s check-then-start of the daemon: two clients
+// starting at once start one daemon.
+const startLockFile = "daemon-start.lock"
+
+// mcpSuspendWait bounds how long `luft mcp serve --standalone` waits for its runs to be
+// suspended when its client goes away.
+const mcpSuspendWait = 30 * time.Second
+
+func newMCPCmd(e *env, g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mcp serve",
+		Short: "Serve luft to MCP clients (Claude Code, Codex, ...): workflow and sub-agent tools",
+		Long: `luft mcp serve speaks MCP on stdin and stdout. Runs live in the state dir's daemon, which
+it starts when none runs, so they outlive the client; it relays the client to the daemon's
+/mcp endpoint and survives a restart of the daemon. --standalone hosts the runs in this
+process instead (they are suspended when the client goes away and resume with
+luft run --resume). The daemon also serves MCP over streamable HTTP at /mcp.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageErr("luft mcp needs a subcommand: luft mcp serve")
+		},
+	}
+	var standalone bool
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Speak MCP on stdio (runs live in the daemon, started on demand; --standalone: in this process)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			if standalone {
+				return serveMCPStandalone(ctx, e, g)
+			}
+			return relayMCP(ctx, e, g)
+		},
+	}
+	serve.Flags().BoolVar(&standalone, "standalone", false, "host runs in this process instead of the daemon")
+	cmd.AddCommand(serve)
+	return cmd
+}
+
+// mcpMounts is the MCP door of a daemon: streamable HTTP at /mcp, runs hosted by it.
+func mcpMounts(d *daemon.Daemon, svc *runtime.Service, version string, logw io.Writer) []daemon.Mount {
+	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Host: d, Version: version, Resumes: true,
+		Log: log.New(logw, "mcp: ", log.LstdFlags)})
+	if err != nil {
+		fmt.Fprintf(logw, "mcp: not served: %v\n", err)
+		return nil
+	}
+	return []daemon.Mount{srv.Mount()}
+}
+
+// relayMCP relays stdio to the daemon's /mcp, starting the daemon when none runs.
+func relayMCP(ctx context.Context, e *env, g *globalFlags) error {
+	dir, err := filepath.Abs(stateDir(e, g))
+	if err != nil {
+		return err
+	}
+	wd, _ := os.Getwd()
+	r := &luftmcp.Relay{
+		Workdir: wd,
+		Log:     log.New(e.stderr, "luft mcp: ", log.LstdFlags),
+		Connect: func(ctx context.Context) (*http.Client, string, error) {
+			if err := ensureDaemon(ctx, e, g, dir); err != nil {
+				return nil, "", err
+			}
+			sock := filepath.Join(dir, daemon.SocketFile)
+			return &http.Client{Transport: &http.Transport{
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, "unix", sock)
+				},
+			}}, "http://luft/mcp", nil
+		},
+	}
+	sctx, stop := signalContext(ctx, e)
+	defer stop()
+	if err := r.Run(sctx, stdin(e), e.stdout); err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("mcp serve: %w", err)}
+	}
+	return nil
+}
+
+// ensureDaemon makes sure the state dir's daemon runs: it starts one when none answers,
+// under a lock so that two clients starting at once start one.
+func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) error {
+	c, err := daemon.Dial(ctx, dir)
+	if err == nil {
+		c.Close()
+		return nil
+	}
+	if !errors.Is(err, daemon.ErrNotRunning) {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("mcp serve: create state dir %s: %w", dir, err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, startLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("mcp serve: open %s: %w", startLockFile, err)
+	}
+	defer lock.Close()
+	if err := lockStart(lock); err != nil {
+		return fmt.Errorf("mcp serve: lock %s: %w", lock.Name(), err)
+	}
+	defer unlockStart(lock)
+	// Another client may have started it while this one waited for the lock.
+	if c, err := daemon.Dial(ctx, dir); err == nil {
+		c.Close()
+		return nil
+	}
+	info, err := spawnDaemon(e, g, &daemonFlags{grace: 10 * time.Second}, dir)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "luft mcp: started the luft daemon: pid %d, socket %s (log %s)\n", info.PID, info.Socket, filepath.Join(dir, daemon.LogFile))
+	return nil
+}
+
+// serveMCPStandalone serves MCP on stdio with runs hosted in this process.
+func serveMCPStandalone(ctx context.Context, e *env, g *globalFlags) error {
+	dir, err := filepath.Abs(stateDir(e, g))
+	if err != nil {
+		return err
+	}
+	g.stateDir = dir
+	cfg, err := loadConfig(e, g)
+	if err != nil {
+		return err
+	}
+	bset, err := openBackends(e, g, cfg, "")
+	if err != nil {
+		return err
+	}
+	defer bset.Close()
+	st, err := openStore(ctx, e, g, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
+		func(o *runtime.Options) { o.Caller = "mcp" })
+	if err != nil {
+		return err
+	}
+	v, _ := buildVersion()
+	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Version: v,
+		Host: luftmcp.ServiceHost{Service: svc, NewSpec: hostedSpec(bset.Registry, cfg)},
+		Log:  log.New(e.stderr, "luft mcp: ", log.LstdFlags)})
+	if err != nil {
+		return err
+	}
+	sctx, stop := signalContext(ctx, e)
+	defer stop()
+	serveErr := srv.ServeStdio(sctx, stdin(e), e.stdout, e.stderr)
+	// The client is gone: suspend the runs it left so they resume later, as a daemon
+	// does on shutdown.
+	live := svc.Live()
+	for _, r := range live {
+		r.Suspend()
+	}
+	timeout := time.NewTimer(mcpSuspendWait)
+	defer timeout.Stop()
+	for _, r := range live {
+		select {
+		case <-r.Done():
+		case <-timeout.C:
+			return fmt.Errorf("mcp serve: runs still going %s after the client left", mcpSuspendWait)
+		}
+	}
+	if n := len(live); n > 0 {
+		ids := make([]string, 0, n)
+		for _, r := range live {
+			ids = append(ids, short(r.ID))
+		}
+		fmt.Fprintf(e.stderr, "luft mcp: suspended %d runs the client left (luft run --resume RUN resumes one): %s\n", n, strings.Join(ids, " "))
+	}
+	if serveErr != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("mcp serve: %w", serveErr)}
+	}
+	return nil
+}
+
+// signalContext ends with ctx or at SIGINT/SIGTERM.
+func signalContext(ctx context.Context, e *env) (context.Context, func()) {
+	sigs := make(chan os.Signal, 1)
+	stopSigs := e.notify(sigs)
+	sctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	return sctx, func() { cancel(); stopSigs() }
+}
+
+// stdin is where MCP messages come from.
+func stdin(e *env) io.Reader {
+	if e.stdin == nil {
+		return strings.NewReader("")
+	}
+	return e.stdin
+}

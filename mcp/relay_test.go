@@ -1,0 +1,316 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// daemonStandIn is what a daemon is to the relay: an HTTP server of a Server's Handler
+// over a Service that outlives it, so the test can "restart the daemon" (a new Server,
+// hence no sessions, on a new listener) while runs go on.
+type daemonStandIn struct {
+	t    *testing.T
+	svc  *runtime.Service
+	held *held
+	mu   sync.Mutex
+	hs   *httptest.Server
+	n    int // servers started
+	tool func(*Server)
+}
+
+func newStandIn(t *testing.T, tool func(*Server)) *daemonStandIn {
+	dir := t.TempDir()
+	st, err := storage.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h := newHeld()
+	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir,
+		Backends: adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{}), h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonStandIn{t: t, svc: svc, held: h, tool: tool}
+	t.Cleanup(func() {
+		d.mu.Lock()
+		if d.hs != nil {
+			d.hs.Close()
+		}
+		d.mu.Unlock()
+		for _, r := range svc.Live() {
+			r.Cancel()
+			<-r.Done()
+		}
+	})
+	d.restart()
+	return d
+}
+
+// restart drops every connection of the current server and serves a new one.
+func (d *daemonStandIn) restart() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.hs != nil {
+		d.hs.CloseClientConnections()
+		d.hs.Close()
+	}
+	srv, err := New(Options{Service: d.svc, Resumes: true, ProgressEvery: 5 * time.Millisecond,
+		mcpOptions: []server.ServerOption{server.WithOutputSchemaValidation()}})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	if d.tool != nil {
+		d.tool(srv)
+	}
+	d.hs = httptest.NewServer(srv.Handler())
+	d.n++
+}
+
+func (d *daemonStandIn) connect(context.Context) (*http.Client, string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hs.Client(), d.hs.URL + "/mcp", nil
+}
+
+// relayClient runs a Relay to d and connects an mcp-go client to its stdio.
+func relayClient(t *testing.T, d *daemonStandIn, opts ...client.ClientOption) *client.Client {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	r := &Relay{Connect: d.connect, Workdir: t.TempDir()}
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Run(context.Background(), inR, outW)
+		outW.Close()
+	}()
+	c := client.NewClient(transport.NewIO(outR, inW, io.NopCloser(strings.NewReader(""))), opts...)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Initialize(context.Background(), initRequest()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		inW.Close()
+		if err := <-done; err != nil {
+			t.Errorf("relay: %v", err)
+		}
+		c.Close()
+	})
+	return c
+}
+
+// Through the relay a run is started, the daemon "restarts" (its sessions are gone), and
+// the run is awaited to its end on a new session the relay made by replaying the
+// client's handshake; progress notifications pass through.
+func TestRelaySurvivesRestart(t *testing.T) {
+	d := newStandIn(t, nil)
+	c := relayClient(t, d)
+	progress := make(chan struct{}, 100)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/progress" {
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
+		}
+	})
+	var ex ExecuteResult
+	ok(t, c, "workflow_execute", map[string]any{"script": heldScript}, &ex)
+	<-d.held.started
+	d.restart()
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		var req mcp.CallToolRequest
+		req.Params.Name = "workflow_await"
+		req.Params.Arguments = map[string]any{"run_id": ex.RunID, "timeout_s": 3600}
+		req.Params.Meta = &mcp.Meta{ProgressToken: 7}
+		res, err := c.CallTool(context.Background(), req)
+		if err != nil {
+			t.Errorf("await: %v", err)
+		}
+		done <- res
+	}()
+	<-progress // the await is in the new session and reports progress
+	close(d.held.release)
+	res := <-done
+	if res == nil || res.IsError || !strings.Contains(text(res), "completed") {
+		t.Fatalf("await after restart: %+v", res)
+	}
+	if d.n != 2 {
+		t.Errorf("%d servers", d.n)
+	}
+}
+
+// A request in flight when the connection drops is answered with an error that says the
+// run goes on; the next request works on a new session.
+func TestRelayAnswersRequestsCutOff(t *testing.T) {
+	d := newStandIn(t, nil)
+	c := relayClient(t, d)
+	var ex ExecuteResult
+	ok(t, c, "workflow_execute", map[string]any{"script": heldScript}, &ex)
+	<-d.held.started
+	errc := make(chan error, 1)
+	progress := make(chan struct{}, 100)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	})
+	go func() {
+		var req mcp.CallToolRequest
+		req.Params.Name = "workflow_await"
+		req.Params.Arguments = map[string]any{"run_id": ex.RunID, "timeout_s": 3600}
+		req.Params.Meta = &mcp.Meta{ProgressToken: "p"}
+		_, err := c.CallTool(context.Background(), req)
+		errc <- err
+	}()
+	<-progress // the await is in flight
+	d.restart()
+	err := <-errc
+	if err == nil || !strings.Contains(err.Error(), "runs go on in the daemon") {
+		t.Fatalf("cut-off await: %v", err)
+	}
+	var v RunView
+	ok(t, c, "workflow_status", map[string]any{"run_id": ex.RunID}, &v)
+	if v.Status != "running" {
+		t.Errorf("status after the drop: %+v", v)
+	}
+	close(d.held.release)
+	ok(t, c, "workflow_await", map[string]any{"run_id": ex.RunID, "timeout_s": 3600}, &v)
+	if v.Status != "completed" {
+		t.Errorf("await: %+v", v)
+	}
+}
+
+type answerElicit struct{ asked chan string }
+
+func (a answerElicit) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	a.asked <- req.Params.Message
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+		Content: map[string]any{"allow": true}}}, nil
+}
+
+// A tool that asks the client (elicitation) works through the relay: the server's
+// request reaches the client and its answer goes back to the daemon.
+func TestRelayElicitation(t *testing.T) {
+	d := newStandIn(t, func(s *Server) {
+		s.AddTool(mcp.NewTool("ask", mcp.WithDescription("asks")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			res, err := s.Elicit(ctx, "allow write_file?", map[string]any{"type": "object",
+				"properties": map[string]any{"allow": map[string]any{"type": "boolean"}}, "required": []string{"allow"}})
+			if err != nil {
+				return ToolError("ask: %v", err), nil
+			}
+			b, _ := json.Marshal(res.Content)
+			return mcp.NewToolResultText(string(res.Action) + " " + string(b)), nil
+		})
+	})
+	asked := make(chan string, 1)
+	c := relayClient(t, d, client.WithElicitationHandler(answerElicit{asked}))
+	res := callTool(t, c, "ask", nil)
+	if res.IsError || text(res) != `accept {"allow":true}` {
+		t.Fatalf("ask: %s", text(res))
+	}
+	if q := <-asked; q != "allow write_file?" {
+		t.Errorf("asked %q", q)
+	}
+}
+
+// Hostile input from the client: a line that is not JSON and one over the size limit
+// get JSON-RPC errors; the relay goes on.
+func TestRelayBadInput(t *testing.T) {
+	d := newStandIn(t, nil)
+	inR, inW := io.Pipe()
+	var out syncBuffer
+	r := &Relay{Connect: d.connect, MaxMessage: 1 << 10}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background(), inR, &out) }()
+	io.WriteString(inW, "not json\n")
+	io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"`+strings.Repeat("a", 5000)+`"}}`+"\n")
+	io.WriteString(inW, `{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n")
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "parse error") || !strings.Contains(lines[1], "more than 1024 bytes") ||
+		!strings.Contains(lines[2], `"id":2`) || !strings.Contains(lines[2], `"serverInfo"`) {
+		t.Errorf("relay wrote:\n%s", out.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The HTTP door refuses a body over MaxBody before reading it, and one that lies about
+// its length when it passes the bound.
+func TestHTTPBodyBounded(t *testing.T) {
+	d := newStandIn(t, nil)
+	_, url, _ := d.connect(context.Background())
+	req, _ := http.NewRequest(http.MethodPost, url, io.LimitReader(zeros{}, MaxBody+1))
+	req.ContentLength = MaxBody + 1
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "refused") {
+		t.Errorf("HTTP %d: %s", resp.StatusCode, body)
+	}
+	// Sent without a length (chunked): read up to the bound, then refused.
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = io.Copy(pw, io.LimitReader(zeros{}, MaxBody+10))
+		pw.Close()
+	}()
+	resp, err = http.Post(url, "application/json", pr)
+	if err == nil {
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "request body too large") {
+			t.Errorf("a chunked body over the bound: HTTP %d: %s", resp.StatusCode, body)
+		}
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	return len(p), nil
+}
