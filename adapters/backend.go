@@ -47,6 +47,9 @@ type ToolCall struct {
 	ID        string // the model's tool call id
 	Name      string
 	Arguments string // as the model sent them
+	// Ask says the tool runs only with a person's yes (tools.NeedsApproval): the
+	// ToolFunc asks, then runs it with tools.Approved, or answers tools.DeclinedText.
+	Ask bool
 }
 
 // ToolFunc runs one tool call through run at most once per agent call: the runtime

@@ -482,7 +482,8 @@ func runTool(ctx context.Context, byName map[string]tools.Tool, turn int, tc ope
 	if strings.TrimSpace(tc.Function.Arguments) == "" {
 		args = json.RawMessage("{}")
 	}
-	out, replayed, err := call.RunTool(ctx, ToolCall{Turn: turn, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments},
+	out, replayed, err := call.RunTool(ctx, ToolCall{Turn: turn, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments,
+		Ask: tools.NeedsApproval(t)},
 		func(ctx context.Context) (string, error) {
 			out, err := t.Call(ctx, args)
 			if err != nil {

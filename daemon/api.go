@@ -38,6 +38,24 @@ type RunJSON struct {
 	FinishedAt  *time.Time          `json:"finished_at,omitempty"`
 	ResumeAfter *time.Time          `json:"resume_after,omitempty"`
 	Hosted      bool                `json:"hosted"` // this daemon drives it
+	// Pending are the tool calls waiting for a person's answer (GET /api/runs/{id} only):
+	// POST /api/runs/{id}/approve answers one.
+	Pending []ApprovalJSON `json:"pending_approvals,omitempty"`
+}
+
+// ApprovalJSON is a tool call waiting for a person's answer.
+type ApprovalJSON struct {
+	ID        string    `json:"id"`
+	CallKey   string    `json:"call_key"`
+	Tool      string    `json:"tool"`
+	Arguments string    `json:"arguments"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ApproveRequest is the body of POST /api/runs/{id}/approve.
+type ApproveRequest struct {
+	ApprovalID string `json:"approval_id,omitempty"` // "" = the run's only pending approval
+	Allow      *bool  `json:"allow"`
 }
 
 // PhaseJSON is one phase of a run.
@@ -99,6 +117,7 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 	mux.HandleFunc("GET /api/runs/{id}/report", d.getReport)
 	mux.HandleFunc("POST /api/runs/{id}/cancel", d.cancelRun)
 	mux.HandleFunc("POST /api/runs/{id}/resume", d.resumeRun)
+	mux.HandleFunc("POST /api/runs/{id}/approve", d.approveRun)
 	open := http.NewServeMux() // mounts that need no token on a loopback listener
 	hasOpen := false
 	for _, m := range d.mounts {
@@ -206,7 +225,7 @@ func (d *Daemon) postShutdown(w http.ResponseWriter, _ *http.Request) {
 func (d *Daemon) runJSON(r storage.Run) RunJSON {
 	out := RunJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Error: r.Error, Attempt: r.Attempt, PID: r.PID,
 		Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost, Agents: r.Agents, HasReport: r.HasReport,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Hosted: r.Status == storage.StatusRunning && r.PID == d.info.PID}
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Hosted: runtime.Running(r.Status) && r.PID == d.info.PID}
 	if !r.FinishedAt.IsZero() {
 		out.FinishedAt = &r.FinishedAt
 	}
@@ -272,10 +291,46 @@ func (d *Daemon) getRun(w http.ResponseWriter, r *http.Request) {
 		phases = append(phases, PhaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
 			Status: p.Status, OK: p.OK, Failed: p.Failed})
 	}
+	run := d.runJSON(info.Run)
+	for _, a := range info.Pending {
+		run.Pending = append(run.Pending, ApprovalJSON{ID: a.ID, CallKey: a.CallKey, Tool: a.Tool, Arguments: a.Arguments, CreatedAt: a.CreatedAt})
+	}
 	writeJSON(w, http.StatusOK, struct {
 		RunJSON
 		Phases []PhaseJSON `json:"phases"`
-	}{d.runJSON(info.Run), phases})
+	}{run, phases})
+}
+
+// approveRun is POST /api/runs/{id}/approve {approval_id, allow}: it answers a tool call
+// the run waits on.
+func (d *Daemon) approveRun(w http.ResponseWriter, r *http.Request) {
+	var req ApproveRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Allow == nil {
+		detail := "allow is missing"
+		if err != nil {
+			detail = err.Error()
+		}
+		apiError(w, http.StatusBadRequest, "approve: the body is not an approval: %s (send {\"approval_id\": \"...\", \"allow\": true|false}; approval_id may be left out when the run waits on one call)", detail)
+		return
+	}
+	a, err := d.opts.Service.Approve(r.Context(), r.PathValue("id"), req.ApprovalID, *req.Allow)
+	switch {
+	case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
+		runError(w, err)
+		return
+	case errors.Is(err, runtime.ErrNoApproval):
+		apiError(w, http.StatusNotFound, "%v", err)
+		return
+	case errors.Is(err, runtime.ErrApprovalAmbiguous), errors.Is(err, storage.ErrApprovalDecided):
+		apiError(w, http.StatusConflict, "%v", err)
+		return
+	case err != nil:
+		apiError(w, http.StatusInternalServerError, "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"run_id": a.RunID, "approval_id": a.ID, "tool": a.Tool, "status": a.Status})
 }
 
 func (d *Daemon) getReport(w http.ResponseWriter, r *http.Request) {

@@ -150,6 +150,11 @@ func (c *Client) Cancel(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodPost, "/api/runs/"+id+"/cancel", nil, nil)
 }
 
+// Approve answers a tool call a hosted run waits on (approvalID "" = its only one).
+func (c *Client) Approve(ctx context.Context, id, approvalID string, allow bool) error {
+	return c.do(ctx, http.MethodPost, "/api/runs/"+id+"/approve", ApproveRequest{ApprovalID: approvalID, Allow: &allow}, nil)
+}
+
 // Shutdown asks the daemon to stop, then waits until its process has exited (it holds
 // the state dir's lock until then), or ctx ends.
 func (c *Client) Shutdown(ctx context.Context) error {

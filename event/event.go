@@ -37,7 +37,12 @@ const (
 	Report          = "report"
 	Budget          = "budget"
 	RunSuspended    = "run_suspended"
-	RunDone         = "run_done"
+	// ApprovalRequested and ApprovalDecided bracket a destructive tool call parked under
+	// [tools] approval = "ask": {approval_id, call_key, tool, arguments} and
+	// {approval_id, call_key, tool, allow}. Not in SPEC §5's list.
+	ApprovalRequested = "approval_requested"
+	ApprovalDecided   = "approval_decided"
+	RunDone           = "run_done"
 )
 
 // Event is one entry of a run's stream.

@@ -48,6 +48,8 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	if info.Status == storage.StatusRunning {
 		text += fmt.Sprintf("\nstill running after %s: call workflow_await again", wait)
 	}
+	v.Pending = approvalViews(info.Pending)
+	text += approvalText(info.ID, info.Pending)
 	return Result(v, text), nil
 }
 
@@ -78,7 +80,7 @@ func (s *Server) AwaitRun(ctx context.Context, id string, wait time.Duration, pr
 			return nil
 		}
 		info, err := s.svc.Status(ctx, id)
-		if err != nil || info.Status != storage.StatusRunning {
+		if err != nil || !runtime.Running(info.Status) {
 			return err
 		}
 		if counts != nil {
@@ -95,7 +97,7 @@ func (s *Server) AwaitRun(ctx context.Context, id string, wait time.Duration, pr
 		if err != nil {
 			return info, err
 		}
-		if !waitable(info, s.opts.Resumes) {
+		if !waitable(info, s.opts.Resumes) || asksClient(ctx, info.Status) {
 			return info, nil
 		}
 		if run := s.live(id); run != nil {
@@ -116,10 +118,17 @@ func (s *Server) AwaitRun(ctx context.Context, id string, wait time.Duration, pr
 	}
 }
 
+// asksClient reports whether an await should return a run that waits for an approval
+// so that its caller answers it with approve: the caller's client cannot be asked
+// (elicitation) while the await goes on.
+func asksClient(ctx context.Context, status string) bool {
+	return status == string(runtime.StatusAwaitingApproval) && !CanElicit(ctx)
+}
+
 // waitable reports whether an await should go on waiting for a run.
 func waitable(info runtime.RunInfo, resumes bool) bool {
 	switch info.Status {
-	case storage.StatusRunning:
+	case storage.StatusRunning, string(runtime.StatusAwaitingApproval):
 		return true
 	case storage.StatusInterrupted:
 		return resumes // the host resumes it shortly
@@ -140,7 +149,7 @@ func (s *Server) live(id string) *runtime.Run {
 // keeps a run's counts when it ends, so they are counted from its agent_done events.
 func (s *Server) liveStatus(ctx context.Context, id string) (runtime.RunInfo, error) {
 	info, err := s.svc.Status(ctx, id)
-	if err != nil || info.Status != storage.StatusRunning {
+	if err != nil || !runtime.Running(info.Status) {
 		return info, err
 	}
 	evs, errc, err := s.svc.Events(ctx, info.ID, runtime.EventsOptions{Types: []string{event.AgentDone}, Attempt: info.Attempt})
@@ -204,7 +213,7 @@ func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat
 			return s.svc.Status(context.WithoutCancel(ctx), run.ID)
 		case <-deadline:
 			info, err := s.svc.Status(ctx, run.ID)
-			if err == nil && info.Status == storage.StatusRunning {
+			if err == nil && runtime.Running(info.Status) {
 				info.Agents = counts
 			}
 			return info, err
@@ -227,6 +236,12 @@ func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat
 			}
 			for _, h := range hooks {
 				h(ctx, run.ID, ev)
+			}
+			if ev.Type == event.ApprovalRequested && !CanElicit(ctx) {
+				// The caller answers with approve: it gets the pending call now.
+				if info, err := s.svc.Status(ctx, run.ID); err != nil || asksClient(ctx, info.Status) {
+					return info, err
+				}
 			}
 			switch ev.Type {
 			case event.AgentDone:

@@ -84,6 +84,9 @@ type Options struct {
 	// Validate dry-runs a workflow for workflow_validate; default DryRun.
 	Validate func(ctx context.Context, req daemon.StartRequest) (ValidateResult, error)
 	Log      *log.Logger // nil = discarded
+	// Catalog lists what sub-agents may call (the tools tool, and spawn's check of tool
+	// names); nil = unknown (spawn passes names on, the agent call reports unknown ones).
+	Catalog func(ctx context.Context) (ToolCatalog, error)
 
 	// mcpOptions are further options of the mcp-go server (tests validate outputs).
 	mcpOptions []server.ServerOption

@@ -50,7 +50,7 @@ const (
 type RunView struct {
 	RunID       string              `json:"run_id"`
 	Workflow    string              `json:"workflow"`
-	Status      string              `json:"status" jsonschema:"enum=running,enum=completed,enum=failed,enum=cancelled,enum=suspended,enum=interrupted"`
+	Status      string              `json:"status" jsonschema:"enum=running,enum=awaiting_approval,enum=completed,enum=failed,enum=cancelled,enum=suspended,enum=interrupted"`
 	Error       string              `json:"error,omitempty"`
 	Attempt     int                 `json:"attempt"`
 	Agents      storage.AgentCounts `json:"agents"`
@@ -62,6 +62,9 @@ type RunView struct {
 	ResumeAfter *time.Time          `json:"resume_after,omitempty"`
 	// Report is the run's report (what the script passed to report()), once it has one.
 	Report any `json:"report,omitempty"`
+	// Pending are tool calls waiting for the user's answer (status awaiting_approval):
+	// answer with approve{run_id, approval_id, allow}.
+	Pending []ApprovalView `json:"pending_approvals,omitempty"`
 }
 
 // PhaseView is one phase of a run.
@@ -272,7 +275,7 @@ func (s *Server) addWorkflowTools() {
 		rawInput((`{"type": "object", "additionalProperties": false, "properties": {
   "limit": {"type": "integer", "minimum": 1, "maximum": 200, "description": "runs per page (default 20)"},
   "cursor": {"type": "string", "maxLength": 64, "description": "next_cursor of the previous page"},
-  "status": {"type": "string", "enum": ["running", "completed", "failed", "cancelled", "suspended", "interrupted"], "description": "only runs in this status"}}}`)),
+  "status": {"type": "string", "enum": ["running", "awaiting_approval", "completed", "failed", "cancelled", "suspended", "interrupted"], "description": "only runs in this status"}}}`)),
 		mcp.WithOutputSchema[RunsPage](),
 		mcp.WithTitleAnnotation("List runs"),
 		mcp.WithReadOnlyHintAnnotation(true),
@@ -439,7 +442,8 @@ func (s *Server) status(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 		return bad, nil
 	}
 	v := runView(info.Run, info.Phases, true)
-	return Result(v, v.text()), nil
+	v.Pending = approvalViews(info.Pending)
+	return Result(v, v.text()+approvalText(info.ID, info.Pending)), nil
 }
 
 type eventsArgs struct {
@@ -520,7 +524,7 @@ func (s *Server) cancel(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 	if bad != nil {
 		return bad, nil
 	}
-	if info.Status != storage.StatusRunning {
+	if !runtime.Running(info.Status) {
 		out := CancelResult{RunID: info.ID, Status: info.Status}
 		return Result(out, fmt.Sprintf("run %s is %s already: nothing to cancel", info.ID, info.Status)), nil
 	}
@@ -538,7 +542,7 @@ type listArgs struct {
 	Status string `json:"status"`
 }
 
-var statuses = []string{storage.StatusRunning, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled,
+var statuses = []string{storage.StatusRunning, string(runtime.StatusAwaitingApproval), storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled,
 	storage.StatusSuspended, storage.StatusInterrupted}
 
 func (s *Server) listRuns(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

@@ -18,6 +18,9 @@ type RunInfo struct {
 	// process is gone is Stale, and its Status is shown as interrupted.
 	Live  bool
 	Stale bool
+	// Pending are the run's tool calls waiting for a person's answer (Approve); while
+	// the run is driven and has any, its Status is awaiting_approval.
+	Pending []Approval
 }
 
 // StatusInterrupted is the status shown for a run stored as running whose process is gone
@@ -57,6 +60,15 @@ func (s *Service) Status(ctx context.Context, idOrPrefix string) (RunInfo, error
 	_, info.Live = s.live[r.ID]
 	s.mu.Unlock()
 	info.Stale = info.Status == storage.StatusInterrupted
+	if r.Status == storage.StatusCompleted {
+		return info, nil
+	}
+	if info.Pending, err = s.opts.Store.Approvals(ctx, storage.ApprovalFilter{RunID: r.ID, Pending: true}); err != nil {
+		return RunInfo{}, fmt.Errorf("run %s: approvals: %w", r.ID, err)
+	}
+	if len(info.Pending) > 0 && info.Status == storage.StatusRunning {
+		info.Status = string(StatusAwaitingApproval)
+	}
 	return info, nil
 }
 
@@ -65,7 +77,7 @@ func (s *Service) Status(ctx context.Context, idOrPrefix string) (RunInfo, error
 // then leaves them out).
 func (s *Service) List(ctx context.Context, opts storage.ListOptions) ([]storage.Run, error) {
 	want, limit := opts.Status, opts.Limit
-	if want == storage.StatusInterrupted || want == storage.StatusRunning {
+	if want == storage.StatusInterrupted || Running(want) {
 		// Both are stored as running: read them all, then keep the asked-for ones.
 		opts.Status, opts.Limit = storage.StatusRunning, 0
 	}
@@ -73,9 +85,15 @@ func (s *Service) List(ctx context.Context, opts storage.ListOptions) ([]storage
 	if err != nil {
 		return nil, err
 	}
+	for i := range runs {
+		runs[i] = s.shown(runs[i])
+	}
+	if err := s.awaiting(ctx, runs); err != nil {
+		return nil, err
+	}
 	out := runs[:0]
 	for _, r := range runs {
-		if r = s.shown(r); want == "" || r.Status == want {
+		if want == "" || r.Status == want {
 			out = append(out, r)
 		}
 	}
@@ -193,7 +211,7 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 // running reports whether a process, this one or another, still drives the run.
 func (s *Service) running(ctx context.Context, id string) bool {
 	info, err := s.Status(ctx, id)
-	return err == nil && info.Status == storage.StatusRunning
+	return err == nil && Running(info.Status)
 }
 
 // Wait blocks until the run is no longer running and returns its final row.
@@ -218,7 +236,7 @@ func (s *Service) Wait(ctx context.Context, idOrPrefix string) (storage.Run, err
 		if err != nil {
 			return r, err
 		}
-		if info.Status != storage.StatusRunning {
+		if !Running(info.Status) {
 			return info.Run, nil
 		}
 		if !sleepOn(ctx, s.opts.Clock, 200*time.Millisecond) {

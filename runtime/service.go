@@ -53,6 +53,12 @@ type Options struct {
 	PID int
 	// Events bounds what each run records; zero fields take DefaultEventLimits.
 	Events EventLimits
+	// AskApprovals parks a destructive tool call under [tools] approval = "ask" until
+	// Approve answers it (the run shows awaiting_approval). Set it where someone can
+	// answer: the daemon, an MCP server, a terminal's live view. Without it such a call
+	// fails its agent call with *tools.ApprovalError, so a non-interactive run never
+	// waits for an answer no one can give.
+	AskApprovals bool
 }
 
 // Service starts, resumes and inspects runs: the one surface the CLI, the MCP server, the
@@ -60,8 +66,9 @@ type Options struct {
 type Service struct {
 	opts Options
 
-	mu   sync.Mutex
-	live map[string]*Run // runs driven by this process
+	mu        sync.Mutex
+	live      map[string]*Run                    // runs driven by this process
+	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
 }
 
 // New returns a Service.

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/storage"
@@ -48,6 +49,23 @@ func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
 				return interruptedTool, true, nil
 			}
 			return prev.Output, true, nil
+		}
+		if tc.Ask && h.e.opts.AskApprovals {
+			allow, err := h.askApproval(ctx, c, rec, tc)
+			if err != nil {
+				return "", false, err
+			}
+			if !allow {
+				// Journaled as the tool's output: a retry or resume gives the model the
+				// same answer without asking again.
+				rec.Done, rec.Output = true, tools.DeclinedText
+				if err := h.store().ToolDone(context.WithoutCancel(ctx), rec); err != nil {
+					return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))
+				}
+				return tools.DeclinedText, false, nil
+			}
+			plain := run
+			run = func(ctx context.Context) (string, error) { return plain(tools.Approved(ctx)) }
 		}
 		if err := h.store().ToolStarted(ctx, rec); err != nil {
 			return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))

@@ -84,7 +84,13 @@ func (te *toolEngine) toolResults() []string {
 // workspace ws (sh allowed, destructive tools allowed).
 func toolBackend(t *testing.T, url, ws string) adapters.Backend {
 	t.Helper()
-	set, err := tools.New(tools.Config{Workspace: ws, AllowCommands: []string{"sh"}, Approval: tools.ApprovalAllow})
+	return toolBackendWith(t, url, tools.Config{Workspace: ws, AllowCommands: []string{"sh"}, Approval: tools.ApprovalAllow})
+}
+
+// toolBackendWith is the openai backend "fake" on the engine with the tools of cfg.
+func toolBackendWith(t *testing.T, url string, cfg tools.Config) adapters.Backend {
+	t.Helper()
+	set, err := tools.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -348,6 +348,17 @@ type Store interface {
 	// ToolCalls returns the tool calls recorded for a call key, by conversation, turn
 	// and id.
 	ToolCalls(ctx context.Context, runID, callKey string) ([]ToolCall, error)
+
+	// AskApproval records a tool call that waits for a person's answer and returns the
+	// stored row: a call already recorded (same id, or same call key, conversation, turn
+	// and tool call id) is returned as it is, answered or not. The call key's journal
+	// entry must exist.
+	AskApproval(ctx context.Context, a Approval) (Approval, error)
+	// DecideApproval answers a pending approval and returns it answered
+	// (ErrApprovalNotFound, ErrApprovalDecided).
+	DecideApproval(ctx context.Context, runID, id string, allow bool) (Approval, error)
+	// Approvals returns the approvals f selects, by run and creation.
+	Approvals(ctx context.Context, f ApprovalFilter) ([]Approval, error)
 }
 
 var _ Store = (*SQLite)(nil)

@@ -69,6 +69,9 @@
 //
 //   - "allow" runs it;
 //   - "deny" refuses it with an ordinary tool error, so the model is told and may go on;
-//   - "ask" (the default) fails the agent call with an *ApprovalError, until an approval
-//     flow exists that a person can answer.
+//   - "ask" (the default) runs it once a person said yes: the runtime parks the call,
+//     asks (the terminal's live view, an MCP client, the daemon's API), and runs the tool
+//     with a context marked by Approved; a no reaches the model as DeclinedText. Where no
+//     one can answer (a CLI run without a terminal), the agent call fails with an
+//     *ApprovalError naming the tool.
 package tools

@@ -281,6 +281,9 @@ func (g *guarded) Call(ctx context.Context, args json.RawMessage) (string, error
 		return "", fmt.Errorf("%s: refused by policy: the tool is destructive and this run's [tools] approval is %q; "+
 			"do the task without it, or say in your answer that it needs %s", name, ApprovalDeny, name)
 	default:
+		if isApproved(ctx) {
+			return g.Tool.Call(ctx, args)
+		}
 		return "", &ApprovalError{Tool: name}
 	}
 }

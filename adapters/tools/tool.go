@@ -33,11 +33,34 @@ type Approval string
 const (
 	ApprovalAllow Approval = "allow" // run destructive tools
 	ApprovalDeny  Approval = "deny"  // refuse them; the model is told and may go on
-	ApprovalAsk   Approval = "ask"   // fail the agent call until an approval flow exists
+	ApprovalAsk   Approval = "ask"   // ask a person (see Approved); fail the call when no one can answer
 )
 
+// DeclinedText is the tool result a model gets for a call a person declined.
+const DeclinedText = "Error: the user declined this tool call"
+
+type approvedKey struct{}
+
+// Approved returns ctx marked as carrying a person's yes for the one tool call it is
+// given to: a destructive tool under "ask" runs with it instead of failing.
+func Approved(ctx context.Context) context.Context {
+	return context.WithValue(ctx, approvedKey{}, true)
+}
+
+func isApproved(ctx context.Context) bool {
+	ok, _ := ctx.Value(approvedKey{}).(bool)
+	return ok
+}
+
+// NeedsApproval reports whether t runs only with a person's yes: a destructive tool
+// that Set.Resolve wrapped under the "ask" policy.
+func NeedsApproval(t Tool) bool {
+	g, ok := t.(*guarded)
+	return ok && g.policy == ApprovalAsk
+}
+
 // ApprovalError fails an agent call whose model asked for a destructive tool under the
-// "ask" policy.
+// "ask" policy where no one can answer (a non-interactive CLI run).
 type ApprovalError struct {
 	Tool string
 }

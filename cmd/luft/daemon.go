@@ -276,7 +276,11 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	defer st.Close()
 	gate := daemon.NewGate()
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
-		func(o *runtime.Options) { o.Caller, o.Scheduler = "daemon", gate.Wrap(o.Scheduler) })
+		func(o *runtime.Options) {
+			// Hosted runs park a call that needs approval: an MCP client or POST
+			// /api/runs/{id}/approve answers it.
+			o.Caller, o.Scheduler, o.AskApprovals = "daemon", gate.Wrap(o.Scheduler), true
+		})
 	if err != nil {
 		return err
 	}
@@ -460,6 +464,11 @@ func attach(ctx context.Context, e *env, g *globalFlags, f *runFlags, ref string
 	r := newRenderer(e, g, f)
 	if c != nil {
 		r.lanes = daemonLanes(c)
+		if e.stdinTTY != nil {
+			r.approve = func(approvalID string, allow bool) error {
+				return c.Approve(context.Background(), id, approvalID, allow)
+			}
+		}
 	}
 	var cancel func()
 	if !detachable {

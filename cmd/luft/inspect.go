@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
@@ -66,6 +68,15 @@ type runJSON struct {
 	Args       json.RawMessage     `json:"args,omitempty"`
 	ScriptHash string              `json:"script_hash,omitempty"`
 	ProcessID  int                 `json:"pid,omitempty"`
+	Pending    []approvalJSON      `json:"pending_approvals,omitempty"`
+}
+
+// approvalJSON is a tool call waiting for a person's answer.
+type approvalJSON struct {
+	ID        string `json:"approval_id"`
+	CallKey   string `json:"call_key"`
+	Tool      string `json:"tool"`
+	Arguments string `json:"arguments"`
 }
 
 type phaseJSON struct {
@@ -111,9 +122,9 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch status {
-			case "", storage.StatusRunning, storage.StatusInterrupted, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled, storage.StatusSuspended:
+			case "", storage.StatusRunning, string(runtime.StatusAwaitingApproval), storage.StatusInterrupted, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled, storage.StatusSuspended:
 			default:
-				return usageErr("invalid --status %q: use running, interrupted, completed, failed, cancelled or suspended", status)
+				return usageErr("invalid --status %q: use running, awaiting_approval, interrupted, completed, failed, cancelled or suspended", status)
 			}
 			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
 				runs, err := svc.List(ctx, storage.ListOptions{Status: status, Limit: limit})
@@ -160,6 +171,9 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 					return runRefError(err)
 				}
 				j := toJSON(info.Run, info.Stale, info.Phases, g.stateDir)
+				for _, a := range info.Pending {
+					j.Pending = append(j.Pending, approvalJSON{ID: a.ID, CallKey: a.CallKey, Tool: a.Tool, Arguments: a.Arguments})
+				}
 				if asJSON {
 					return writeJSON(e.stdout, j)
 				}
@@ -186,6 +200,9 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				if j.ResumeWith != "" {
 					fmt.Fprintf(w, "resume\t%s\n", j.ResumeWith)
+				}
+				for _, a := range j.Pending {
+					fmt.Fprintf(w, "approval\t%s: %s %s (call %s) waits for an answer\n", a.ID, a.Tool, clipArgs(a.Arguments), a.CallKey)
 				}
 				if err := w.Flush(); err != nil {
 					return err
@@ -402,4 +419,17 @@ func newCancelCmd(e *env, g *globalFlags) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// clipArgs shows a tool call's arguments on one line of at most 200 bytes.
+func clipArgs(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= 200 {
+		return s
+	}
+	n := 200
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

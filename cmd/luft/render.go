@@ -50,6 +50,8 @@ type renderer struct {
 
 	// lanes samples the admission scheduler's lanes (nil: none to show).
 	lanes func() []tui.Lane
+	// approve answers a tool call the run waits on (nil: the live board asks nothing).
+	approve func(approvalID string, allow bool) error
 }
 
 // laneSampler reads the scheduler's counters for the view: per lane, the queue by class,
@@ -161,7 +163,7 @@ func (r *renderer) show(ctx context.Context, cancel func(), done <-chan struct{}
 	case modeLive:
 		live := tui.NewLive(tui.LiveOptions{
 			Options: tui.Options{Now: r.e.now, Cancel: cancel, Styles: r.sty, Location: time.Local,
-				State: tui.StateOptions{LogLevel: r.g.logLevel}},
+				State: tui.StateOptions{LogLevel: r.g.logLevel}, Approve: r.approve},
 			Out: r.e.stderr, In: r.e.stdinTTY,
 		})
 		r.mu.Lock()

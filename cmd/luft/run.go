@@ -273,8 +273,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return err
 	}
 	defer st.Close()
+	// A destructive tool under [tools] approval = "ask" waits for an answer only where
+	// one can be given: the live board with keys asks y/n. Elsewhere its agent call fails
+	// with a message naming the setting, so a run never waits silently.
+	askable := !f.json && !f.quiet && liveTerminal(e, f.noTUI) && e.stdinTTY != nil
 	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag),
-		eventLimits(cfg.Limits))
+		eventLimits(cfg.Limits), func(o *runtime.Options) { o.AskApprovals = askable })
 	if err != nil {
 		return err
 	}
@@ -333,6 +337,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}
 	r := newRenderer(e, g, f)
 	r.lanes = laneSampler(svc)
+	if askable {
+		r.approve = func(approvalID string, allow bool) error {
+			_, err := svc.Approve(context.WithoutCancel(ctx), run.ID, approvalID, allow)
+			return err
+		}
+	}
 	if run.AlreadyCompleted() && !f.json {
 		// Idempotent resume: nothing runs; the stored report is printed as the run printed
 		// it (with --json the stored events of its last attempt are, below).

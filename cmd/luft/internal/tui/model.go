@@ -1,6 +1,8 @@
 package tui
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,7 +32,13 @@ type Options struct {
 	Width, Height int
 	// HideLog starts with the log pane closed (l toggles it).
 	HideLog bool
+	// Approve answers a tool call the run parked for approval (approval_requested): the
+	// footer asks, y allows and n declines the oldest one. Nil shows no prompt.
+	Approve func(approvalID string, allow bool) error
 }
+
+// asked is a tool call waiting for the user's answer.
+type asked struct{ id, tool, args string }
 
 // Messages the model takes besides Bubble Tea's own.
 type (
@@ -49,7 +57,7 @@ type (
 )
 
 type keyMap struct {
-	Interrupt, Stop, Up, Down, Open, Close, Log key.Binding
+	Interrupt, Stop, Up, Down, Open, Close, Log, Allow, Decline key.Binding
 }
 
 func newKeyMap() keyMap {
@@ -61,6 +69,8 @@ func newKeyMap() keyMap {
 		Open:      key.NewBinding(key.WithKeys("enter")),
 		Close:     key.NewBinding(key.WithKeys("esc", "enter", "backspace")),
 		Log:       key.NewBinding(key.WithKeys("l")),
+		Allow:     key.NewBinding(key.WithKeys("y")),
+		Decline:   key.NewBinding(key.WithKeys("n")),
 	}
 }
 
@@ -82,7 +92,8 @@ type Model struct {
 	vpWidth   int
 	cancelled bool
 	hard      bool
-	ended     bool // run_done or the end of the stream: the frame is final
+	ended     bool    // run_done or the end of the stream: the frame is final
+	asking    []asked // approvals waiting for y or n, oldest first
 }
 
 // NewModel returns a live view with an empty state.
@@ -177,6 +188,18 @@ func (m *Model) apply(ev event.Event) tea.Cmd {
 		return nil
 	}
 	m.st.Apply(ev)
+	switch ev.Type {
+	case event.ApprovalRequested:
+		if m.o.Approve != nil {
+			id, _ := ev.Data["approval_id"].(string)
+			tool, _ := ev.Data["tool"].(string)
+			args, _ := ev.Data["arguments"].(string)
+			m.asking = append(m.asking, asked{id: id, tool: tool, args: args})
+		}
+	case event.ApprovalDecided:
+		id, _ := ev.Data["approval_id"].(string)
+		m.asking = slices.DeleteFunc(m.asking, func(a asked) bool { return a.id == id })
+	}
 	if ev.Type == event.RunDone {
 		// The final frame is the board; the caller prints the summary below it.
 		m.ended, m.detail = true, nil
@@ -197,6 +220,16 @@ func (m *Model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case key.Matches(k, m.keys.Log):
 		m.showLog = !m.showLog
 		return m, nil
+	case len(m.asking) > 0 && (key.Matches(k, m.keys.Allow) || key.Matches(k, m.keys.Decline)):
+		a, allow := m.asking[0], key.Matches(k, m.keys.Allow)
+		m.asking = m.asking[1:]
+		approve := m.o.Approve
+		return m, func() tea.Msg {
+			if err := approve(a.id, allow); err != nil {
+				return PrintMsg("luft: approval " + a.id + ": " + err.Error())
+			}
+			return nil
+		}
 	}
 	if m.detail != nil {
 		if key.Matches(k, m.keys.Close) {
@@ -325,10 +358,22 @@ func (m *Model) footer() (string, bool) {
 	switch {
 	case m.cancelled:
 		return "stopping… press Ctrl-C again to quit at once", true
+	case len(m.asking) > 0:
+		return m.prompt(), true
 	case m.o.Cancel == nil:
 		return "q quit · ↑/↓ select · enter output · l log", false
 	}
 	return "q stop · ↑/↓ select · enter output · l log", false
+}
+
+// prompt asks about the oldest tool call waiting for approval.
+func (m *Model) prompt() string {
+	a := m.asking[0]
+	more := ""
+	if n := len(m.asking) - 1; n > 0 {
+		more = fmt.Sprintf(" (+%d more)", n)
+	}
+	return trunc(fmt.Sprintf("approve %s? y allow · n decline%s · %s", a.tool, more, oneLine(a.args)), m.w)
 }
 
 func (m *Model) detailView(now time.Time) string {
@@ -343,6 +388,8 @@ func (m *Model) detailView(now time.Time) string {
 	switch {
 	case m.cancelled:
 		foot, warn = "stopping… press Ctrl-C again to quit at once", true
+	case len(m.asking) > 0:
+		foot, warn = m.prompt(), true
 	case m.o.Cancel == nil:
 		foot = "esc back · ↑/↓ scroll · q quit"
 	}

@@ -1,0 +1,107 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
+)
+
+type setTools struct{ *tools.Set }
+
+func (s setTools) Resolve(_ context.Context, names []string) ([]tools.Tool, error) {
+	return s.Set.Resolve(names)
+}
+
+// A hosted run whose agent asks for a destructive tool under "ask" waits with the call in
+// GET /api/runs/{id}; POST /api/runs/{id}/approve answers it, and bad answers are refused.
+func TestAPIApprove(t *testing.T) {
+	eng := testkit.NewEngine(testkit.Config{ToolRules: []testkit.ToolRule{
+		{Match: "note", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"n.txt","content":"x"}`}}, Reply: "done"},
+	}})
+	srv := httptest.NewServer(testkit.NewServer(eng).Handler())
+	t.Cleanup(srv.Close)
+	set, err := tools.New(tools.Config{Workspace: t.TempDir(), Destructive: []string{"write_file"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: "fake", BaseURL: srv.URL + "/v1", APIKey: "k", Model: "m", Tools: setTools{set}, NoStream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	st, err := storage.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("fake", b), AskApprovals: true,
+		CancelPoll: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{StateDir: dir, Service: svc, Store: st, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := d.handler(false)
+	code, body := call(t, h, "POST", "/api/runs", `{"script":"function main() report(agent{prompt='note', tools={'write_file'}}.output) end"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("start: %d %s", code, body)
+	}
+	var started struct {
+		RunID string `json:"run_id"`
+	}
+	_ = json.Unmarshal([]byte(body), &started)
+	var run RunJSON
+	for deadline := time.Now().Add(time.Minute); ; {
+		_, body = call(t, h, "GET", "/api/runs/"+started.RunID, "")
+		run = RunJSON{}
+		_ = json.Unmarshal([]byte(body), &run)
+		if run.Status == "awaiting_approval" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling the API of a run driven on other goroutines
+	}
+	if run.Status != "awaiting_approval" || len(run.Pending) != 1 || run.Pending[0].Tool != "write_file" ||
+		!strings.Contains(run.Pending[0].Arguments, "n.txt") {
+		t.Fatalf("run: %s", body)
+	}
+	path := "/api/runs/" + started.RunID + "/approve"
+	for _, tc := range []struct {
+		body string
+		code int
+		want string
+	}{
+		{`{}`, 400, "allow is missing"},
+		{`{"allow":"yes"}`, 400, "not an approval"},
+		{`{"allow":true,"extra":1}`, 400, "unknown field"},
+		{`{"approval_id":"ap-nope","allow":true}`, 404, run.Pending[0].ID},
+	} {
+		if code, body := call(t, h, "POST", path, tc.body); code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want %d with %q", tc.body, code, body, tc.code, tc.want)
+		}
+	}
+	if code, body := call(t, h, "POST", "/api/runs/nope/approve", `{"allow":true}`); code != 404 {
+		t.Errorf("unknown run: %d %s", code, body)
+	}
+	if code, body := call(t, h, "POST", path, `{"approval_id":"`+run.Pending[0].ID+`","allow":true}`); code != 200 || !strings.Contains(body, `"allowed"`) {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	if code, body := call(t, h, "POST", path, `{"approval_id":"`+run.Pending[0].ID+`","allow":false}`); code != 409 {
+		t.Errorf("approve twice: %d %s", code, body)
+	}
+	final, err := svc.Wait(t.Context(), started.RunID)
+	if err != nil || final.Status != storage.StatusCompleted || string(final.Report) != `"done"` {
+		t.Fatalf("run ended %s %s %v", final.Status, final.Report, err)
+	}
+}
