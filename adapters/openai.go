@@ -483,7 +483,7 @@ func runTool(ctx context.Context, byName map[string]tools.Tool, turn int, tc ope
 		args = json.RawMessage("{}")
 	}
 	out, replayed, err := call.RunTool(ctx, ToolCall{Turn: turn, ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments,
-		Ask: tools.NeedsApproval(t)},
+		Ask: tools.NeedsApproval(t, args)},
 		func(ctx context.Context) (string, error) {
 			out, err := t.Call(ctx, args)
 			if err != nil {

@@ -252,3 +252,32 @@ end`)})
 		t.Fatalf("tool results %q", got)
 	}
 }
+
+// Under "ask", a command allow_commands does not allow parks too: once allowed it runs
+// (confined as any command), where before it was refused.
+func TestApprovalOfACommand(t *testing.T) {
+	te := newToolEngine(t, []testkit.ToolRule{
+		{Match: "greet", Calls: []testkit.ScriptedCall{{Name: "run_command", Arguments: `{"command":"echo hi"}`}}, Reply: "greeted"},
+	})
+	dir, ws := t.TempDir(), t.TempDir()
+	e := askEnv(t, dir, toolBackendWith(t, te.url, tools.Config{Workspace: ws, AllowCommands: []string{"ls"}}), 2, true)
+	r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", `function main()
+  report(agent{prompt = "greet", tools = {"run_command"}}.output)
+end`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := awaitEvent(t, r, event.ApprovalRequested)
+	if req.Data["tool"] != "run_command" || !strings.Contains(req.Data["arguments"].(string), "echo hi") {
+		t.Fatalf("approval_requested: %v", req.Data)
+	}
+	if _, err := e.svc.Approve(t.Context(), r.ID, "", true); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitRun(t, r); res.Status != StatusCompleted || res.Report != "greeted" {
+		t.Fatalf("run %s %v %v", res.Status, res.Err, res.Report)
+	}
+	if got := te.toolResults(); len(got) != 1 || !strings.HasPrefix(got[0], "hi\n") {
+		t.Fatalf("tool results %q", got)
+	}
+}

@@ -35,14 +35,19 @@ func (t *runCommand) Spec() Spec {
 	if len(t.e.allow) > 0 {
 		allowed = t.allowList()
 	}
+	asked := ""
+	if t.e.approval == ApprovalAsk {
+		allowed = strings.Replace(allowed, ", so every command is refused", "", 1)
+		asked = "; another command runs only if the user approves it"
+	}
 	return Spec{
 		Name: "run_command",
 		Description: fmt.Sprintf("Run a program in the workspace directory, without a shell: no pipes, "+
 			"redirection, ;, &&, variables or command substitution. Give the program in command and its "+
 			"arguments in args, or the whole command line in command (words split on spaces, quotes group "+
-			"words). Only commands that start with an allowed prefix run, compared word by word. Allowed: %s. "+
+			"words). Only commands that start with an allowed prefix run, compared word by word%s. Allowed: %s. "+
 			"Returns the combined stdout and stderr (capped at %s, keeping the start and the end) and a "+
-			"last line \"[exit N]\". Times out after %s. %s", allowed, size(t.e.lim.outputBytes), t.e.timeout, confinement()),
+			"last line \"[exit N]\". Times out after %s. %s", asked, allowed, size(t.e.lim.outputBytes), t.e.timeout, confinement()),
 		Parameters: object(map[string]any{
 			"command": prop("string", "The program to run (e.g. \"go\"), or a whole command line such as \"go test ./...\"."),
 			"args": map[string]any{
@@ -54,28 +59,50 @@ func (t *runCommand) Spec() Spec {
 	}
 }
 
-func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, error) {
+// argv reads run_command's arguments as the program and its arguments.
+func (t *runCommand) argv(raw json.RawMessage) ([]string, error) {
 	const name = "run_command"
 	var a struct {
 		Command string   `json:"command"`
 		Args    []string `json:"args"`
 	}
 	if err := decodeArgs(name, raw, &a, "{command, args?}"); err != nil {
-		return "", err
+		return nil, err
 	}
 	if strings.TrimSpace(a.Command) == "" {
-		return "", errMissing(name, "command")
+		return nil, errMissing(name, "command")
 	}
 	words, err := splitWords(a.Command)
 	if err != nil {
-		return "", fmt.Errorf("%s: %q: %v; commands run without a shell, so give the program and its arguments as plain words, e.g. command=\"go\", args=[\"test\", \"./...\"]",
+		return nil, fmt.Errorf("%s: %q: %v; commands run without a shell, so give the program and its arguments as plain words, e.g. command=\"go\", args=[\"test\", \"./...\"]",
 			name, a.Command, err)
 	}
-	argv := append(words, a.Args...)
-	if len(t.e.allow) == 0 {
+	return append(words, a.Args...), nil
+}
+
+// asksApproval reports whether a call with raw may run once a person says yes: the
+// policy is ask and the command is well formed but not allowed.
+func (t *runCommand) asksApproval(raw json.RawMessage) bool {
+	if t.e.approval != ApprovalAsk {
+		return false
+	}
+	argv, err := t.argv(raw)
+	return err == nil && !allowed(t.e.allow, argv)
+}
+
+func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, error) {
+	const name = "run_command"
+	argv, err := t.argv(raw)
+	if err != nil {
+		return "", err
+	}
+	// Under "ask", a person may let a command the allow-list does not name run once; it
+	// runs as confined as any other.
+	approved := t.e.approval == ApprovalAsk && isApproved(ctx)
+	if len(t.e.allow) == 0 && !approved {
 		return "", fmt.Errorf("%s: no commands are allowed in this workspace ([tools] allow_commands in luft.toml is empty); do without running commands", name)
 	}
-	if !allowed(t.e.allow, argv) {
+	if !allowed(t.e.allow, argv) && !approved {
 		return "", fmt.Errorf("%s: `%s` is not allowed; a command must start with one of: %s (the [tools] allow_commands of luft.toml)",
 			name, joinWords(argv), t.allowList())
 	}

@@ -62,9 +62,12 @@
 //
 // # Approval
 //
-// A tool is destructive when its Spec says so or when [tools] destructive lists it. The
-// built-ins are not destructive by default: the file tools are confined to the workspace
-// and run_command to its allow-list. Resolve wraps each destructive tool in the approval
+// A tool is destructive when its Spec says so (an MCP tool marked destructiveHint and
+// not readOnlyHint) or when [tools] destructive lists it (e.g. write_file, edit_file).
+// The built-ins are not destructive by default: the file tools are confined to the
+// workspace and run_command to its allow-list. Under "ask", a run_command call for a
+// command the allow-list does not name asks too (NeedsApproval), and runs, confined as
+// any command, once approved. Resolve wraps each destructive tool in the approval
 // policy ([tools] approval):
 //
 //   - "allow" runs it;

@@ -90,6 +90,7 @@ type env struct {
 	lim      limits
 	envPass  []string // Config.Env
 	writable []string // Config.Writable, absolute and resolved
+	approval Approval // the policy: under ask, a command not allowed may run once approved
 }
 
 // Set is the registry of tools agents may be given. It is built once by New and
@@ -142,7 +143,7 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 		return nil, err
 	}
 
-	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits(), envPass: cfg.Env, writable: writable}
+	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits(), envPass: cfg.Env, writable: writable, approval: approval}
 	s := &Set{
 		env:         e,
 		tools:       map[string]Tool{},

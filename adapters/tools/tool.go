@@ -52,11 +52,18 @@ func isApproved(ctx context.Context) bool {
 	return ok
 }
 
-// NeedsApproval reports whether t runs only with a person's yes: a destructive tool
-// that Set.Resolve wrapped under the "ask" policy.
-func NeedsApproval(t Tool) bool {
-	g, ok := t.(*guarded)
-	return ok && g.policy == ApprovalAsk
+// NeedsApproval reports whether the call of t with args runs only with a person's yes:
+// t is a destructive tool that Set.Resolve wrapped under the "ask" policy, or run_command
+// under "ask" is asked for a command that allow_commands does not allow.
+func NeedsApproval(t Tool, args json.RawMessage) bool {
+	if g, ok := t.(*guarded); ok {
+		if g.policy == ApprovalAsk {
+			return true
+		}
+		t = g.Tool
+	}
+	a, ok := t.(interface{ asksApproval(json.RawMessage) bool })
+	return ok && a.asksApproval(args)
 }
 
 // ApprovalError fails an agent call whose model asked for a destructive tool under the

@@ -293,7 +293,7 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 			readyFD(e, info)
 		},
 		Mounts: func(d *daemon.Daemon) []daemon.Mount {
-			return mcpMounts(d, svc, v, logw)
+			return mcpMounts(d, svc, v, logw, cfg)
 		},
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/daemon"
 	luftmcp "github.com/luft-run/luft/mcp"
 	"github.com/luft-run/luft/runtime"
@@ -63,14 +64,19 @@ luft run --resume). The daemon also serves MCP over streamable HTTP at /mcp.`,
 }
 
 // mcpMounts is the MCP door of a daemon: streamable HTTP at /mcp, runs hosted by it.
-func mcpMounts(d *daemon.Daemon, svc *runtime.Service, version string, logw io.Writer) []daemon.Mount {
+func mcpMounts(d *daemon.Daemon, svc *runtime.Service, version string, logw io.Writer, cfg config.Config) []daemon.Mount {
 	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Host: d, Version: version, Resumes: true,
-		Log: log.New(logw, "mcp: ", log.LstdFlags)})
+		Log: log.New(logw, "mcp: ", log.LstdFlags), Catalog: toolCatalog(cfg)})
 	if err != nil {
 		fmt.Fprintf(logw, "mcp: not served: %v\n", err)
 		return nil
 	}
 	return []daemon.Mount{srv.Mount()}
+}
+
+// toolCatalog is what sub-agents may call under cfg, for the MCP tools tool.
+func toolCatalog(cfg config.Config) func(context.Context) (luftmcp.ToolCatalog, error) {
+	return func(context.Context) (luftmcp.ToolCatalog, error) { return luftmcp.CatalogFromConfig(cfg) }
 }
 
 // relayMCP relays stdio to the daemon's /mcp, starting the daemon when none runs.
@@ -162,14 +168,15 @@ func serveMCPStandalone(ctx context.Context, e *env, g *globalFlags) error {
 	}
 	defer st.Close()
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
-		func(o *runtime.Options) { o.Caller = "mcp" })
+		func(o *runtime.Options) { o.Caller, o.AskApprovals = "mcp", true })
 	if err != nil {
 		return err
 	}
 	v, _ := buildVersion()
 	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Version: v,
-		Host: luftmcp.ServiceHost{Service: svc, NewSpec: hostedSpec(bset.Registry, cfg)},
-		Log:  log.New(e.stderr, "luft mcp: ", log.LstdFlags)})
+		Host:    luftmcp.ServiceHost{Service: svc, NewSpec: hostedSpec(bset.Registry, cfg)},
+		Log:     log.New(e.stderr, "luft mcp: ", log.LstdFlags),
+		Catalog: toolCatalog(cfg)})
 	if err != nil {
 		return err
 	}
