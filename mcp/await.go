@@ -200,8 +200,10 @@ func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat
 		select {
 		case <-run.Done():
 			// Hooks see the run's last events too; without hooks the answer goes at once.
-			for ev := range evs {
-				if len(hooks) == 0 {
+			// evs is nil once the stream has ended (ranging over it would block forever).
+			for evs != nil && len(hooks) > 0 {
+				ev, ok := <-evs
+				if !ok {
 					break
 				}
 				for _, h := range hooks {
