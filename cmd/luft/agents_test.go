@@ -1,11 +1,14 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/internal/testkit"
 )
 
@@ -33,6 +36,17 @@ func TestInstallAgentCLIs(t *testing.T) {
 		for k, v := range bins {
 			env.Setenv(k, v)
 		}
+		// Claude Code and OpenCode check a server by starting it: `luft mcp serve` starts
+		// the state dir's daemon, which must not outlive the script.
+		state := env.Getenv("LUFT_HOME")
+		env.Defer(func() {
+			if _, err := os.Stat(filepath.Join(state, daemon.SocketFile)); err == nil {
+				out, err := exec.Command(luftBinary(t), "--state-dir", state, "daemon", "stop").CombinedOutput()
+				if err != nil {
+					t.Errorf("stopping the daemon the agents' checks started: %v\n%s", err, out)
+				}
+			}
+		})
 		const closed = "http://127.0.0.1:9" // the discard port: nothing listens there
 		for k, v := range map[string]string{
 			"HOME":                                     filepath.Join(env.WorkDir, "home"),
