@@ -213,6 +213,13 @@ func planConfig(a *agent, uninstall bool) (*configPlan, error) {
 	if p.changed && p.exists && p.mode.Perm()&0o200 == 0 {
 		return nil, fmt.Errorf("%s is read-only; make it writable (chmod u+w %s) and run luft install again, or edit it by hand: %s", p.real, p.real, p.snippet(uninstall))
 	}
+	// The new file replaces the old through a rename in its folder, so the folder must
+	// take a new file.
+	if dir := filepath.Dir(p.real); p.changed {
+		if st, err := os.Stat(dir); err == nil && st.Mode().Perm()&0o200 == 0 {
+			return nil, fmt.Errorf("the folder %s is read-only; make it writable (chmod u+w %s) and run luft install again, or edit %s by hand: %s", dir, dir, p.real, p.snippet(uninstall))
+		}
+	}
 	return p, nil
 }
 

@@ -329,6 +329,16 @@ func TestInstallRefusesAndWritesNothing(t *testing.T) {
 		},
 		err: "%H/.claude.json is read-only; make it writable (chmod u+w",
 	}, {
+		name: "read-only config folder",
+		setup: func(t *testing.T, h string) {
+			write(t, filepath.Join(h, ".codex/config.toml"), "model = \"o3\"\n")
+			if err := os.Chmod(filepath.Join(h, ".codex"), 0o555); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.Chmod(filepath.Join(h, ".codex"), 0o755) })
+		},
+		err: "the folder %H/.codex is read-only",
+	}, {
 		name: "dangling symlink",
 		setup: func(t *testing.T, h string) {
 			if err := os.Symlink(filepath.Join(h, "nowhere.json"), filepath.Join(h, ".gemini/settings.json")); err != nil {
