@@ -49,14 +49,14 @@ func TestInstallAgentCLIs(t *testing.T) {
 		})
 		const closed = "http://127.0.0.1:9" // the discard port: nothing listens there
 		for k, v := range map[string]string{
-			"HOME":                                     filepath.Join(env.WorkDir, "home"),
-			"ANTHROPIC_BASE_URL":                       closed,
-			"OPENAI_BASE_URL":                          closed,
-			"GOOGLE_GEMINI_BASE_URL":                   closed,
-			"HTTP_PROXY":                               closed,
-			"HTTPS_PROXY":                              closed,
-			"ALL_PROXY":                                closed,
-			"NO_PROXY":                                 "",
+			"HOME":                   filepath.Join(env.WorkDir, "home"),
+			"ANTHROPIC_BASE_URL":     closed,
+			"OPENAI_BASE_URL":        closed,
+			"GOOGLE_GEMINI_BASE_URL": closed,
+			"HTTP_PROXY":             closed,
+			"HTTPS_PROXY":            closed,
+			"ALL_PROXY":              closed,
+			"NO_PROXY":               "",
 			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 			"DISABLE_AUTOUPDATER":                      "1",
 			"DISABLE_TELEMETRY":                        "1",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -45,8 +46,12 @@ edited is backed up first (FILE.luft-backup-<time>); a second run changes nothin
 			if strings.Contains(binary, string(filepath.Separator)+"go-build") {
 				fmt.Fprintf(e.stderr, "luft: note: %s is a temporary build (go run); agents will lose it — install luft (go install) and run luft install from there\n", binary)
 			}
+			home := e.getenv("HOME")
+			if home == "" && runtime.GOOS == "windows" {
+				home = e.getenv("USERPROFILE")
+			}
 			err := agentinstall.Run(cmd.Context(), agentinstall.Options{
-				Home:      e.getenv("HOME"),
+				Home:      home,
 				Getenv:    e.getenv,
 				Binary:    binary,
 				Agents:    agents,

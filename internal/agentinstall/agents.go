@@ -3,6 +3,7 @@ package agentinstall
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 )
 
@@ -109,13 +110,20 @@ func (a *agent) detected(getenv func(string) string) string {
 // lookPath finds an executable named name in the PATH given (not the process's own, so
 // tests can set it).
 func lookPath(name, path string) string {
+	names := []string{name}
+	if runtime.GOOS == "windows" { // npm installs .cmd shims there; no execute bits
+		names = []string{name + ".exe", name + ".cmd"}
+	}
 	for _, dir := range filepath.SplitList(path) {
 		if dir == "" || !filepath.IsAbs(dir) {
 			continue // a relative PATH entry depends on where luft runs; agents do not
 		}
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-			return p
+		for _, n := range names {
+			p := filepath.Join(dir, n)
+			st, err := os.Stat(p)
+			if err == nil && st.Mode().IsRegular() && (runtime.GOOS == "windows" || st.Mode().Perm()&0o111 != 0) {
+				return p
+			}
 		}
 	}
 	return ""
