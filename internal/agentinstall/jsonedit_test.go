@@ -60,6 +60,8 @@ func TestInstallJSON(t *testing.T) {
 		{name: "container is an array", in: `{"mcpServers": []}`, err: "it is an array"},
 		{name: "entry is a string", in: `{"mcpServers": {"luft": "x"}}`, err: "mcpServers.luft is not an object (it is a string)"},
 		{name: "unterminated", in: `{"a": "b`, err: "ends in the middle"},
+		{name: "nested too deep", in: `{"a": ` + strings.Repeat("[", 100000), err: "exceeded max depth"},
+		{name: "a NUL byte", in: "{\"a\": \"\x00\"}", err: "invalid character"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

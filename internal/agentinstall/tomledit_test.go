@@ -120,6 +120,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		"",
 		"model = \"o3\"\n",
 		"# top\n[profiles.fast]\nmodel = \"o4-mini\" # quick\n\n[mcp_servers.other]\ncommand = \"x\"\nargs = [\n  \"a\",\n]\n",
+		"# written on Windows\r\nmodel = \"o3\"\r\n\r\n[mcp_servers.other]\r\ncommand = 'x'\r\n",
 	} {
 		in, _, err := installTOML(orig, testTOML)
 		if err != nil {
