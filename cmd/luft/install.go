@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -60,7 +61,7 @@ edited is backed up first (FILE.luft-backup-<time>); a second run changes nothin
 				Now:       e.now,
 				Out:       e.stdout,
 			})
-			if err != nil && strings.Contains(err.Error(), "unknown agent") {
+			if errors.Is(err, agentinstall.ErrUnknownAgent) {
 				return usageErr("%v", err)
 			}
 			return err

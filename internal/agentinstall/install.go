@@ -20,6 +20,9 @@ import (
 // its project history; a few MiB is usual, 64 MiB is not a config.
 const maxConfigSize = 64 << 20
 
+// ErrUnknownAgent is an --agent name luft does not know: a mistake in the command line.
+var ErrUnknownAgent = errors.New("unknown agent")
+
 // Options says what Run does.
 type Options struct {
 	// Home is the user's home folder ($HOME); it must be absolute.
@@ -161,7 +164,7 @@ func pickAgents(o Options) ([]*agent, []string, error) {
 				continue
 			}
 			if part != "all" && !slices.Contains(Agents, part) {
-				return nil, nil, fmt.Errorf("install: unknown agent %q (choose from %s, or all)", part, strings.Join(Agents, ", "))
+				return nil, nil, fmt.Errorf("install: %w %q (choose from %s, or all)", ErrUnknownAgent, part, strings.Join(Agents, ", "))
 			}
 			named[part] = true
 		}
