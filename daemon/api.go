@@ -366,7 +366,7 @@ func (d *Daemon) startRun(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxScript))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		apiError(w, http.StatusBadRequest, "start: the body is not a start request: %v (fields: script, path, args, backend, model, class, concurrency, max_agent_calls, timeout_ns, caller)", err)
+		apiError(w, http.StatusBadRequest, "start: the body is not a start request: %v (fields: script, path, args, backend, model, class, concurrency, max_agent_calls, timeout_ns, caller, unattended)", err)
 		return
 	}
 	run, err := d.start(r.Context(), req)

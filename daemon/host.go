@@ -26,13 +26,16 @@ type StartRequest struct {
 	MaxAgentCalls int           `json:"max_agent_calls,omitempty"`
 	Timeout       time.Duration `json:"timeout_ns,omitempty"`
 	Caller        string        `json:"caller,omitempty"` // who asks (for fairness and the log)
+	// Unattended: no one answers the run's approvals, so a call that needs one fails
+	// instead of waiting (runtime.Spec.Unattended).
+	Unattended bool `json:"unattended,omitempty"`
 }
 
 // Spec is the request as a runtime.Spec, without any defaults of a config.
 func (r StartRequest) Spec() runtime.Spec {
 	s := runtime.Spec{Path: r.Path, Args: r.Args, Backend: r.Backend, Model: r.Model,
 		Class: agent.Class(r.Class), Concurrency: r.Concurrency, Timeout: r.Timeout,
-		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}, Caller: r.Caller}
+		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}, Caller: r.Caller, Unattended: r.Unattended}
 	if r.Script != "" {
 		s.Source = []byte(r.Script)
 	}

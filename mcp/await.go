@@ -200,14 +200,13 @@ func (s *Server) awaitLive(ctx context.Context, run *runtime.Run, deadline, beat
 		select {
 		case <-run.Done():
 			// Hooks see the run's last events too; without hooks the answer goes at once.
-			// evs is nil once the stream has ended (ranging over it would block forever).
-			for evs != nil && len(hooks) > 0 {
-				ev, ok := <-evs
-				if !ok {
-					break
-				}
-				for _, h := range hooks {
-					h(ctx, run.ID, ev)
+			// evs is nil once its stream has ended (often before Done): a range over it
+			// would block for ever.
+			if len(hooks) > 0 && evs != nil {
+				for ev := range evs {
+					for _, h := range hooks {
+						h(ctx, run.ID, ev)
+					}
 				}
 			}
 			return s.svc.Status(ctx, run.ID)

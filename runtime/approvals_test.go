@@ -138,24 +138,33 @@ func TestApprovalParksTheCall(t *testing.T) {
 
 // Where no one can answer, a destructive tool under "ask" fails its agent call naming
 // the tool and the setting, as before: the run never waits.
+// The same holds for an unattended run of a Service that asks (a luft run without a
+// terminal hosted by the daemon).
 func TestApprovalWithoutAnAnswererFails(t *testing.T) {
-	te := newToolEngine(t, noteRules)
-	dir, ws := t.TempDir(), t.TempDir()
-	e := askEnv(t, dir, askBackend(t, te.url, ws), 2, false)
-	r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", `function main()
+	for _, tc := range []struct {
+		name            string
+		ask, unattended bool
+	}{{"no answerer", false, false}, {"unattended", true, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			te := newToolEngine(t, noteRules)
+			dir, ws := t.TempDir(), t.TempDir()
+			e := askEnv(t, dir, askBackend(t, te.url, ws), 2, tc.ask)
+			r, err := e.svc.Start(t.Context(), Spec{Unattended: tc.unattended, Path: writeScript(t, dir, "wf.lua", `function main()
   local r = agent{prompt = "keep a note", tools = {"write_file"}}
   report(r.error)
 end`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := waitRun(t, r)
-	msg, _ := res.Report.(string)
-	if res.Status != StatusCompleted || !strings.Contains(msg, "write_file is destructive and needs approval") {
-		t.Fatalf("run %s, report %v", res.Status, res.Report)
-	}
-	if len(ofType(collect(t, r), event.ApprovalRequested)) != 0 {
-		t.Fatal("an approval was asked with no one to answer it")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := waitRun(t, r)
+			msg, _ := res.Report.(string)
+			if res.Status != StatusCompleted || !strings.Contains(msg, "write_file is destructive and needs approval") {
+				t.Fatalf("run %s, report %v", res.Status, res.Report)
+			}
+			if len(ofType(collect(t, r), event.ApprovalRequested)) != 0 {
+				t.Fatal("an approval was asked with no one to answer it")
+			}
+		})
 	}
 }
 

@@ -122,6 +122,9 @@ type Spec struct {
 	// Caller is who the run's turns are fair-shared as in the scheduler (a daemon hosts
 	// runs of many callers); "" = Options.Caller.
 	Caller string `json:"caller,omitempty"`
+	// Unattended says no one answers this run's approvals (a luft run without a terminal
+	// hosted by the daemon): a call that needs one fails as without Options.AskApprovals.
+	Unattended bool `json:"unattended,omitempty"`
 	// Plan, when set, is how the script was planned from a task in words: its calls are
 	// journaled with the run (kind "plan") and the script is pinned as the run's
 	// workflow.lua in its folder, so a resume runs that script and never plans again.

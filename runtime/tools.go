@@ -50,7 +50,7 @@ func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
 			}
 			return prev.Output, true, nil
 		}
-		if tc.Ask && h.e.opts.AskApprovals {
+		if tc.Ask && h.e.opts.AskApprovals && !h.run.spec.Unattended {
 			allow, err := h.askApproval(ctx, c, rec, tc)
 			if err != nil {
 				return "", false, err

@@ -390,7 +390,7 @@ func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args an
 		if err == nil {
 			id, err = c.Start(ctx, daemon.StartRequest{Script: string(src), Path: path, Args: args, Backend: f.backend, Model: f.model,
 				Class: f.class, Concurrency: f.maxConcurrency, MaxAgentCalls: f.maxAgentCalls, Timeout: f.timeout,
-				Caller: cliCaller(e)})
+				Caller: cliCaller(e), Unattended: !f.detach && !approvable(e, f)})
 		}
 	}
 	if err != nil {

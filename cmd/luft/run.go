@@ -276,7 +276,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	// A destructive tool under [tools] approval = "ask" waits for an answer only where
 	// one can be given: the live board with keys asks y/n. Elsewhere its agent call fails
 	// with a message naming the setting, so a run never waits silently.
-	askable := !f.json && !f.quiet && liveTerminal(e, f.noTUI) && e.stdinTTY != nil
+	askable := approvable(e, f)
 	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag),
 		eventLimits(cfg.Limits), func(o *runtime.Options) { o.AskApprovals = askable })
 	if err != nil {
@@ -405,6 +405,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return &exitError{code: exitFailed, err: err}
 	}
 	return ferr
+}
+
+// approvable reports whether a run's approvals can be answered here: the live board is
+// up and has keys.
+func approvable(e *env, f *runFlags) bool {
+	return !f.json && !f.quiet && liveTerminal(e, f.noTUI) && e.stdinTTY != nil
 }
 
 // checkLevel refuses a log level the views do not know.

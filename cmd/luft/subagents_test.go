@@ -203,7 +203,7 @@ func TestMCPSubagentSurvivesDaemonRestart(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // an external process
 	}
 	var again subAwait
-	mcpCall(t, c, "await", map[string]any{"handles": []any{note.Handle}, "timeout_s": 60}, &again)
+	awaitAfterKill(t, c, map[string]any{"handles": []any{note.Handle}, "timeout_s": 60}, &again)
 	if next, err := daemon.ReadInfo(dt.state); err == nil {
 		dt.pids[next.PID] = true
 	}
@@ -223,4 +223,43 @@ func TestMCPSubagentSurvivesDaemonRestart(t *testing.T) {
 	if !strings.Contains(out, `"attempt": 2`) {
 		t.Errorf("the slow sub-agent was not resumed by the new daemon:\n%s", out)
 	}
+}
+
+// luft run without a terminal, hosted by the daemon (which parks approvals for MCP
+// clients), does not wait for an answer no one can give: the call fails naming the
+// setting, as it does in-process.
+func TestUnattendedRunDoesNotWaitForApproval(t *testing.T) {
+	dt, _, ws := subagentDaemon(t)
+	dt.start()
+	writeFiles(t, dt.dir, map[string]string{"note.lua": `function main()
+  local r = agent{prompt = "keep a note", tools = {"write_file"}}
+  assert(r.ok, r.error)
+  report(r.text)
+end`})
+	_, errOut, code := dt.luft("run", "-q", "-w", "note.lua")
+	if code != 1 || !strings.Contains(errOut, "write_file is destructive and needs approval") {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "note.txt")); !os.IsNotExist(err) {
+		t.Fatal("the destructive tool ran without approval")
+	}
+	out, _, _ := dt.luft("list", "--json")
+	if !strings.Contains(out, `"status": "completed"`) && !strings.Contains(out, `"status": "failed"`) {
+		t.Fatalf("the run did not end:\n%s", out)
+	}
+}
+
+// awaitAfterKill is the first await after the daemon was killed. The relay may have sent
+// it on the dead daemon's kept-alive connection, and then answers, as for any request
+// cut off, that it should be sent again: a client does so once.
+func awaitAfterKill(t *testing.T, c *client.Client, args map[string]any, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	var req mcp.CallToolRequest
+	req.Params.Name, req.Params.Arguments = "await", args
+	if _, err := c.CallTool(ctx, req); err != nil && !strings.Contains(err.Error(), "send the request again") {
+		t.Fatalf("await after the kill: %v", err)
+	}
+	mcpCall(t, c, "await", args, out)
 }
