@@ -211,7 +211,7 @@ func planConfig(a *agent, uninstall bool) (*configPlan, error) {
 		err = p.planTOML(uninstall)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w; nothing was changed — fix the file, or edit it by hand: %s", p.path, err, p.snippet(uninstall))
+		return nil, fmt.Errorf("%s: %w — fix the file, or edit it by hand: %s", p.path, err, p.snippet(uninstall))
 	}
 	if p.changed && p.exists && p.mode.Perm()&0o200 == 0 {
 		return nil, fmt.Errorf("%s is read-only; make it writable (chmod u+w %s) and run luft install again, or edit it by hand: %s", p.real, p.real, p.snippet(uninstall))
