@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -342,6 +343,15 @@ func TestInstallRefusesAndWritesNothing(t *testing.T) {
 		name: "dangling symlink",
 		setup: func(t *testing.T, h string) {
 			if err := os.Symlink(filepath.Join(h, "nowhere.json"), filepath.Join(h, ".gemini/settings.json")); err != nil {
+				t.Fatal(err)
+			}
+		},
+		err: "%H/.gemini/settings.json is a symlink luft cannot follow",
+	}, {
+		name: "symlink loop",
+		setup: func(t *testing.T, h string) {
+			a, b := filepath.Join(h, ".gemini/settings.json"), filepath.Join(h, ".gemini/other.json")
+			if err := errors.Join(os.Symlink(b, a), os.Symlink(a, b)); err != nil {
 				t.Fatal(err)
 			}
 		},
