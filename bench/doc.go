@@ -6,8 +6,10 @@
 //	go run ./bench/tuiview           # what the live terminal view costs a wide fan-out
 //	go run ./bench/hosted            # the openai backend against hosted-API rate limits, time compressed
 //	go run ./bench/sched             # the admission scheduler beside its baselines, W1–W4
+//	go run ./bench/mcp               # the MCP door: execute → status running, run_done → await answered
+//	go run ./bench/mcpload           # 50 MCP sessions × 10 sub-agents through a daemon process: wall time, its RSS
 //
-// fanout, resume and tuiview measure wall time and are never run by `go test`. hosted
+// fanout, resume, tuiview, mcp and mcpload measure wall time and are never run by `go test`. hosted
 // runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,
 // not its times. bench/sched runs on a virtual clock, so it is deterministic: its fast
 // variants are also tests that assert the scheduler's targets as ratios.

@@ -34,7 +34,7 @@ type ScriptError struct {
 	Where string // "file.lua:12", empty when unknown
 	Msg   string
 	Trace string // Lua stack traceback, when there is one
-	Cause error  // for KindCancelled: the context's cause
+	Cause error  // for KindCancelled: the context's cause; for a host's refusal, its reason
 }
 
 func (e *ScriptError) Error() string {

@@ -45,8 +45,17 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	}
 	v := runView(info.Run, info.Phases, true)
 	text := v.text()
-	if info.Status == storage.StatusRunning {
+	switch info.Status {
+	case storage.StatusRunning:
 		text += fmt.Sprintf("\nstill running after %s: call workflow_await again", wait)
+	case storage.StatusInterrupted:
+		text += "\nthe process driving it is gone: it resumes when the luft daemon starts again (or with luft run --resume)"
+	case storage.StatusSuspended:
+		if info.ResumeAfter.IsZero() {
+			text += "\nsuspended (its host stopped): it resumes when the luft daemon starts again (or with luft run --resume); call workflow_await again then"
+		} else {
+			text += fmt.Sprintf("\nsuspended until %s: the daemon resumes it then; call workflow_await again", info.ResumeAfter.UTC().Format(time.RFC3339))
+		}
 	}
 	v.Pending = approvalViews(info.Pending)
 	text += approvalText(info.ID, info.Pending)

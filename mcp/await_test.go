@@ -115,3 +115,43 @@ func TestAwaitInterruptedRun(t *testing.T) {
 		}
 	}
 }
+
+// Many short runs awaited one after the other, with and without hooks: whichever of the
+// run's end and its event stream's end the await sees first, it answers.
+func TestAwaitManyShortRuns(t *testing.T) {
+	for _, withHook := range []bool{false, true} {
+		e := newEnv(t)
+		if withHook {
+			e.srv.OnAwaitEvent(func(context.Context, string, event.Event) {})
+		}
+		for range 60 {
+			var ex ExecuteResult
+			ok(t, e.c, "workflow_execute", map[string]any{"script": helloScript}, &ex)
+			var v RunView
+			ok(t, e.c, "workflow_await", map[string]any{"run_id": ex.RunID, "timeout_s": 30}, &v)
+			if v.Status != "completed" {
+				t.Fatalf("await: %+v", v)
+			}
+		}
+	}
+}
+
+// A run whose process is gone lists as interrupted, not running.
+func TestListInterrupted(t *testing.T) {
+	e := newEnv(t)
+	id := "01900000-0000-7000-8000-000000000002"
+	if err := e.st.CreateRun(context.Background(), storage.Run{ID: id, Workflow: "gone.lua", Status: storage.StatusRunning,
+		Attempt: 1, PID: 1 << 30, Spec: json.RawMessage(`{"path":"gone.lua"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var ex ExecuteResult
+	ok(t, e.c, "workflow_execute", map[string]any{"script": heldScript}, &ex)
+	<-e.held.started
+	for status, want := range map[string]string{"interrupted": id, "running": ex.RunID} {
+		var page RunsPage
+		ok(t, e.c, "workflow_list_runs", map[string]any{"status": status}, &page)
+		if len(page.Runs) != 1 || page.Runs[0].RunID != want || page.Runs[0].Status != status {
+			t.Errorf("%s runs: %+v", status, page.Runs)
+		}
+	}
+}

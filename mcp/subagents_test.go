@@ -420,3 +420,61 @@ func TestSubagentToolsListed(t *testing.T) {
 		}
 	}
 }
+
+// workflow_await asks an eliciting client too, for a call of any workflow run.
+func TestWorkflowAwaitElicits(t *testing.T) {
+	h := &elicitor{reply: mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept,
+		Content: map[string]any{"allow": true}}}}
+	e := newSubEnv(t, h)
+	var ex ExecuteResult
+	ok(t, e.c, "workflow_execute", map[string]any{"script": `function main()
+  local a = agent{backend = "fake", prompt = "keep a note", tools = {"write_file"}}
+  local b = agent{backend = "mock", prompt = "then summarise"}
+  report({a = a.output, b = b.ok})
+end`}, &ex)
+	var rv RunView
+	ok(t, e.c, "workflow_await", map[string]any{"run_id": ex.RunID, "timeout_s": 60}, &rv)
+	if rv.Status != "completed" || len(h.asked()) != 1 || !strings.Contains(h.asked()[0].Params.Message, "run "+ex.RunID) {
+		t.Fatalf("workflow_await: %+v, asked %+v", rv, h.asked())
+	}
+	if _, err := os.Stat(filepath.Join(e.ws, "note.txt")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// await with a progressToken tells the client as each handle settles; it wakes when the
+// held sub-agent is let go, not at its timeout.
+func TestAwaitProgress(t *testing.T) {
+	e := newSubEnv(t, nil)
+	progress := make(chan map[string]any, 10)
+	e.c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if n.Method == "notifications/progress" {
+			progress <- n.Params.AdditionalFields
+		}
+	})
+	var quick, held SpawnResult
+	ok(t, e.c, "spawn", map[string]any{"prompt": "quick"}, &quick)
+	ok(t, e.c, "spawn", map[string]any{"prompt": "wait", "backend": "held"}, &held)
+	<-e.held.started
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		var req mcp.CallToolRequest
+		req.Params.Name = "await"
+		req.Params.Arguments = map[string]any{"handles": []any{quick.Handle, held.Handle}, "timeout_s": 3600}
+		req.Params.Meta = &mcp.Meta{ProgressToken: "tok-2"}
+		res, _ := e.c.CallTool(context.Background(), req)
+		done <- res
+	}()
+	p := <-progress
+	if p["progressToken"] != "tok-2" || p["progress"] != float64(1) || p["total"] != float64(2) || p["message"] != "1 of 2 sub-agents settled" {
+		t.Fatalf("progress: %v", p)
+	}
+	close(e.held.release)
+	res := <-done
+	if res == nil || res.IsError {
+		t.Fatalf("await: %v", res)
+	}
+	if p := <-progress; p["progress"] != float64(2) {
+		t.Fatalf("second progress: %v", p)
+	}
+}

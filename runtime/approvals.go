@@ -20,6 +20,9 @@ const StatusAwaitingApproval Status = "awaiting_approval"
 // Approval is a destructive tool call that waits, or waited, for a person's answer.
 type Approval = storage.Approval
 
+// maxApprovalID bounds an approval id a caller gives (luft's have 19 characters).
+const maxApprovalID = 64
+
 // maxApprovalEventArgs bounds the arguments an approval_requested event shows.
 const maxApprovalEventArgs = 4 << 10
 
@@ -29,7 +32,7 @@ const maxApprovalEventArgs = 4 << 10
 // its tool and arguments), so an answered one is never asked again and one left
 // unanswered when the process stopped is asked again when the resumed call gets here.
 // The call holds no scheduler slot while it waits: tools run between admitted turns.
-func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall, tc adapters.ToolCall) (bool, error) {
+func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall, tc adapters.ToolCall, hold func() (resume func())) (bool, error) {
 	known, err := h.store().Approvals(ctx, storage.ApprovalFilter{RunID: h.run.ID, CallKey: c.Key})
 	if err != nil {
 		return false, h.stopIfBroken(fmt.Errorf("approval of tool call %s of %s: %w", tc.Name, c.Key, err))
@@ -52,6 +55,8 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 	}
 	h.emit(event.ApprovalRequested, map[string]any{"approval_id": a.ID, "call_key": c.Key, "tool": a.Tool,
 		"arguments": clip(a.Arguments, maxApprovalEventArgs)})
+	// The person's time to answer is not the agent's working time (timeout_ms).
+	defer hold()()
 	for {
 		fired := make(chan struct{})
 		poll := h.e.opts.Clock.AfterFunc(h.e.opts.CancelPoll, func() { close(fired) })
@@ -154,6 +159,10 @@ func (s *Service) Approve(ctx context.Context, idOrPrefix, approvalID string, al
 	r, err := s.Resolve(ctx, idOrPrefix)
 	if err != nil {
 		return Approval{}, err
+	}
+	if len(approvalID) > maxApprovalID {
+		return Approval{}, fmt.Errorf("run %s: approve: %w: an approval id has 19 characters, not %d (the run's pending_approvals list them)",
+			r.ID, ErrNoApproval, len(approvalID))
 	}
 	pending, err := s.opts.Store.Approvals(ctx, storage.ApprovalFilter{RunID: r.ID, Pending: true})
 	if err != nil {

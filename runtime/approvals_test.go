@@ -106,6 +106,9 @@ func TestApprovalParksTheCall(t *testing.T) {
 			if _, err := e.svc.Approve(t.Context(), r.ID, "ap-nope", true); !errors.Is(err, ErrNoApproval) || !strings.Contains(err.Error(), p.ID) {
 				t.Fatalf("approve an unknown id: %v", err)
 			}
+			if _, err := e.svc.Approve(t.Context(), r.ID, strings.Repeat("x", 1<<20), true); !errors.Is(err, ErrNoApproval) || len(err.Error()) > 300 {
+				t.Fatalf("approve a huge id: %.300v", err)
+			}
 			got, err := e.svc.Approve(t.Context(), r.ID[:13], "", allow)
 			if err != nil || got.ID != p.ID || got.Allowed() != allow {
 				t.Fatalf("approve: %+v, %v", got, err)
@@ -288,5 +291,68 @@ end`)})
 	}
 	if got := te.toolResults(); len(got) != 1 || !strings.HasPrefix(got[0], "hi\n") {
 		t.Fatalf("tool results %q", got)
+	}
+}
+
+// The time a call waits for a person does not count against its timeout_ms: ten
+// seconds of waiting leave a 1-second bound untouched (counted, they would end the call
+// as timed_out).
+func TestApprovalWaitIsNotWorkingTime(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	e := askEnv(t, dir, askBackend(t, te.url, ws), 2, true)
+	clock := newVirtualClock()
+	useClock(e.svc, clock)
+	r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", `function main()
+  local r = agent{prompt = "keep a note", tools = {"write_file"}, timeout_ms = 1000}
+  report(r.status)
+end`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent(t, r, event.ApprovalRequested)
+	clock.Advance(10 * time.Second)
+	if _, err := e.svc.Approve(t.Context(), r.ID, "", true); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitRun(t, r); res.Status != StatusCompleted || res.Report != "ok" {
+		t.Fatalf("run %s %v, agent %v: want ok (the wait is not working time)", res.Status, res.Err, res.Report)
+	}
+}
+
+// Several calls can wait at once: each is answered by its id, and an answer without
+// one is refused naming them all.
+func TestSeveralPendingApprovals(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	e := askEnv(t, dir, askBackend(t, te.url, ws), 1, true)
+	r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", `function main()
+  local rs = parallel({"keep a note: a", "keep a note: b"}, function(p) return agent{prompt = p, tools = {"write_file"}} end)
+  report(rs[1].output .. "|" .. rs[2].output)
+end`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info RunInfo
+	for deadline := time.Now().Add(time.Minute); len(info.Pending) < 2; {
+		if info, err = e.svc.Status(t.Context(), r.ID); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pending: %+v", info.Pending)
+		}
+		time.Sleep(5 * time.Millisecond) // the run's goroutines park the calls
+	}
+	_, err = e.svc.Approve(t.Context(), r.ID, "", true)
+	if !errors.Is(err, ErrApprovalAmbiguous) || !strings.Contains(err.Error(), info.Pending[0].ID) || !strings.Contains(err.Error(), info.Pending[1].ID) {
+		t.Fatalf("approve without an id: %v", err)
+	}
+	for _, p := range info.Pending {
+		if _, err := e.svc.Approve(t.Context(), r.ID, p.ID, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res := waitRun(t, r); res.Status != StatusCompleted || res.Report != "noted|noted" {
+		t.Fatalf("run %s %v %v", res.Status, res.Err, res.Report)
 	}
 }

@@ -238,17 +238,9 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	if req.SessionID != "" {
 		conversation = h.run.ID + "/session/" + req.SessionID
 	}
-	var (
-		mu    sync.Mutex
-		timer scheduler.Timer
-	)
-	defer func() {
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-	}()
+	ct := &callTimer{clock: h.e.opts.Clock, left: time.Duration(req.TimeoutMS) * time.Millisecond,
+		fire: func() { cancel(errCallTimeout) }}
+	defer ct.stop()
 	admit := func(tctx context.Context, cost adapters.TurnCost, send func(context.Context) adapters.TurnReport) error {
 		hd, err := h.reserve(tctx, c, req, cost)
 		if err != nil {
@@ -266,11 +258,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		if err != nil {
 			return err
 		}
-		mu.Lock()
-		if req.TimeoutMS > 0 && timer == nil {
-			timer = h.e.opts.Clock.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { cancel(errCallTimeout) })
-		}
-		mu.Unlock()
+		ct.start()
 		tally.admit(h.e.opts.Now(), permit)
 		return h.e.sendTurn(tctx, req, lane, permit, send, func(rep adapters.TurnReport) { used = used.Add(rep.Usage) }, func() {
 			tally.mu.Lock()
@@ -280,7 +268,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	}
 	prog := &progress{h: h, key: c.Key}
 	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Key: h.run.ID + "/" + c.Key,
-		Transcript: h.session(req.SessionID), Tool: h.toolJournal(c, req)})
+		Transcript: h.session(req.SessionID), Tool: h.toolJournal(c, req, ct.hold)})
 	prog.flush()
 	h.keepSession(res)
 	var (
@@ -309,6 +297,57 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		res.Status = agent.StatusOK
 	}
 	return res, err
+}
+
+// callTimer bounds an agent call's working time (timeout_ms): it starts at the call's
+// first admission and holds while a tool call waits for a person's answer, so that
+// time is not the agent's.
+type callTimer struct {
+	clock scheduler.Clock
+	fire  func()
+
+	mu      sync.Mutex
+	left    time.Duration // 0: no bound
+	since   time.Time     // when the running timer was set
+	t       scheduler.Timer
+	started bool
+}
+
+func (ct *callTimer) start() {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.left <= 0 || ct.started {
+		return
+	}
+	ct.started, ct.since = true, ct.clock.Now()
+	ct.t = ct.clock.AfterFunc(ct.left, ct.fire)
+}
+
+// hold stops the clock of a running bound and returns what starts it again with the time
+// left; both are no-ops when no bound runs (none set, not admitted yet, or it fired).
+func (ct *callTimer) hold() (resume func()) {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.t == nil || !ct.t.Stop() {
+		return func() {}
+	}
+	ct.left -= ct.clock.Now().Sub(ct.since)
+	ct.t = nil
+	return func() {
+		ct.mu.Lock()
+		defer ct.mu.Unlock()
+		ct.since = ct.clock.Now()
+		ct.t = ct.clock.AfterFunc(max(ct.left, 0), ct.fire)
+	}
+}
+
+func (ct *callTimer) stop() {
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.t != nil {
+		ct.t.Stop()
+		ct.t = nil
+	}
 }
 
 // laneOf is the scheduler lane of a call: its backend and model, the backend's default

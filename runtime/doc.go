@@ -3,8 +3,9 @@
 // timeouts and structured-output checks), and records the run's events in order before any
 // subscriber sees them. What a run records is bounded by EventLimits (the size of each
 // event, the events and their bytes per attempt), so no script can fill the disk; a
-// subscriber reads the log at its own pace, so a slow one never holds up the run. Engine is the surface every front door uses: the CLI today, the MCP
-// server, the daemon and the Go API later.
+// subscriber reads the log at its own pace, so a slow one never holds up the run. Service is
+// the surface every front door uses: the CLI, the daemon, the MCP server, the proxy and
+// the Go API (package luft).
 //
 // A finished agent call is journaled before the script sees it, and so is each tool call
 // its model asks for (runtime/tools.go): a retried call, or a call a resumed run runs

@@ -298,10 +298,14 @@ func (h *host) checkBudget(c lua.Call) error {
 	return nil
 }
 
+// ErrBudgetExceeded is the cause a budget refusal carries (errors.Is), so callers tell a
+// used-up token or USD budget from the sandbox's other limits.
+var ErrBudgetExceeded = errors.New("budget exceeded")
+
 // budgetRefusal is the error of call c refused because it would pass limit, a budget{}
 // field with what the run has used.
 func budgetRefusal(c lua.Call, limit string) error {
-	return &lua.ScriptError{Kind: lua.KindLimit, Where: c.Where,
+	return &lua.ScriptError{Kind: lua.KindLimit, Where: c.Where, Cause: ErrBudgetExceeded,
 		Msg: fmt.Sprintf("budget exceeded: %s; call %s refused (raise the limit in budget{})", limit, c.Key)}
 }
 

@@ -29,8 +29,13 @@ const StatusInterrupted Status = storage.StatusInterrupted
 
 // shown returns r as users are shown it: interrupted instead of running when no live
 // process drives it.
-func (s *Service) shown(r storage.Run) storage.Run {
+func (s *Service) shown(ctx context.Context, r storage.Run) storage.Run {
 	if r.Status == storage.StatusRunning && !s.driven(r) {
+		// It may have ended between the read and the check: a run's row says so before
+		// it leaves the live list, so a second read tells.
+		if fresh, err := s.opts.Store.GetRun(ctx, r.ID); err == nil && fresh.Status != storage.StatusRunning {
+			return fresh
+		}
 		r.Status = storage.StatusInterrupted
 	}
 	return r
@@ -55,7 +60,7 @@ func (s *Service) Status(ctx context.Context, idOrPrefix string) (RunInfo, error
 	if err != nil {
 		return RunInfo{}, fmt.Errorf("run %s: phases: %w", r.ID, err)
 	}
-	info := RunInfo{Run: s.shown(r), Phases: phases}
+	info := RunInfo{Run: s.shown(ctx, r), Phases: phases}
 	s.mu.Lock()
 	_, info.Live = s.live[r.ID]
 	s.mu.Unlock()
@@ -86,7 +91,7 @@ func (s *Service) List(ctx context.Context, opts storage.ListOptions) ([]storage
 		return nil, err
 	}
 	for i := range runs {
-		runs[i] = s.shown(runs[i])
+		runs[i] = s.shown(ctx, runs[i])
 	}
 	if err := s.awaiting(ctx, runs); err != nil {
 		return nil, err

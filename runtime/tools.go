@@ -32,7 +32,10 @@ const interruptedTool = "error: this tool call was begun in an earlier attempt o
 // A model asked the same thing again may give its tool call a fresh id (real providers
 // draw ids at random), so a call is also matched by turn, tool name and arguments when
 // no recorded call has its id.
-func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
+//
+// hold stops the call's timeout_ms clock while a call waits for approval; it returns
+// what starts it again.
+func (h *host) toolJournal(c lua.Call, req agent.Request, hold func() (resume func())) adapters.ToolFunc {
 	// The transcript's length is taken now, before this call adds to it; the request's
 	// hash only when a tool runs (most calls run none, and hashing costs every call).
 	turns := strconv.Itoa(len(h.session(req.SessionID)))
@@ -51,7 +54,7 @@ func (h *host) toolJournal(c lua.Call, req agent.Request) adapters.ToolFunc {
 			return prev.Output, true, nil
 		}
 		if tc.Ask && h.e.opts.AskApprovals && !h.run.spec.Unattended {
-			allow, err := h.askApproval(ctx, c, rec, tc)
+			allow, err := h.askApproval(ctx, c, rec, tc, hold)
 			if err != nil {
 				return "", false, err
 			}

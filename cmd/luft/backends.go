@@ -20,11 +20,7 @@ import (
 // protectedPaths are luft's own files, which agents may not write even when they lie in
 // the workspace: the config file in use and the state dir.
 func protectedPaths(e *env, g *globalFlags, cfg config.Config) []string {
-	out := []string{stateDir(e, g)}
-	if cfg.Path != "" {
-		out = append(out, cfg.Path)
-	}
-	return out
+	return setup.ProtectedPaths(stateDir(e, g), cfg)
 }
 
 // openBackends builds this process's backends (adapters/setup); what it refuses is a

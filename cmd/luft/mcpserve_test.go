@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,6 +35,15 @@ end
 // mcpServe starts `luft mcp serve ARGS` in dt's dir as an MCP client's child would be.
 func (dt *daemonTest) mcpServe(args ...string) *client.Client {
 	dt.t.Helper()
+	c, err := dt.startMCPServe(args...)
+	if err != nil {
+		dt.t.Fatal(err)
+	}
+	return c
+}
+
+// startMCPServe is mcpServe for any goroutine: it returns its failure.
+func (dt *daemonTest) startMCPServe(args ...string) (*client.Client, error) {
 	env := testEnv(nil, dt.env...)
 	c, err := client.NewStdioMCPClientWithOptions(luftBinary(dt.t), env,
 		append([]string{"--state-dir", dt.state, "mcp", "serve"}, args...),
@@ -43,7 +53,7 @@ func (dt *daemonTest) mcpServe(args ...string) *client.Client {
 			return cmd, nil
 		}))
 	if err != nil {
-		dt.t.Fatal(err)
+		return nil, err
 	}
 	dt.t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -52,9 +62,9 @@ func (dt *daemonTest) mcpServe(args ...string) *client.Client {
 	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	init.Params.ClientInfo = mcp.Implementation{Name: "luft-cli-test", Version: "1"}
 	if _, err := c.Initialize(ctx, init); err != nil {
-		dt.t.Fatalf("initialize: %v", err)
+		return nil, fmt.Errorf("initialize: %w", err)
 	}
-	return c
+	return c, nil
 }
 
 // mcpCall calls a tool that must succeed and decodes its structured content.
@@ -238,5 +248,41 @@ func TestMCPServeStandalone(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dt.state, daemon.SocketFile)); err == nil {
 		t.Error("--standalone started a daemon")
+	}
+}
+
+// Two clients starting luft mcp serve at once start one daemon between them, and both
+// reach it.
+func TestMCPServeStartsOneDaemon(t *testing.T) {
+	dt := newDaemonTest(t)
+	type started struct {
+		c   *client.Client
+		err error
+	}
+	clients := make(chan started, 2)
+	for range 2 {
+		go func() {
+			c, err := dt.startMCPServe()
+			clients <- started{c, err}
+		}()
+	}
+	a, b := <-clients, <-clients
+	if a.err != nil || b.err != nil {
+		t.Fatalf("luft mcp serve: %v, %v", a.err, b.err)
+	}
+	info, err := daemon.ReadInfo(dt.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dt.pids[info.PID] = true
+	for _, c := range []*client.Client{a.c, b.c} {
+		var page struct {
+			Runs []mcpRun `json:"runs"`
+		}
+		mcpCall(t, c, "workflow_list_runs", nil, &page)
+	}
+	logText, _ := os.ReadFile(filepath.Join(dt.state, daemon.LogFile))
+	if n := strings.Count(string(logText), "started: pid"); n != 1 {
+		t.Errorf("%d daemons started:\n%s", n, logText)
 	}
 }

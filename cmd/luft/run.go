@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/config"
@@ -317,7 +318,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		spec := runtime.Spec{
 			Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
 			Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
-			Limits: lua.Limits{MaxAgentCalls: f.maxAgentCalls, MaxLogBytes: cfg.Limits.MaxLogBytes, MaxReportBytes: cfg.Limits.MaxReportBytes},
+			Limits: setup.ScriptLimits(cfg.Limits, f.maxAgentCalls),
 		}
 		if plan != nil {
 			spec.Source, spec.Plan = plan.Script, planRecord(plan, "")

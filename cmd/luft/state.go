@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -57,33 +58,11 @@ func loadConfig(e *env, g *globalFlags) (config.Config, error) {
 	return cfg, nil
 }
 
-// schedulerConfig is the admission scheduler's configuration: a lane per configured
-// backend (its slots, TPM, RPM, replicas and fallback; "ID/*" for its other models) and,
-// for every other lane, slots concurrent turns (--max-concurrency when given, else
-// [scheduler] slots, else 8). Lanes learn what is not configured from the headers of
-// their responses; an OpenAI-compatible lane with no configured limits scouts (one turn
-// until its first answer) so that the first burst of a run does not meet a 429.
+// schedulerConfig is the admission scheduler's configuration (adapters/setup decides
+// it for every door): slots concurrent turns per lane, unless the config sets them and
+// --max-concurrency was not given.
 func schedulerConfig(cfg config.Config, slots int, slotsFromFlag bool) scheduler.Config {
-	if !slotsFromFlag && cfg.Scheduler.Slots > 0 {
-		slots = cfg.Scheduler.Slots
-	}
-	sc := scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: slots}, SuspendAfter: cfg.Scheduler.SuspendAfter,
-		Lanes: map[string]scheduler.LaneConfig{
-			"openai/*": {Slots: slots, Scout: true}, // the backend OPENAI_BASE_URL/OPENAI_API_KEY make
-		}}
-	for id, b := range cfg.Backends {
-		n, tpm, rpm, replicas, fallback := cfg.Lane(id)
-		if n == 0 {
-			n = slots
-		}
-		lane := scheduler.LaneConfig{Slots: n, TPM: tpm, RPM: rpm, Replicas: 1 + len(replicas), Scout: b.Type == "openai"}
-		if fallback != "" {
-			lane.Fallback = fallback + "/" + cfg.Backends[fallback].Model
-		}
-		sc.Lanes[id+"/"+b.Model] = lane
-		sc.Lanes[id+"/*"] = lane
-	}
-	return sc
+	return setup.SchedulerConfig(cfg, slots, slotsFromFlag)
 }
 
 func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, sc scheduler.Config, more ...func(*runtime.Options)) (*runtime.Service, error) {
@@ -103,9 +82,7 @@ func newService(e *env, st storage.Store, dir string, backends runtime.BackendSo
 
 // eventLimits applies the config's [limits] on what a run records.
 func eventLimits(l config.Limits) func(*runtime.Options) {
-	return func(o *runtime.Options) {
-		o.Events = runtime.EventLimits{MaxEventBytes: l.MaxEventBytes, MaxEvents: l.MaxEvents, MaxTotalBytes: l.MaxEventsBytes}
-	}
+	return func(o *runtime.Options) { o.Events = setup.EventLimits(l) }
 }
 
 // runRefError maps a failure to find a run to an input error.

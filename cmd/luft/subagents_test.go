@@ -263,3 +263,62 @@ func awaitAfterKill(t *testing.T, c *client.Client, args map[string]any, out any
 	}
 	mcpCall(t, c, "await", args, out)
 }
+
+// A run detached into the daemon waits for approval; luft status shows the call and
+// luft approve answers it from another process.
+func TestDetachedRunWaitsForLuftApprove(t *testing.T) {
+	dt, _, ws := subagentDaemon(t)
+	dt.start()
+	writeFiles(t, dt.dir, map[string]string{"note.lua": `function main()
+  local r = agent{prompt = "keep a note", tools = {"write_file"}}
+  assert(r.ok, r.error)
+  report(r.text)
+end`})
+	out, errOut, code := dt.luft("run", "--detach", "-w", "note.lua")
+	id := strings.TrimSpace(out)
+	if code != 0 || len(id) != 36 {
+		t.Fatalf("run --detach: exit %d %q %s", code, out, errOut)
+	}
+	status := func() (st struct {
+		Status  string `json:"status"`
+		Pending []struct {
+			ID string `json:"approval_id"`
+		} `json:"pending_approvals"`
+	}) {
+		out, _, _ := dt.luft("status", "--json", id)
+		_ = json.Unmarshal([]byte(out), &st)
+		return st
+	}
+	for deadline := time.Now().Add(60 * time.Second); status().Status != "awaiting_approval"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run never waited for approval: %+v", status())
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process
+	}
+	out, _, _ = dt.luft("status", id)
+	if !strings.Contains(out, "waits for an answer") || !strings.Contains(out, "write_file") {
+		t.Fatalf("luft status:\n%s", out)
+	}
+	for _, bad := range [][]string{{"approve", id}, {"approve", id, "--allow", "--deny"}, {"approve", "nope", "--allow"},
+		{"approve", id, "ap-nope", "--allow"}} {
+		if _, errOut, code := dt.luft(bad...); code != 2 {
+			t.Errorf("luft %v: exit %d, want 2\n%s", bad, code, errOut)
+		}
+	}
+	ap := status().Pending[0].ID
+	if out, errOut, code := dt.luft("approve", id, ap, "--deny"); code != 0 || !strings.Contains(out, "declined") {
+		t.Fatalf("approve --deny: exit %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := dt.luft("approve", id, ap, "--allow"); code != 2 || !strings.Contains(errOut, "already answered") {
+		t.Errorf("approve again: exit %d %s", code, errOut)
+	}
+	for deadline := time.Now().Add(60 * time.Second); status().Status != "completed"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not complete after the answer: %+v", status())
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process
+	}
+	if _, err := os.Stat(filepath.Join(ws, "note.txt")); !os.IsNotExist(err) {
+		t.Fatal("note.txt was written though the call was declined")
+	}
+}

@@ -70,3 +70,21 @@ func TestApprovalPrompt(t *testing.T) {
 		t.Fatal("a view without Approve prompts")
 	}
 }
+
+// Plain lines say which call waits for which approval, and how it was answered.
+func TestPlainApprovalLines(t *testing.T) {
+	var b strings.Builder
+	p := NewPlain(&b, PlainOptions{})
+	for _, ev := range []event.Event{
+		{Type: event.ApprovalRequested, TS: t0, Data: map[string]any{"approval_id": "ap-1", "call_key": "main/1", "tool": "write_file", "arguments": "{\"path\":\n\"a.txt\"}"}},
+		{Type: event.ApprovalDecided, TS: t0, Data: map[string]any{"approval_id": "ap-1", "call_key": "main/1", "tool": "write_file", "allow": false}},
+	} {
+		if err := p.Event(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "  ⏸ main/1 waits for approval ap-1: write_file {\"path\": \"a.txt\"}\n  ▶ main/1 declined: write_file\n"
+	if b.String() != want {
+		t.Fatalf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}

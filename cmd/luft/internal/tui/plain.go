@@ -251,6 +251,15 @@ func (p *Plain) text(ev event.Event) (string, lipgloss.Style) {
 			s += fmt.Sprintf(" rounds=%d (a hint)", r)
 		}
 		return s, none
+	case event.ApprovalRequested:
+		return fmt.Sprintf("  ⏸ %s waits for approval %s: %s %s", st.label(str(d, "call_key")), str(d, "approval_id"),
+			oneLine(str(d, "tool")), oneLine(str(d, "arguments"))), p.sty.Warn
+	case event.ApprovalDecided:
+		what := "declined"
+		if d["allow"] == true {
+			what = "allowed"
+		}
+		return fmt.Sprintf("  ▶ %s %s: %s", st.label(str(d, "call_key")), what, oneLine(str(d, "tool"))), none
 	case event.RunSuspended:
 		s := "luft: run suspended: " + oneLine(str(d, "reason"))
 		if !st.ResumeAfter.IsZero() {
