@@ -73,7 +73,7 @@ type SubagentView struct {
 	Status string `json:"status" jsonschema:"enum=running,enum=awaiting_approval,enum=completed,enum=failed,enum=cancelled,enum=suspended,enum=interrupted"`
 	// Output is the agent's answer: the decoded JSON value when a schema was given,
 	// else its text.
-	Output any            `json:"output,omitempty"`
+	Output any            `json:"output,omitempty" jsonschema_description:"the decoded JSON value when a schema was given, else the text"`
 	Error  string         `json:"error,omitempty"`
 	Usage  storage.Usage  `json:"usage"`
 	Cost   float64        `json:"cost"`

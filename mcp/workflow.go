@@ -61,7 +61,7 @@ type RunView struct {
 	FinishedAt  *time.Time          `json:"finished_at,omitempty"`
 	ResumeAfter *time.Time          `json:"resume_after,omitempty"`
 	// Report is the run's report (what the script passed to report()), once it has one.
-	Report any `json:"report,omitempty"`
+	Report any `json:"report,omitempty" jsonschema_description:"what the script passed to report(): any JSON value"`
 	// Pending are tool calls waiting for the user's answer (status awaiting_approval):
 	// answer with approve{run_id, approval_id, allow}.
 	Pending []ApprovalView `json:"pending_approvals,omitempty"`
