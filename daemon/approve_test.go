@@ -36,7 +36,7 @@ func noteBackend(t *testing.T) (b adapters.Backend, ws string) {
 	srv := httptest.NewServer(testkit.NewServer(eng).Handler())
 	t.Cleanup(srv.Close)
 	ws = t.TempDir()
-	set, err := tools.New(tools.Config{Workspace: ws, Destructive: []string{"write_file"}})
+	set, err := tools.New(tools.Config{Workspace: ws})
 	if err != nil {
 		t.Fatal(err)
 	}

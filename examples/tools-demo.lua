@@ -4,7 +4,9 @@
 -- sends the result back, and so on until the agent answers. Every model turn of that loop
 -- passes the scheduler. The built-in tools (read_file, list_dir, search_files, write_file,
 -- edit_file, run_command) never reach outside [tools] workspace in luft.toml, and
--- run_command only runs what [tools] allow_commands lists. MCP servers configured under
+-- run_command only runs what [tools] allow_commands lists. write_file and edit_file are
+-- destructive: under the default [tools] approval = "ask" each write waits for a yes
+-- (this script uses only the read tools). MCP servers configured under
 -- [mcp_servers.NAME] add their tools as NAME__tool.
 --
 -- session_id continues a conversation: the second agent sees the first one's exchange.

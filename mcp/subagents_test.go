@@ -47,7 +47,7 @@ func newSubEnv(t *testing.T, elicit client.ElicitationHandler) *subEnv {
 	srv := httptest.NewServer(testkit.NewServer(eng).Handler())
 	t.Cleanup(srv.Close)
 	ws := t.TempDir()
-	set, err := tools.New(tools.Config{Workspace: ws, Destructive: []string{"write_file"}})
+	set, err := tools.New(tools.Config{Workspace: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +269,7 @@ func TestToolsCatalog(t *testing.T) {
 		t.Fatalf("tools: %+v\n%s", cat, txt)
 	}
 	for _, tl := range cat.Tools {
-		if tl.Destructive != (tl.Name == "write_file") {
+		if tl.Destructive != (tl.Name == "write_file" || tl.Name == "edit_file") {
 			t.Errorf("%s: destructive %v", tl.Name, tl.Destructive)
 		}
 	}

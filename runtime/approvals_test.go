@@ -17,11 +17,11 @@ import (
 	"github.com/luft-run/luft/storage"
 )
 
-// askBackend is the openai backend "fake" on url with write_file destructive under the
-// "ask" policy, writing into ws.
+// askBackend is the openai backend "fake" on url with the built-in tools under the
+// default "ask" policy (write_file is destructive), writing into ws.
 func askBackend(t *testing.T, url, ws string) adapters.Backend {
 	t.Helper()
-	return toolBackendWith(t, url, tools.Config{Workspace: ws, Destructive: []string{"write_file"}})
+	return toolBackendWith(t, url, tools.Config{Workspace: ws})
 }
 
 // askEnv is openResumeEnv with approvals asked and a scheduler of slots slots.
@@ -134,6 +134,45 @@ func TestApprovalParksTheCall(t *testing.T) {
 			}
 			if info, _ := e.svc.Status(t.Context(), r.ID); info.Status != storage.StatusCompleted || len(info.Pending) != 0 {
 				t.Fatalf("after: %s %+v", info.Status, info.Pending)
+			}
+		})
+	}
+}
+
+// File writes are destructive by default, and [tools] approval decides them without a
+// person: "allow" writes at once even where someone could be asked, "deny" refuses and
+// tells the model, which goes on. Neither asks.
+func TestFileWritesUnderAllowAndDeny(t *testing.T) {
+	for _, policy := range []tools.Approval{tools.ApprovalAllow, tools.ApprovalDeny} {
+		t.Run(string(policy), func(t *testing.T) {
+			te := newToolEngine(t, noteRules)
+			dir, ws := t.TempDir(), t.TempDir()
+			e := askEnv(t, dir, toolBackendWith(t, te.url, tools.Config{Workspace: ws, Approval: policy}), 2, true)
+			r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", noteFlow)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := waitRun(t, r)
+			if res.Status != StatusCompleted || res.Report != "noted|plain answer" {
+				t.Fatalf("run %s %v, report %v", res.Status, res.Err, res.Report)
+			}
+			if asked := ofType(collect(t, r), event.ApprovalRequested); len(asked) != 0 {
+				t.Fatalf("%s asked: %v", policy, asked)
+			}
+			_, statErr := os.Stat(filepath.Join(ws, "note.txt"))
+			results := te.toolResults()
+			if len(results) != 1 {
+				t.Fatalf("tool results %q, want one", results)
+			}
+			switch policy {
+			case tools.ApprovalAllow:
+				if statErr != nil || !strings.Contains(results[0], "created") {
+					t.Fatalf("allow: file %v, tool result %q", statErr, results[0])
+				}
+			case tools.ApprovalDeny:
+				if statErr == nil || !strings.Contains(results[0], "refused by policy") || !strings.Contains(results[0], "write_file") {
+					t.Fatalf("deny: file %v, tool result %q", statErr, results[0])
+				}
 			}
 		})
 	}

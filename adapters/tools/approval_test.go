@@ -18,16 +18,19 @@ func TestNeedsApproval(t *testing.T) {
 		want       bool
 	}{
 		{ApprovalAsk, "write_file", `{"path":"a.txt","content":"x"}`, true},
+		{ApprovalAsk, "edit_file", `{"path":"a.txt","old_string":"x","new_string":"y"}`, true},
 		{ApprovalAsk, "read_file", `{"path":"a.txt"}`, false},
 		{ApprovalAsk, "run_command", `{"command":"echo hi"}`, true},
 		{ApprovalAsk, "run_command", `{"command":"ls"}`, false},
 		{ApprovalAsk, "run_command", `{"command":"echo hi; rm x"}`, false}, // malformed: refused, never asked
 		{ApprovalAsk, "run_command", `not json`, false},
 		{ApprovalAllow, "write_file", `{"path":"a.txt","content":"x"}`, false},
+		{ApprovalAllow, "edit_file", `{"path":"a.txt","old_string":"x","new_string":"y"}`, false},
+		{ApprovalDeny, "write_file", `{"path":"a.txt","content":"x"}`, false},
 		{ApprovalAllow, "run_command", `{"command":"echo hi"}`, false},
 		{ApprovalDeny, "run_command", `{"command":"echo hi"}`, false},
 	} {
-		set, err := New(Config{Workspace: t.TempDir(), AllowCommands: []string{"ls"}, Approval: tc.policy, Destructive: []string{"write_file"}})
+		set, err := New(Config{Workspace: t.TempDir(), AllowCommands: []string{"ls"}, Approval: tc.policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +43,7 @@ func TestNeedsApproval(t *testing.T) {
 		}
 	}
 
-	set, err := New(Config{Workspace: t.TempDir(), AllowCommands: []string{"ls"}, Destructive: []string{"write_file"}})
+	set, err := New(Config{Workspace: t.TempDir(), AllowCommands: []string{"ls"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +56,13 @@ func TestNeedsApproval(t *testing.T) {
 	var ae *ApprovalError
 	if _, err := write.Call(ctx, json.RawMessage(`{"path":"a.txt","content":"x"}`)); !errors.As(err, &ae) {
 		t.Fatalf("write_file without approval: %v", err)
+	}
+	// The message says what the tool does and how to let it run.
+	for _, want := range []string{"tool write_file is destructive", "changes files in the workspace",
+		`[tools] approval = "allow"`, `"deny"`} {
+		if !strings.Contains(ae.Error(), want) {
+			t.Errorf("ApprovalError %q lacks %q", ae.Error(), want)
+		}
 	}
 	if out, err := write.Call(Approved(ctx), json.RawMessage(`{"path":"a.txt","content":"x"}`)); err != nil || !strings.Contains(out, "created") {
 		t.Fatalf("write_file approved: %q %v", out, err)

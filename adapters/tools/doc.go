@@ -62,10 +62,10 @@
 //
 // # Approval
 //
-// A tool is destructive when its Spec says so (an MCP tool marked destructiveHint and
-// not readOnlyHint) or when [tools] destructive lists it (e.g. write_file, edit_file).
-// The built-ins are not destructive by default: the file tools are confined to the
-// workspace and run_command to its allow-list. Under "ask", a run_command call for a
+// A tool is destructive when its Spec says so (write_file and edit_file, which change
+// files; an MCP tool marked destructiveHint and not readOnlyHint) or when [tools]
+// destructive lists it. The other built-ins are not: the read tools change nothing, and
+// run_command is bounded by its allow-list. Under "ask", a run_command call for a
 // command the allow-list does not name asks too (NeedsApproval), and runs, confined as
 // any command, once approved. Resolve wraps each destructive tool in the approval
 // policy ([tools] approval):
@@ -75,6 +75,9 @@
 //   - "ask" (the default) runs it once a person said yes: the runtime parks the call,
 //     asks (the terminal's live view, an MCP client, the daemon's API), and runs the tool
 //     with a context marked by Approved; a no reaches the model as DeclinedText. Where no
-//     one can answer (a CLI run without a terminal), the agent call fails with an
-//     *ApprovalError naming the tool.
+//     one can answer (a CLI run without a terminal, an unattended daemon run), the agent
+//     call fails with an *ApprovalError naming the tool and the setting that lets it run.
+//
+// So under the default policy a file write waits for a yes; a workflow that writes files
+// where no one watches (CI) sets [tools] approval = "allow".
 package tools

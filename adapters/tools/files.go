@@ -287,6 +287,7 @@ func (t *writeFile) Spec() Spec {
 			"path":    prop("string", "File path, relative to the workspace."),
 			"content": prop("string", "The complete new content of the file."),
 		}, "path", "content"),
+		Destructive: true,
 	}
 }
 
@@ -347,6 +348,7 @@ func (t *editFile) Spec() Spec {
 			"new_string":  prop("string", "The text to put in its place (may be empty, to delete)."),
 			"replace_all": prop("boolean", "Replace every occurrence of old_string instead of exactly one (default false)."),
 		}, "path", "old_string", "new_string"),
+		Destructive: true,
 	}
 }
 

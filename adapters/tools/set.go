@@ -27,7 +27,7 @@ type Config struct {
 	// Approval is the policy for destructive tools; "" means ApprovalAsk.
 	Approval Approval
 	// Destructive names tools to treat as destructive even though their Spec does not
-	// say so (e.g. "write_file").
+	// say so (write_file and edit_file are destructive already).
 	Destructive []string
 	// CommandTimeout bounds one run_command call; 0 means DefaultCommandTimeout.
 	CommandTimeout time.Duration

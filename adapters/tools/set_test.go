@@ -116,8 +116,10 @@ func TestSpecs(t *testing.T) {
 	s := newSet(t, Config{Workspace: t.TempDir(), AllowCommands: []string{"go test"}})
 	for _, name := range builtinNames {
 		sp := s.tools[name].Spec()
-		if sp.Name != name || sp.Description == "" || sp.Destructive {
-			t.Errorf("%s: spec %+v: want its name, a description, not destructive", name, sp)
+		// File writes are destructive: under the default "ask" a person says yes first.
+		wantDestructive := name == "write_file" || name == "edit_file"
+		if sp.Name != name || sp.Description == "" || sp.Destructive != wantDestructive {
+			t.Errorf("%s: spec %+v: want its name, a description, destructive = %v", name, sp, wantDestructive)
 		}
 		p := sp.Parameters
 		if p["type"] != "object" || p["additionalProperties"] != false {
@@ -156,12 +158,14 @@ func TestApproval(t *testing.T) {
 			ws := t.TempDir()
 			fake := &fakeTool{name: "launch", destructive: true}
 			safe := &fakeTool{name: "peek"}
-			s := newSet(t, Config{Workspace: ws, Approval: tt.policy, Destructive: []string{"write_file"}}, fake, safe)
-			tools, err := s.Resolve([]string{"launch", "write_file", "peek", "read_file"})
+			// write_file and edit_file are destructive without being listed; list_dir is
+			// because [tools] destructive lists it.
+			s := newSet(t, Config{Workspace: ws, Approval: tt.policy, Destructive: []string{"list_dir"}}, fake, safe)
+			tools, err := s.Resolve([]string{"launch", "write_file", "peek", "read_file", "edit_file", "list_dir"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, want := range []bool{true, true, false, false} {
+			for i, want := range []bool{true, true, false, false, true, true} {
 				if got := tools[i].Spec().Destructive; got != want {
 					t.Errorf("%s: Spec().Destructive = %v, want %v", tools[i].Spec().Name, got, want)
 				}
@@ -190,8 +194,16 @@ func TestApproval(t *testing.T) {
 			}
 			check(tools[1].Call(context.Background(), json.RawMessage(`{"path":"a.txt","content":"x"}`)))
 			if _, err := os.Stat(filepath.Join(ws, "a.txt")); (err == nil) != tt.wantFile {
-				t.Errorf("write_file (listed destructive) wrote the file = %v, want %v", err == nil, tt.wantFile)
+				t.Errorf("write_file (destructive by default) wrote the file = %v, want %v", err == nil, tt.wantFile)
 			}
+			if err := os.WriteFile(filepath.Join(ws, "b.txt"), []byte("old"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			check(tools[4].Call(context.Background(), json.RawMessage(`{"path":"b.txt","old_string":"old","new_string":"new"}`)))
+			if b, _ := os.ReadFile(filepath.Join(ws, "b.txt")); (string(b) == "new") != tt.wantFile {
+				t.Errorf("edit_file (destructive by default) changed the file to %q, want changed = %v", b, tt.wantFile)
+			}
+			check(tools[5].Call(context.Background(), json.RawMessage(`{"path":"."}`)))
 
 			// Tools that are not destructive run under every policy.
 			if out, err := tools[2].Call(context.Background(), nil); err != nil || out != "done" {

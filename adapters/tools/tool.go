@@ -73,6 +73,11 @@ type ApprovalError struct {
 }
 
 func (e *ApprovalError) Error() string {
-	return fmt.Sprintf("tool %s is destructive and needs approval, which no one can give in this run "+
-		"(set [tools] approval = \"allow\" in luft.toml to let agents run it, or \"deny\" to refuse it and let the agent go on)", e.Tool)
+	what := ""
+	if e.Tool == "write_file" || e.Tool == "edit_file" {
+		what = " (it changes files in the workspace)"
+	}
+	return fmt.Sprintf("tool %s is destructive and needs approval%s, which no one can give in this run "+
+		"under [tools] approval = \"ask\" (the default): "+
+		"set [tools] approval = \"allow\" in luft.toml to let agents run it, or \"deny\" to refuse it and let the agent go on", e.Tool, what)
 }

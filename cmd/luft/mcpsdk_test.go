@@ -108,7 +108,7 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 			ws := filepath.Join(dt.dir, "ws")
 			writeFiles(t, dt.dir, map[string]string{
 				"luft.toml": fmt.Sprintf("default_backend = \"mock\"\n\n[backends.mock]\ntype = \"mock\"\n\n[backends.fake]\ntype = \"openai\"\nbase_url = %q\nmodel = \"fake-1\"\n\n"+
-					"[tools]\nworkspace = %q\napproval = \"ask\"\ndestructive = [\"write_file\"]\n", engineURL, ws),
+					"[tools]\nworkspace = %q\napproval = \"ask\"\n", engineURL, ws),
 				"ws/.keep": "",
 			})
 			env := append(slices.Clone(dt.env), "E2E_WORKFLOW="+sdkWorkflow, "E2E_APPROVAL_BACKEND=fake")

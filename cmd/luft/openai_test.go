@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,7 +152,7 @@ func TestToolUsingAgent(t *testing.T) {
 	ws := filepath.Join(dir, "ws")
 	writeFiles(t, dir, map[string]string{
 		"ws/notes.txt": "NOTE: ship on friday", "secret.txt": "TOP SECRET",
-		"luft.toml": localBackend(url, "fake-1", fmt.Sprintf("[tools]\nworkspace = %q\ndestructive = [\"write_file\"]\n", ws)),
+		"luft.toml": localBackend(url, "fake-1", fmt.Sprintf("[tools]\nworkspace = %q\n", ws)),
 		"wf.lua": `function main()
   local a = agent{prompt = "summarise the notes", tools = {"read_file"}}
   local b = agent{prompt = "peek outside", tools = {"read_file", "list_dir"}}
@@ -186,12 +187,47 @@ end`,
 	if got := toolResults["peek outside"]; !strings.HasPrefix(got, "error: ") || !strings.Contains(got, "outside the workspace") || strings.Contains(got, "SECRET") {
 		t.Errorf("the workspace escape gave the model %q", got)
 	}
+	// File writes are destructive by default: with no terminal to ask on, the call fails
+	// saying what to configure.
 	_, errOut, code = run("write.lua")
-	if code != 1 || !strings.Contains(errOut, "tool write_file is destructive and needs approval") {
-		t.Fatalf("ask policy: exit %d\n%s", code, errOut)
+	for _, want := range []string{"tool write_file is destructive and needs approval", "changes files in the workspace",
+		`set [tools] approval = "allow" in luft.toml`} {
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Fatalf("ask policy: exit %d, want %q in\n%s", code, want, errOut)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(ws, "out.txt")); !os.IsNotExist(err) {
 		t.Fatal("the destructive tool ran without approval")
+	}
+
+	// "deny" refuses the write and tells the model, which goes on; "allow" writes without asking.
+	lastResult := func(prompt string) string {
+		var got string
+		for _, r := range engine.Log() {
+			last := r.Messages[len(r.Messages)-1]
+			if last.Role == "tool" && slices.ContainsFunc(r.Messages, func(m testkit.Message) bool {
+				return m.Role == "user" && string(m.Content) == prompt
+			}) {
+				got = string(last.Content)
+			}
+		}
+		return got
+	}
+	for _, policy := range []string{"deny", "allow"} {
+		writeFiles(t, dir, map[string]string{"luft.toml": localBackend(url, "fake-1",
+			fmt.Sprintf("[tools]\nworkspace = %q\napproval = %q\n", ws, policy))})
+		out, errOut, code = run("write.lua")
+		if code != 0 || strings.TrimSpace(out) != "written" {
+			t.Fatalf("%s policy: exit %d\nstdout %s\nstderr %s", policy, code, out, errOut)
+		}
+		_, statErr := os.Stat(filepath.Join(ws, "out.txt"))
+		got := lastResult("write it down")
+		if policy == "deny" && (statErr == nil || !strings.Contains(got, "refused by policy")) {
+			t.Fatalf("deny: file written = %v, tool result %q", statErr == nil, got)
+		}
+		if policy == "allow" && (statErr != nil || !strings.Contains(got, "created")) {
+			t.Fatalf("allow: file %v, tool result %q", statErr, got)
+		}
 	}
 }
 

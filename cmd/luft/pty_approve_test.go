@@ -26,7 +26,7 @@ func TestPTYApprovalPrompt(t *testing.T) {
 	ws := filepath.Join(dir, "ws")
 	writeFiles(t, dir, map[string]string{
 		"ws/.keep":  "",
-		"luft.toml": localBackend(url, "fake-1", "[tools]\nworkspace = \""+ws+"\"\ndestructive = [\"write_file\"]\n"),
+		"luft.toml": localBackend(url, "fake-1", "[tools]\nworkspace = \""+ws+"\"\n"),
 		"notes.lua": `function main()
   local a = agent{name = "first", prompt = "first note", tools = {"write_file"}}
   local b = agent{name = "second", prompt = "second note", tools = {"write_file"}}

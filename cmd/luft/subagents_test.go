@@ -32,7 +32,7 @@ func subagentDaemon(t *testing.T, env ...string) (*daemonTest, *testkit.Engine, 
 	ws := filepath.Join(dt.dir, "ws")
 	writeFiles(t, dt.dir, map[string]string{
 		"ws/.keep":  "",
-		"luft.toml": localBackend(url, "fake-1", fmt.Sprintf("[tools]\nworkspace = %q\ndestructive = [\"write_file\"]\n", ws)),
+		"luft.toml": localBackend(url, "fake-1", fmt.Sprintf("[tools]\nworkspace = %q\n", ws)),
 	})
 	return dt, engine, ws
 }
@@ -173,6 +173,26 @@ func TestMCPSubagentsThroughTheDaemon(t *testing.T) {
 	}
 	if declined != 1 {
 		t.Fatalf("the model was told of %d declined calls, want 1", declined)
+	}
+
+	// luft approve answers from the command line: the parked write runs.
+	if err := os.Remove(filepath.Join(ws, "note.txt")); err != nil {
+		t.Fatal(err)
+	}
+	mcpCall(t, sc, "spawn", map[string]any{"prompt": "keep a note", "tools": []any{"write_file"}}, &sp)
+	mcpCall(t, sc, "await", map[string]any{"handles": []any{sp.Handle}, "timeout_s": 60}, &parked)
+	if v := parked.Handles[0]; v.Status != "awaiting_approval" || len(v.Pending) != 1 || v.Pending[0].Tool != "write_file" {
+		t.Fatalf("second write: %+v", parked)
+	}
+	if out, errOut, code := dt.luft("approve", sp.Handle, "--allow"); code != 0 || !strings.Contains(out, "write_file") {
+		t.Fatalf("luft approve --allow: exit %d\n%s%s", code, out, errOut)
+	}
+	mcpCall(t, sc, "await", map[string]any{"handles": []any{sp.Handle}, "timeout_s": 60}, &after)
+	if v := after.Handles[0]; v.Status != "completed" || v.Output != "noted" {
+		t.Fatalf("after luft approve: %+v", after)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "note.txt")); err != nil || string(b) != "hello" {
+		t.Fatalf("note.txt after luft approve: %q %v", b, err)
 	}
 }
 
