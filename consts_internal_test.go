@@ -5,6 +5,7 @@ import (
 
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
 )
 
 // The package's own names of statuses and event types are the runtime's, spelled out so
@@ -13,6 +14,7 @@ func TestConstantsMatchTheRuntime(t *testing.T) {
 	for got, want := range map[Status]runtime.Status{
 		StatusRunning: runtime.StatusRunning, StatusCompleted: runtime.StatusCompleted, StatusFailed: runtime.StatusFailed,
 		StatusCancelled: runtime.StatusCancelled, StatusSuspended: runtime.StatusSuspended, StatusInterrupted: runtime.StatusInterrupted,
+		StatusAwaitingApproval: runtime.StatusAwaitingApproval,
 	} {
 		if string(got) != string(want) {
 			t.Errorf("status %q, the runtime's is %q", got, want)
@@ -27,9 +29,17 @@ func TestConstantsMatchTheRuntime(t *testing.T) {
 		EventWorkflowStarted: event.WorkflowStarted, EventWorkflowDone: event.WorkflowDone, EventConvergeStarted: event.ConvergeStarted,
 		EventConvergeDone: event.ConvergeDone, EventLog: event.Log, EventReport: event.Report, EventBudget: event.Budget,
 		EventRunSuspended: event.RunSuspended, EventRunDone: event.RunDone,
+		EventApprovalRequested: event.ApprovalRequested, EventApprovalDecided: event.ApprovalDecided,
 	} {
 		if string(got) != want {
 			t.Errorf("event type %q, the runtime's is %q", got, want)
+		}
+	}
+	for got, want := range map[string]string{
+		ApprovalPending: storage.ApprovalPending, ApprovalAllowed: storage.ApprovalAllowed, ApprovalDeclined: storage.ApprovalDeclined,
+	} {
+		if got != want {
+			t.Errorf("approval status %q, the store's is %q", got, want)
 		}
 	}
 }

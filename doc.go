@@ -21,9 +21,19 @@
 // of its calls is a model turn the scheduler admits, so Options.Concurrency bounds them
 // like any backend's.
 //
+// Approvals: a destructive tool call of an openai agent (write_file, edit_file, an MCP
+// tool marked destructiveHint, a command [tools] allow_commands does not name) under the
+// default [tools] approval = "ask" needs a person's yes. By default the Engine asks no
+// one: a destructive tool's call fails its agent call (*ApprovalError), and a command
+// not allowed is refused to the model. With Options.Approvals the
+// run parks instead (StatusAwaitingApproval, RunInfo.PendingApprovals,
+// EventApprovalRequested) until Engine.Approve answers; with Options.Approve the Engine
+// asks that function for each call as it comes.
+//
 // Errors that stop a run are typed for errors.As: *ScriptError (the script does not
 // compile or raised an error), *LimitError (a sandbox limit), *BudgetError (budget{}),
-// *DivergenceError (a resumed script asks for different calls than its journal) and
+// *DivergenceError (a resumed script asks for different calls than its journal),
+// *ApprovalError (an agent call needed an approval no one could give) and
 // *NotFoundError (no such run); cancellation and suspension match ErrCancelled,
 // ErrTimeout, ErrSuspended and ErrShutdown with errors.Is.
 //

@@ -36,6 +36,11 @@ const (
 	EventBudget           EventType = "budget"
 	EventRunSuspended     EventType = "run_suspended"
 	EventRunDone          EventType = "run_done"
+	// EventApprovalRequested: a tool call waits for an answer (Options.Approvals):
+	// "approval_id", "call_key", "tool", "arguments". EventApprovalDecided: it was
+	// answered: "approval_id", "call_key", "tool", "allow".
+	EventApprovalRequested EventType = "approval_requested"
+	EventApprovalDecided   EventType = "approval_decided"
 )
 
 // Event is one entry of a run's stream. Seq numbers a run's events from 1 without gaps;

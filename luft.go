@@ -49,6 +49,20 @@ type Options struct {
 	Clock Clock
 	// Caller is who this Engine's runs are fair-shared as in its scheduler; "" = "embed".
 	Caller string
+	// Approvals parks a destructive tool call under [tools] approval = "ask" (write_file,
+	// edit_file, an MCP tool marked destructiveHint, a command allow_commands does not
+	// name) until it is answered: the run shows StatusAwaitingApproval, its
+	// RunInfo.PendingApprovals list the call, an EventApprovalRequested says so, and
+	// Engine.Approve (or luft approve, over the same state dir) answers. Without it, and
+	// without Approve, a destructive tool's call fails its agent call (see ApprovalError)
+	// and a command not allowed is refused to the model, so a run never waits for an
+	// answer no one gives.
+	Approvals bool
+	// Approve, when set, is asked each pending approval of the Engine's runs as it comes
+	// (several may be asked at once); it implies Approvals. Its answer decides the call;
+	// an error or a panic declines it. Engine.Approve may still answer first. Its ctx
+	// ends when the run ends or the Engine closes; Close waits for it to return.
+	Approve ApproveFunc
 }
 
 // Clock is the time source an Engine waits on.
@@ -110,6 +124,9 @@ type Engine struct {
 	// mu is held for reading while a run starts, so Close sees every run started.
 	mu     sync.RWMutex
 	closed bool
+
+	// asking counts the goroutines that put approvals to Options.Approve.
+	asking sync.WaitGroup
 }
 
 // openDirs are the state dirs an open Engine of this process holds. Two Services over
@@ -209,6 +226,8 @@ func open(opts Options, dir string, cfg config.Config, set settings) (_ *Engine,
 		Clock:     opts.Clock,
 		Caller:    opts.Caller,
 		Events:    setup.EventLimits(cfg.Limits),
+		// The runs park a call that needs approval only where the program answers it.
+		AskApprovals: opts.Approvals || opts.Approve != nil,
 	})
 	if err != nil {
 		st.Close()
@@ -287,6 +306,7 @@ func (e *Engine) Close() error {
 		<-r.Done()
 	}
 	e.cancel()
+	e.asking.Wait()
 	err := errors.Join(e.backends.Close(), e.store.Close())
 	openDirs.Delete(e.dir)
 	return err

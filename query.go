@@ -31,6 +31,10 @@ type RunInfo struct {
 	ResumeAfter time.Time // when a suspended run can go on; zero otherwise
 	// Live is true while this Engine drives the run.
 	Live bool
+	// PendingApprovals are the run's tool calls waiting for an answer (Engine.Approve);
+	// while the run is driven and has any, Status is StatusAwaitingApproval. Status fills
+	// it; List leaves it empty.
+	PendingApprovals []Approval
 }
 
 // Status returns one run, by id or unique id prefix; a *NotFoundError when there is none.
@@ -47,6 +51,9 @@ func (e *Engine) Status(ctx context.Context, runID string) (RunInfo, error) {
 	}
 	out := infoOf(info.Run)
 	out.Live = info.Live
+	for _, a := range info.Pending {
+		out.PendingApprovals = append(out.PendingApprovals, approvalOf(a))
+	}
 	return out, nil
 }
 
@@ -65,7 +72,7 @@ func (e *Engine) List(ctx context.Context, o ListOptions) ([]RunInfo, error) {
 		return nil, fmt.Errorf("luft: List: Limit %d is negative (0 = all)", o.Limit)
 	}
 	switch o.Status {
-	case "", StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusSuspended, StatusInterrupted:
+	case "", StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusSuspended, StatusInterrupted, StatusAwaitingApproval:
 	default:
 		return nil, fmt.Errorf("luft: List: %q is not a run status", o.Status)
 	}

@@ -49,6 +49,9 @@ const (
 	StatusCancelled   Status = "cancelled"
 	StatusSuspended   Status = "suspended"
 	StatusInterrupted Status = "interrupted"
+	// StatusAwaitingApproval is a running run with a tool call waiting for a person's
+	// answer (Options.Approvals); Engine.Approve answers it.
+	StatusAwaitingApproval Status = "awaiting_approval"
 )
 
 // AgentCounts count a run's agent calls by outcome; Cached ones were answered from the
@@ -101,7 +104,7 @@ func (r *Run) Done() <-chan struct{} { return r.rt.Done() }
 // (errors.Is). The Result is filled either way.
 func (r *Run) Wait() (Result, error) {
 	res := r.rt.Wait()
-	return resultOf(res), typed(res.Err, r.rt.ID)
+	return resultOf(res), r.e.withApprovalError(r.rt, typed(res.Err, r.rt.ID))
 }
 
 // Events streams the events of this attempt of the run, in order, from its run_started
@@ -156,7 +159,7 @@ func (e *Engine) Start(ctx context.Context, s Script) (*Run, error) {
 	if err != nil {
 		return nil, typed(err, "")
 	}
-	return &Run{e: e, rt: rt}, nil
+	return e.run(rt), nil
 }
 
 // spec is the runtime's spec of s, with the Engine's defaults and the config's limits.
@@ -253,7 +256,15 @@ func (e *Engine) Resume(ctx context.Context, runID string, opts ...ResumeOptions
 	if err != nil {
 		return nil, typed(err, runID)
 	}
-	return &Run{e: e, rt: rt}, nil
+	return e.run(rt), nil
+}
+
+// run is rt as a *Run, its approvals put to Options.Approve when that is set.
+func (e *Engine) run(rt *runtime.Run) *Run {
+	if e.opts.Approve != nil {
+		e.watchApprovals(rt)
+	}
+	return &Run{e: e, rt: rt}
 }
 
 // Cancel stops a run by id: at once when this Engine drives it, otherwise by a request

@@ -203,8 +203,12 @@ end`)})
 			if res.Status != StatusCompleted || !strings.Contains(msg, "write_file is destructive and needs approval") {
 				t.Fatalf("run %s, report %v", res.Status, res.Report)
 			}
-			if len(ofType(collect(t, r), event.ApprovalRequested)) != 0 {
+			evs := collect(t, r)
+			if len(ofType(evs, event.ApprovalRequested)) != 0 {
 				t.Fatal("an approval was asked with no one to answer it")
+			}
+			if done := ofType(evs, event.AgentDone); len(done) != 1 || done[0].Data["approval_needed"] != "write_file" {
+				t.Fatalf("agent_done does not name the tool that needed approval: %v", done)
 			}
 		})
 	}

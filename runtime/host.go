@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
@@ -428,6 +429,12 @@ func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, 
 	}
 	if msg != "" {
 		data["error"] = msg
+	}
+	// A call that failed for want of a person's yes names the tool, so a caller (the Go
+	// API's *ApprovalError) can tell it from other failures without reading the message.
+	var ae *tools.ApprovalError
+	if errors.As(err, &ae) {
+		data["approval_needed"] = ae.Tool
 	}
 	h.emit(event.AgentDone, data)
 }
