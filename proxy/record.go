@@ -79,7 +79,7 @@ func (r *recorder) close() {
 
 // linger is how long the recorder gathers operations before it writes them: turns of
 // many runs then share a few commits instead of paying three each.
-const linger = 20 * time.Millisecond
+const linger = 50 * time.Millisecond
 
 // appender is a store that can queue events without waiting for their commit
 // (storage.SQLite), so the events of many runs go in one transaction.
