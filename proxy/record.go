@@ -38,6 +38,7 @@ type recOp struct {
 	runID  string
 	events []event.Event
 	update *storage.RunUpdate
+	synced chan struct{} // closed once everything queued before it is written
 }
 
 func newRecorder(store storage.Store, host RunHost, lg *log.Logger) *recorder {
@@ -112,7 +113,28 @@ func (r *recorder) loop() {
 		}
 		timer.Stop()
 		r.write(ctx, batch)
+		for _, op := range batch {
+			if op.synced != nil {
+				close(op.synced)
+			}
+		}
 	}
+}
+
+// sync waits until everything queued so far is written.
+func (r *recorder) sync() {
+	if r.store == nil {
+		return
+	}
+	done := make(chan struct{})
+	r.mu.RLock()
+	if r.closed {
+		r.mu.RUnlock()
+		return
+	}
+	r.ops <- recOp{synced: done}
+	r.mu.RUnlock()
+	<-done
 }
 
 func (r *recorder) write(ctx context.Context, batch []recOp) {
@@ -247,7 +269,7 @@ func (r *recorder) turnDone(ru *run, turn int, e turnEnd) {
 		update: &storage.RunUpdate{Usage: &usage, Cost: &cost, Agents: &counts}})
 }
 
-// runEnded records a run's end (it is stored completed) and unmarks it.
+// runEnded records a run's end (it is stored completed, or cancelled) and unmarks it.
 func (r *recorder) runEnded(ru *run, now time.Time, reason string) {
 	if ru.release != nil {
 		ru.release()
@@ -256,6 +278,9 @@ func (r *recorder) runEnded(ru *run, now time.Time, reason string) {
 		return
 	}
 	st := storage.StatusCompleted
+	if ru.cancelled {
+		st = storage.StatusCancelled
+	}
 	usage, cost := storage.Usage(ru.usage), ru.cost
 	counts := storage.AgentCounts{OK: ru.ok, Failed: ru.fail}
 	fin := now

@@ -57,6 +57,7 @@ func (t *turn) relay(resp *http.Response) relayed {
 	h := t.w.Header()
 	copyHeader(h, resp.Header)
 	t.w.WriteHeader(resp.StatusCode)
+	t.wrote = true
 	rc := http.NewResponseController(t.w)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	var (

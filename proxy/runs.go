@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"container/list"
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -30,6 +32,9 @@ type run struct {
 	ids       []*list.Element // its entries in table.toolOrder
 	release   func()
 	ended     bool
+	cancelled bool
+	// stops cancels the turns in flight, by turn number (luft cancel).
+	stops map[int]context.CancelCauseFunc
 }
 
 // toolEntry is one tool_call id a response of run handed out.
@@ -70,8 +75,9 @@ type joined struct {
 
 // join finds or starts the run of a turn and counts the turn in it. clientID is the
 // x-luft-run-id ("" = none), echoed the tool_call ids the request's messages carry (the
-// most recent first), cont whether its last message is a tool result.
-func (t *table) join(caller, clientID string, class agent.Class, model string, echoed []string, cont bool, now time.Time) joined {
+// most recent first), cont whether its last message is a tool result; stop, when set,
+// cancels the turn should the run be cancelled.
+func (t *table) join(caller, clientID string, class agent.Class, model string, echoed []string, cont bool, stop context.CancelCauseFunc, now time.Time) joined {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r *run
@@ -93,6 +99,12 @@ func (t *table) join(caller, clientID string, class agent.Class, model string, e
 	r.last = now
 	t.lru.MoveToBack(r.elem)
 	j := joined{run: r, id: r.id, turn: r.turns, continuation: cont && r.turns > 1, runStart: r.started}
+	if stop != nil {
+		if r.stops == nil {
+			r.stops = map[int]context.CancelCauseFunc{}
+		}
+		r.stops[j.turn] = stop
+	}
 	if j.continuation {
 		j.callStart = r.callStart
 	}
@@ -158,6 +170,7 @@ func (t *table) finish(j joined, e turnEnd, now time.Time) {
 	defer t.mu.Unlock()
 	r := j.run
 	r.inflight--
+	delete(r.stops, j.turn)
 	r.last = now
 	r.usage = r.usage.Add(e.usage)
 	r.cost += e.cost
@@ -234,6 +247,27 @@ func (t *table) endLocked(r *run, now time.Time, reason string) {
 	r.ids = nil
 	t.lru.Remove(r.elem)
 	t.rec.runEnded(r, now, reason)
+}
+
+// ErrRunCancelled is the cause of a turn whose run was cancelled (luft cancel, the
+// dashboard).
+var ErrRunCancelled = errors.New("its luft run was cancelled")
+
+// cancel ends the runs among ids that this table holds, stopping their turns in flight.
+func (t *table) cancel(ids []string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		r := t.byID[id]
+		if r == nil {
+			continue
+		}
+		r.cancelled = true
+		for _, stop := range r.stops {
+			stop(ErrRunCancelled)
+		}
+		t.endLocked(r, now, "cancelled by request")
+	}
 }
 
 // expire ends the runs with no turn in flight and none for ttl.

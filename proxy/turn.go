@@ -140,7 +140,10 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	echoed, cont := req.echoed()
-	j := p.runs.join(caller, clientRun, class, req.Model, echoed, cont, now)
+	ctx, stop := context.WithCancelCause(r.Context())
+	defer stop(nil)
+	r = r.WithContext(ctx)
+	j := p.runs.join(caller, clientRun, class, req.Model, echoed, cont, stop, now)
 	w.Header().Set("x-luft-run", j.id)
 	maxOut := 0
 	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
@@ -210,6 +213,7 @@ type turn struct {
 	lane   string
 	start  time.Time
 	estIn  int
+	wrote  bool // the response has begun
 }
 
 // sendError is an upstream that gave no response. Its StatusCode of 0 tells the
@@ -243,8 +247,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			o := scheduler.Outcome{Err: &sendError{backend: up.Name, err: err}}
 			if ctx.Err() != nil {
 				permit.Done(scheduler.Outcome{Err: context.Cause(ctx)})
-				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
-				return end
+				return t.stopped(end)
 			}
 			next, serr := scheduler.Finish(ctx, permit, o)
 			if next != nil {
@@ -252,8 +255,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 				continue
 			}
 			if ctx.Err() != nil {
-				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
-				return end
+				return t.stopped(end)
 			}
 			msg := fmt.Sprintf("luft could not reach backend %q at %s: %v", up.Name, baseOf(up, replica), err)
 			if serr != nil {
@@ -275,8 +277,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 				continue
 			}
 			if ctx.Err() != nil {
-				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
-				return end
+				return t.stopped(end)
 			}
 			copyHeader(t.w.Header(), resp.Header)
 			t.w.Header().Set("Content-Length", strconv.Itoa(len(failed)))
@@ -320,6 +321,20 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 	}
 }
 
+// stopped ends a turn whose context ended: the client went away, or its run was
+// cancelled (then a client still waiting is told so, unless its answer had begun).
+func (t *turn) stopped(end turnEnd) turnEnd {
+	end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
+	if errors.Is(context.Cause(t.r.Context()), ErrRunCancelled) {
+		end.errMsg = "its run was cancelled"
+		if !t.wrote {
+			writeError(t.w, http.StatusConflict, "invalid_request_error", "run_cancelled",
+				fmt.Sprintf("luft run %s was cancelled (luft cancel or the dashboard): start a new run", t.j.id))
+		}
+	}
+	return end
+}
+
 // refused answers a turn the scheduler would not admit.
 func (t *turn) refused(err error) turnEnd {
 	end := turnEnd{status: string(agent.StatusError), errMsg: err.Error()}
@@ -329,7 +344,7 @@ func (t *turn) refused(err error) turnEnd {
 	)
 	switch {
 	case t.r.Context().Err() != nil:
-		end.status, end.errMsg = string(agent.StatusCancelled), "the client went away while the turn waited"
+		return t.stopped(end)
 	case errors.As(err, &se):
 		wait := max(se.Until.Sub(t.p.opts.Clock.Now()), 0)
 		secs := int((wait + time.Second - 1) / time.Second)
