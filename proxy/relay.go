@@ -177,6 +177,12 @@ func parseEvent(line []byte, res *relayed) {
 	if len(data) == 0 || data[0] != '{' {
 		return // [DONE]
 	}
+	if !bytes.Contains(data, []byte(`"tool_calls"`)) && !bytes.Contains(data, []byte(`"usage":{`)) &&
+		!bytes.Contains(data, []byte(`"usage": {`)) {
+		// Most chunks carry a few characters of text: count them without decoding.
+		res.outBytes += contentLen(data)
+		return
+	}
 	var c struct {
 		Choices []struct {
 			Delta struct {
@@ -201,4 +207,25 @@ func parseEvent(line []byte, res *relayed) {
 			}
 		}
 	}
+}
+
+// contentKey starts the text of a chunk's delta.
+var contentKey = []byte(`"content":"`)
+
+// contentLen is the length of the first "content" string of a chunk, as it is escaped.
+func contentLen(data []byte) int {
+	i := bytes.Index(data, contentKey)
+	if i < 0 {
+		return 0
+	}
+	rest := data[i+len(contentKey):]
+	for j := 0; j < len(rest); j++ {
+		switch rest[j] {
+		case '\\':
+			j++
+		case '"':
+			return j
+		}
+	}
+	return len(rest)
 }
