@@ -107,7 +107,7 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("x-luft-class %q: use interactive or batch", hdr[2]))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBody))
+	body, err := readBody(w, r, p.opts.MaxBody)
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
@@ -159,6 +159,20 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.id, callKey(j.turn))})
 	end.elapsed = p.opts.Clock.Now().Sub(now)
 	p.runs.finish(j, end, p.opts.Clock.Now())
+}
+
+// readBody reads a request body of at most limit bytes, in one allocation when the
+// request says its length.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(rd)
 }
 
 // upstreamOf is the upstream serving model, nil when none does.
