@@ -307,7 +307,10 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 		}
 		res := t.relay(resp)
 		resp.Body.Close()
-		usage := res.usage(t.estIn)
+		var usage agent.Usage
+		if resp.StatusCode == http.StatusOK {
+			usage = res.usage(t.estIn) // a refused request is not billed
+		}
 		o := scheduler.Outcome{Usage: usage, Header: resp.Header, StatusCode: resp.StatusCode}
 		end.usage = usage
 		end.cost = (float64(usage.Input)*up.PriceInPerMTok + float64(usage.Output)*up.PriceOutPerMTok) / 1e6
