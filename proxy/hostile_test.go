@@ -170,3 +170,30 @@ func TestAuth(t *testing.T) {
 		t.Fatalf("a key reached the log: %s", logs.String())
 	}
 }
+
+// TestSecretNeverForwarded: the daemon's token, which the daemon checks, is dropped when
+// a client sends it as its Authorization; other keys pass.
+func TestSecretNeverForwarded(t *testing.T) {
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"ok"}}]}`)
+	}))
+	defer up.Close()
+	_, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Secret: "daemon-tok"})
+	for _, auth := range []string{"Bearer daemon-tok", "Bearer sk-own"} {
+		req, _ := http.NewRequest("POST", front+"/v1/chat/completions", strings.NewReader(hello2))
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("%s: HTTP %d (Secret is not checked)", auth, resp.StatusCode)
+		}
+	}
+	if strings.Join(got, "|") != "|Bearer sk-own" {
+		t.Fatalf("upstream saw Authorization %q", got)
+	}
+}

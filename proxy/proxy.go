@@ -68,6 +68,10 @@ type Options struct {
 	// Token, when set, must come with every request as x-luft-token (or Authorization:
 	// Bearer): a proxy listening beyond loopback.
 	Token string
+	// Secret is a token the proxy does not check but never passes upstream either (the
+	// daemon's, which the daemon checks itself): an Authorization header carrying it is
+	// dropped. Token implies it.
+	Secret string
 	// Transport sends the upstream requests; default a transport tuned for many
 	// concurrent streams to few hosts.
 	Transport http.RoundTripper
@@ -132,6 +136,9 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
+	}
+	if opts.Secret == "" {
+		opts.Secret = opts.Token
 	}
 	if opts.Transport == nil {
 		opts.Transport = &http.Transport{

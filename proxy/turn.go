@@ -433,7 +433,7 @@ func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string
 	switch auth := t.r.Header.Get("Authorization"); {
 	case up.APIKey != "":
 		req.Header.Set("Authorization", "Bearer "+up.APIKey)
-	case t.p.opts.Token != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == t.p.opts.Token:
+	case t.p.opts.Secret != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == t.p.opts.Secret:
 		req.Header.Del("Authorization") // luft's own token never leaves
 	}
 	return t.p.client.Do(req)
