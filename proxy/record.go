@@ -219,7 +219,7 @@ func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
 	spec, _ := json.Marshal(map[string]any{"proxy": map[string]string{"caller": ru.caller, "model": ru.model, "run": ru.clientID}})
 	row := storage.Run{ID: ru.id, Workflow: workflowOf(ru), Status: storage.StatusRunning, Attempt: 1, PID: r.pid,
 		CreatedAt: now, Spec: spec}
-	args := map[string]any{"caller": ru.caller, "model": ru.model, "class": string(ru.class)}
+	args := map[string]any{"caller": ru.caller, "backend": ru.backend, "model": ru.model, "class": string(ru.class)}
 	if ru.clientID != "" {
 		args["run"] = ru.clientID
 	}
@@ -232,12 +232,12 @@ func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
 }
 
 // turnStarted records agent_started for a turn.
-func (r *recorder) turnStarted(ru *run, turn int, class agent.Class, model string, cont bool, now time.Time) {
+func (r *recorder) turnStarted(ru *run, turn int, class agent.Class, backend, model string, cont bool, now time.Time) {
 	if r.store == nil {
 		return
 	}
 	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.AgentStarted, map[string]any{
-		"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "backend": "proxy", "model": model,
+		"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "backend": backend, "model": model,
 		"class": string(class), "continuation": cont})}})
 }
 
@@ -256,7 +256,7 @@ func (r *recorder) turnDone(ru *run, turn int, e turnEnd) {
 	}
 	data := map[string]any{"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "status": e.status,
 		"cached": false, "tokens": e.usage.Total(), "usage": e.usage, "elapsed_ms": e.elapsed.Milliseconds(),
-		"wait_ms": e.wait.Milliseconds(), "attempts": e.attempts, "backend": "proxy", "model": ru.model}
+		"wait_ms": e.wait.Milliseconds(), "attempts": e.attempts, "backend": e.backend, "model": ru.model}
 	if e.cost > 0 {
 		data["cost"] = e.cost
 	}

@@ -16,6 +16,7 @@ type run struct {
 	id       string // luft's run id (stored)
 	clientID string // x-luft-run-id, "" when recognised by tool_call ids
 	caller   string
+	backend  string // the upstream of its first turn
 	model    string
 	class    agent.Class
 	started  time.Time
@@ -77,7 +78,7 @@ type joined struct {
 // x-luft-run-id ("" = none), echoed the tool_call ids the request's messages carry (the
 // most recent first), cont whether its last message is a tool result; stop, when set,
 // cancels the turn should the run be cancelled.
-func (t *table) join(caller, clientID string, class agent.Class, model string, echoed []string, cont bool, stop context.CancelCauseFunc, now time.Time) joined {
+func (t *table) join(caller, clientID string, class agent.Class, backend, model string, echoed []string, cont bool, stop context.CancelCauseFunc, now time.Time) joined {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r *run
@@ -92,7 +93,7 @@ func (t *table) join(caller, clientID string, class agent.Class, model string, e
 		}
 	}
 	if r == nil {
-		r = t.startLocked(caller, clientID, class, model, now)
+		r = t.startLocked(caller, clientID, class, backend, model, now)
 	}
 	r.turns++
 	r.inflight++
@@ -108,12 +109,12 @@ func (t *table) join(caller, clientID string, class agent.Class, model string, e
 	if j.continuation {
 		j.callStart = r.callStart
 	}
-	t.rec.turnStarted(r, j.turn, class, model, j.continuation, now)
+	t.rec.turnStarted(r, j.turn, class, backend, model, j.continuation, now)
 	return j
 }
 
 // startLocked begins a run.
-func (t *table) startLocked(caller, clientID string, class agent.Class, model string, now time.Time) *run {
+func (t *table) startLocked(caller, clientID string, class agent.Class, backend, model string, now time.Time) *run {
 	for len(t.byID) >= t.maxRuns {
 		var victim *run
 		for e := t.lru.Front(); e != nil; e = e.Next() {
@@ -131,7 +132,7 @@ func (t *table) startLocked(caller, clientID string, class agent.Class, model st
 	if err != nil {
 		id = uuid.New()
 	}
-	r := &run{id: id.String(), clientID: clientID, caller: caller, model: model, class: class, started: now, last: now}
+	r := &run{id: id.String(), clientID: clientID, caller: caller, backend: backend, model: model, class: class, started: now, last: now}
 	r.elem = t.lru.PushBack(r)
 	t.byID[r.id] = r
 	if clientID != "" {
@@ -160,6 +161,7 @@ type turnEnd struct {
 	cost     float64
 	elapsed  time.Duration
 	wait     time.Duration // queued in luft before the first admission
+	backend  string        // the upstream that answered (a fallback's name when it did)
 	attempts int
 	ids      []string // tool_call ids the response handed out
 }

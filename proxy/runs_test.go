@@ -303,7 +303,7 @@ func TestToolIDTableBounded(t *testing.T) {
 	tb := newTable(3, 4, newRecorder(nil, nil, nil))
 	now := time.Now()
 	for i := 0; i < 10; i++ {
-		j := tb.join("c", "", "interactive", "m", nil, false, nil, now)
+		j := tb.join("c", "", "interactive", "b", "m", nil, false, nil, now)
 		tb.finish(j, turnEnd{ok: true, ids: []string{"a" + string(rune('0'+i)), "b" + string(rune('0'+i))}}, now)
 	}
 	runs, ids := tb.size()
@@ -311,7 +311,7 @@ func TestToolIDTableBounded(t *testing.T) {
 		t.Fatalf("table grew past its bounds: %d runs, %d ids", runs, ids)
 	}
 	// The newest ids still lead to their run.
-	j := tb.join("c", "", "interactive", "m", []string{"b9"}, true, nil, now)
+	j := tb.join("c", "", "interactive", "b", "m", []string{"b9"}, true, nil, now)
 	if j.turn != 2 || !j.continuation {
 		t.Fatalf("newest id lost: %+v", j)
 	}

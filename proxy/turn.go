@@ -143,7 +143,7 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 	ctx, stop := context.WithCancelCause(r.Context())
 	defer stop(nil)
 	r = r.WithContext(ctx)
-	j := p.runs.join(caller, clientRun, class, req.Model, echoed, cont, stop, now)
+	j := p.runs.join(caller, clientRun, class, up.Name, req.Model, echoed, cont, stop, now)
 	w.Header().Set("x-luft-run", j.id)
 	maxOut := 0
 	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
@@ -251,11 +251,12 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 	if err != nil {
 		return t.refused(err)
 	}
-	end := turnEnd{wait: p.opts.Clock.Now().Sub(t.start)}
+	end := turnEnd{wait: p.opts.Clock.Now().Sub(t.start), backend: t.up.Name}
 	p.runs.admitted(t.j, p.opts.Clock.Now())
 	for {
 		end.attempts++
 		up, replica, model := t.target(permit)
+		end.backend = up.Name
 		resp, err := t.send(ctx, up, replica, model)
 		if err != nil {
 			o := scheduler.Outcome{Err: &sendError{backend: up.Name, err: err}}
@@ -354,7 +355,7 @@ func (t *turn) stopped(end turnEnd) turnEnd {
 
 // refused answers a turn the scheduler would not admit.
 func (t *turn) refused(err error) turnEnd {
-	end := turnEnd{status: string(agent.StatusError), errMsg: err.Error()}
+	end := turnEnd{status: string(agent.StatusError), errMsg: err.Error(), backend: t.up.Name}
 	var (
 		se *scheduler.SuspendError
 		re *scheduler.RefuseError
