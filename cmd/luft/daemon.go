@@ -20,6 +20,7 @@ import (
 	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/proxy"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/spf13/cobra"
@@ -275,15 +276,23 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	}
 	defer st.Close()
 	gate := daemon.NewGate()
+	var sched scheduler.Scheduler
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
 		func(o *runtime.Options) {
 			// Hosted runs park a call that needs approval: an MCP client or POST
 			// /api/runs/{id}/approve answers it.
 			o.Caller, o.Scheduler, o.AskApprovals = "daemon", gate.Wrap(o.Scheduler), true
+			sched = o.Scheduler
 		})
 	if err != nil {
 		return err
 	}
+	var px *proxy.Proxy
+	defer func() {
+		if px != nil {
+			px.Close()
+		}
+	}()
 	v, _ := buildVersion()
 	d, err := daemon.New(daemon.Options{
 		StateDir: dir, Service: svc, Store: st, Version: v, Listen: f.listen, Token: e.getenv("LUFT_TOKEN"),
@@ -293,7 +302,17 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 			readyFD(e, info)
 		},
 		Mounts: func(d *daemon.Daemon) []daemon.Mount {
-			return mcpMounts(d, svc, v, logw, cfg)
+			mounts := mcpMounts(d, svc, v, logw, cfg)
+			// The proxy door at /v1/: its turns go through the daemon's one scheduler.
+			ups, def := proxy.FromConfig(cfg, e.getenv)
+			p, err := proxy.New(proxy.Options{Upstreams: ups, Default: def, Scheduler: sched, Store: st, Host: svc, Log: logw,
+				Secret: d.Token(), IdleTTL: cfg.Proxy.IdleTimeout, MaxBody: cfg.Proxy.MaxBody})
+			if err != nil {
+				fmt.Fprintf(logw, "luft: proxy: %v\n", err)
+				return mounts
+			}
+			px = p
+			return append(mounts, daemon.Mount{Pattern: "/v1/", Handler: p, OpenOnLoopback: true})
 		},
 	})
 	if err != nil {
