@@ -530,7 +530,9 @@ end`})
 func TestDaemonSharedRateLimit(t *testing.T) {
 	t.Parallel()
 	wf := `function main()
-  local got = parallel({1, 2, 3, 4, 5, 6, 7, 8}, function(i) return agent{prompt = "item " .. i}.ok end)
+  local items = {}
+  for i = 1, 16 do items[i] = i end
+  local got = parallel(items, function(i) return agent{prompt = "item " .. i}.ok end)
   report(#got)
 end`
 	count429 := func(engine *testkit.Engine) (n, total int) {
@@ -549,7 +551,7 @@ end`
 				cmd := exec.Command(luftBinary(t), "--state-dir", dt.state, "run", "-q", "-w", "wf.lua")
 				cmd.Dir, cmd.Env = dt.dir, testEnv(nil, dt.env...)
 				out, err := cmd.CombinedOutput()
-				if err != nil || strings.TrimSpace(string(out)) != "8" {
+				if err != nil || strings.TrimSpace(string(out)) != "16" {
 					errs <- fmt.Sprintf("run: %v\n%s", err, out)
 					return
 				}
