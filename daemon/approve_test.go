@@ -143,7 +143,9 @@ func TestDashboardApproval(t *testing.T) {
 		chromedp.Navigate("http://"+addr+"/#/runs/"+id),
 		until(`document.querySelector('#run-status').textContent === 'awaiting_approval'`),
 		until(`!document.querySelector('#approvals').hidden && document.querySelector('#approvals-list').textContent.includes('n.txt')`),
-		chromedp.Click(chromedp.CSS(`#approvals-list button[data-allow="true"]`)),
+		// Clicked in the page in one step: the list is redrawn as events arrive, so a
+		// node looked up first and clicked after may be gone by then.
+		until(`(() => { const b = document.querySelector('#approvals-list button[data-allow="true"]'); if (!b) return false; b.click(); return true; })()`),
 		until(`document.querySelector('#run-status').textContent === 'completed'`),
 		until(`document.querySelector('#approvals').hidden`),
 	); err != nil {
