@@ -31,6 +31,15 @@ type bucket struct {
 	known bool
 	full  time.Time // when the server last said the bucket is full again
 
+	// The refill rate a reading allows: its remaining count is floored and its reset
+	// rounded, so one reading bounds the rate to [lo, hi], and the bounds of all
+	// readings since the limit last changed narrow it (hi 0 = no upper bound yet). A
+	// continuous bucket's readings always agree; a fixed window's do not (its reset is
+	// the window's end, whatever is left), and then fixed is set: nothing refills
+	// before the reported reset, and then all of it.
+	lo, hi float64
+	fixed  bool
+
 	flight  []flight // unsettled reservations in admission order, from fhead
 	fhead   int
 	pending float64 // sum of the unsettled, unfinished reservations
@@ -84,9 +93,13 @@ func (b *bucket) levelAt(now time.Time) (lvl float64, ok bool) {
 	switch {
 	case b.rate > 0 && b.limit > 0:
 		return min(b.limit, b.level+b.rate*dt), true
-	case !b.full.IsZero() && !now.Before(b.full):
+	case b.full.After(b.at) && !now.Before(b.full):
+		// The reported reset came after the level was last materialised (turns
+		// admitted since then are part of the level). Turns admitted before it and not
+		// yet settled may reach a fixed window only after it rolled over: they still
+		// count.
 		if b.limit > 0 {
-			return b.limit, true
+			return b.limit - b.pending - b.keptSum, true
 		}
 		return 0, false // refilled to an unknown capacity
 	}
@@ -233,24 +246,18 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 		if b.cfgPerMin > 0 {
 			l = min(l, b.cfgPerMin)
 		}
+		if l != b.limit {
+			b.lo, b.hi, b.fixed = 0, 0, false // a new limit: start the rate afresh
+		}
 		b.limit = l
 		// OpenAI and Anthropic report the time until the bucket is full, so the
-		// refill rate is what is missing over that time. Readings a few
-		// milliseconds from full carry little information and are skipped once a
-		// rate is known.
+		// refill rate is what is missing over that time.
 		if rl.HasRemaining && !rl.Reset.IsZero() && rl.Limit > rl.Remaining {
-			if t := rl.Reset.Sub(now).Seconds(); t > 0 && (b.rate == 0 || t >= 0.5) {
-				sample := float64(rl.Limit-rl.Remaining) / t
-				if b.rate == 0 {
-					b.rate = sample
-				} else {
-					b.rate = 0.5*b.rate + 0.5*sample
-				}
+			if t := rl.Reset.Sub(now).Seconds(); t > 0 {
+				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds())
 			}
 		}
-		if b.rate == 0 {
-			b.rate = l / 60 // a limit with no other clue is per minute
-		}
+		b.rate = b.refillRate()
 		if b.cfgPerMin > 0 {
 			b.rate = min(b.rate, b.cfgPerMin/60)
 		}
@@ -258,6 +265,44 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 	if !rl.Reset.IsZero() {
 		b.full = rl.Reset
 	}
+}
+
+// fixedSlack is how far a reading's lower bound on the rate may pass another's upper
+// bound before the bucket counts as a fixed window rather than rounding beyond the
+// reset's stated grain.
+const fixedSlack = 1.1
+
+// sample narrows the rate bounds with one reading: missing (limit − remaining) short of
+// full, full again in t seconds, the reset rounded up to grain. The remaining count is
+// floored, so the level was in [remaining, remaining + 1): missing − 1 < what refills
+// ≤ missing, over a time in (t − grain, t].
+func (b *bucket) sample(missing, t, grain float64) {
+	if grain <= 0 {
+		grain = 0.01
+	}
+	b.lo = max(b.lo, (missing-1)/t)
+	if t > grain {
+		if hi := missing / (t - grain); b.hi == 0 || hi < b.hi {
+			b.hi = hi
+		}
+	}
+	if b.hi > 0 && b.lo > fixedSlack*b.hi {
+		b.fixed = true
+	}
+}
+
+// refillRate is the rate the level is dead-reckoned with: none for a fixed window (it
+// refills at its reset), else a limit per minute, OpenAI's and Anthropic's unit, as long
+// as the readings allow it, else the nearest rate they allow.
+func (b *bucket) refillRate() float64 {
+	if b.fixed || b.limit <= 0 {
+		return 0
+	}
+	r := max(b.limit/60, b.lo)
+	if b.hi > 0 {
+		r = min(r, b.hi)
+	}
+	return r
 }
 
 // observe learns the limit and refill rate from a response and, when it reports the

@@ -267,3 +267,51 @@ func TestBucketEarlyReadingKeepsUnseenTurns(t *testing.T) {
 		t.Fatalf("level %v after turn 1 used 1400 of its 1500, want 3500", lvl)
 	}
 }
+
+// A floored remaining count and a rounded reset bound the refill rate; readings that
+// cannot come from one continuous bucket mark a fixed window, which refills only at its
+// reported reset, and turns admitted after that reset stay debited.
+func TestBucketRateBoundsAndFixedWindows(t *testing.T) {
+	rl := func(remaining int64, reset float64) RateLimit {
+		return RateLimit{Limit: 30, HasLimit: true, Remaining: remaining, HasRemaining: true,
+			Reset: sec(reset), grain: 10 * time.Millisecond}
+	}
+	// Continuous, 0.5 a second: remaining 0 with the level anywhere in [0, 1).
+	b := newBucket(0)
+	b.learn(rl(0, 59.2), t0)
+	b.learn(rl(0, 58.05), t0)
+	if !near(b.rate, 0.5) || b.fixed {
+		t.Fatalf("continuous readings: rate %v fixed %v, want 0.5 (a limit per minute, within the bounds)", b.rate, b.fixed)
+	}
+	// A limit per minute the readings rule out: the nearest rate they allow.
+	b = newBucket(0)
+	b.learn(rl(0, 10), t0) // refills at least 2.9 a second
+	if !near(b.rate, 2.9) || b.fixed {
+		t.Fatalf("rate %v fixed %v, want the lower bound 2.9", b.rate, b.fixed)
+	}
+	// A fixed window ending at 50 s: the reset stays put while the remaining count falls.
+	b = newBucket(0)
+	b.learn(rl(28, 50), t0)
+	b.learn(rl(5, 49), sec(1))
+	if !b.fixed || b.rate != 0 {
+		t.Fatalf("fixed-window readings: fixed %v rate %v", b.fixed, b.rate)
+	}
+	b.debit(1, 1, 0, sec(1))
+	b.observe(1, rl(0, 50), 1, 0, sec(10), sec(10))
+	if fit, at := b.fits(1, sec(20)); fit || !at.Equal(sec(50)) {
+		t.Fatalf("fits(1) at 20 s = %v, %v; want a wait for the window's end at 50 s", fit, at)
+	}
+	b.debit(2, 1, 0, sec(49)) // sent before the window ends, unanswered
+	if lvl, _ := b.levelAt(sec(50)); !near(lvl, 29) {
+		t.Fatalf("level at the reset %v, want 30 less the unanswered turn", lvl)
+	}
+	b.debit(3, 1, 0, sec(51))
+	if lvl, _ := b.levelAt(sec(52)); !near(lvl, 28) {
+		t.Fatalf("level after a turn admitted past the reset %v, want 28", lvl)
+	}
+	// A new limit starts the rate afresh.
+	b.learn(RateLimit{Limit: 60, HasLimit: true}, sec(53))
+	if b.fixed || !near(b.rate, 1) {
+		t.Fatalf("after a new limit: fixed %v rate %v", b.fixed, b.rate)
+	}
+}
