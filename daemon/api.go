@@ -135,9 +135,14 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 			}
 		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if tok := r.Header.Get("X-Luft-Token"); tok != "" {
+			// A door whose clients send their own Authorization upstream (the proxy)
+			// takes the token in this header instead.
+			got, ok = tok, true
+		}
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(d.token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="luft"`)
-			apiError(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer <token> (LUFT_TOKEN, or the file %s in the state dir)", TokenFile)
+			apiError(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer <token> or x-luft-token: <token> (LUFT_TOKEN, or the file %s in the state dir)", TokenFile)
 			return
 		}
 		mux.ServeHTTP(w, r)

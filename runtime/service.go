@@ -60,8 +60,9 @@ type Options struct {
 type Service struct {
 	opts Options
 
-	mu   sync.Mutex
-	live map[string]*Run // runs driven by this process
+	mu     sync.Mutex
+	live   map[string]*Run // runs driven by this process
+	hosted map[string]int  // runs a door of this process drives without a script (Host)
 }
 
 // New returns a Service.
@@ -98,7 +99,26 @@ func New(opts Options) (*Service, error) {
 	if opts.PID == 0 {
 		opts.PID = os.Getpid()
 	}
-	return &Service{opts: opts, live: map[string]*Run{}}, nil
+	return &Service{opts: opts, live: map[string]*Run{}, hosted: map[string]int{}}, nil
+}
+
+// Host marks run id as driven by this process though no script of this Service drives it
+// (a run of the proxy door, whose agent keeps its own loop), so Status and List show it
+// running rather than interrupted; call release when the run ends.
+func (s *Service) Host(id string) (release func()) {
+	s.mu.Lock()
+	s.hosted[id]++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.hosted[id]--; s.hosted[id] <= 0 {
+				delete(s.hosted, id)
+			}
+			s.mu.Unlock()
+		})
+	}
 }
 
 // Spec says what to run. It is stored with the run, so a resume runs it the same way.
@@ -553,6 +573,7 @@ func (s *Service) alive(id string, pid int) bool {
 	if pid == s.opts.PID {
 		s.mu.Lock()
 		_, ok := s.live[id]
+		ok = ok || s.hosted[id] > 0
 		s.mu.Unlock()
 		return ok
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/proxy"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/spf13/cobra"
@@ -264,11 +265,21 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	}
 	defer st.Close()
 	gate := daemon.NewGate()
+	var sched scheduler.Scheduler
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
-		func(o *runtime.Options) { o.Caller, o.Scheduler = "daemon", gate.Wrap(o.Scheduler) })
+		func(o *runtime.Options) {
+			o.Caller, o.Scheduler = "daemon", gate.Wrap(o.Scheduler)
+			sched = o.Scheduler
+		})
 	if err != nil {
 		return err
 	}
+	var px *proxy.Proxy
+	defer func() {
+		if px != nil {
+			px.Close()
+		}
+	}()
 	v, _ := buildVersion()
 	d, err := daemon.New(daemon.Options{
 		StateDir: dir, Service: svc, Store: st, Version: v, Listen: f.listen, Token: e.getenv("LUFT_TOKEN"),
@@ -289,6 +300,17 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 		},
 		Ready: func(info daemon.Info) {
 			readyFD(e, info)
+		},
+		Mounts: func(*daemon.Daemon) []daemon.Mount {
+			// The proxy door at /v1/: its turns go through the daemon's one scheduler.
+			ups, def := proxy.FromConfig(cfg, e.getenv)
+			p, err := proxy.New(proxy.Options{Upstreams: ups, Default: def, Scheduler: sched, Store: st, Host: svc, Log: logw})
+			if err != nil {
+				fmt.Fprintf(logw, "luft: proxy: %v\n", err)
+				return nil
+			}
+			px = p
+			return []daemon.Mount{{Pattern: "/v1/", Handler: p, OpenOnLoopback: true}}
 		},
 	})
 	if err != nil {

@@ -68,7 +68,8 @@ func newRootCmd(e *env) *cobra.Command {
 	})
 	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e), newBackendCmd(e, g),
 		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g),
-		newClearCmd(e, g), newGenerateCmd(e, g), newSkillDumpCmd(e), newDaemonCmd(e, g), newAttachCmd(e, g))
+		newClearCmd(e, g), newGenerateCmd(e, g), newSkillDumpCmd(e), newDaemonCmd(e, g), newAttachCmd(e, g),
+		newProxyCmd(e, g))
 	// luft --version, as Luft has it; the same line as luft version.
 	root.Version = "-"
 	root.SetVersionTemplate(versionLine())

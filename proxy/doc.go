@@ -1,0 +1,42 @@
+// Package proxy is luft's OpenAI-compatible door for agents that keep their own tool loop
+// (the openai SDKs, the Agents SDK, LangGraph, Codex with a custom provider): point their
+// base_url at it and every turn they send is admitted by the same scheduler luft's own
+// runs use — continuations first, fair shares across callers, rate-limit budgets learned
+// from the upstream's headers and respected before a 429, replica affinity, fallback
+// lanes — and shows up as a run in luft list, luft status and the dashboard.
+//
+// Endpoints: POST /v1/chat/completions (streamed or not), GET /v1/models (the models of
+// the configured upstreams) and DELETE /v1/runs/{id}. The upstream of a request is the
+// configured backend whose model the request names (a backend without a model takes
+// any model when it is the default). Requests and responses pass through unchanged:
+// the raw body goes upstream (it is only rewritten when the scheduler routes a turn to
+// a fallback backend that serves another model), the upstream's status, headers and
+// body come back as sent, and a stream is forwarded chunk by chunk as it arrives. A
+// 429 or 5xx is retried inside luft as the scheduler decides (after the server's wait,
+// at the turn's rank), so a client sees an upstream error only once luft has given up.
+//
+// Runs. A request names its run with x-luft-run-id; without one, a request whose
+// messages echo the tool_call ids of an earlier response belongs to that response's
+// run, and any other request begins a new run. Run ids are scoped by caller
+// (x-luft-caller), so one caller cannot add turns to another's run by naming its id. A
+// turn whose last message is a tool result is a continuation: it ranks by the admission
+// of the turn that began its tool loop, ahead of new work. x-luft-class (interactive or
+// batch) sets the class. DELETE /v1/runs/{id} ends a run at once; a run with no turn
+// for Options.IdleTTL ends by itself. The tables of runs and tool_call ids are bounded
+// (least recently used runs end first). Each run is stored as a luft run named
+// proxy:<caller> (proxy:<model> without a caller) with an agent_started and agent_done
+// event per turn (tokens, cost, the wait in luft's queue); the response says which run
+// a turn joined in the x-luft-run header.
+//
+// Auth. The client's Authorization header goes upstream unless the backend's config
+// names a key (api_key_env), which then replaces it. When Options.Token is set (a proxy
+// listening beyond loopback), each request must carry it as x-luft-token (or as
+// Authorization: Bearer, which is then not sent upstream). Keys and tokens are never
+// logged nor forwarded to anyone but the upstream they belong to.
+//
+// Hostile input is refused with an OpenAI-style error body: bodies over Options.MaxBody
+// (413), malformed JSON or a request without model or messages (400), an unknown model
+// (404, naming the configured ones), x-luft-* header values that are too long or invalid
+// (400); an upstream that cannot be reached is a 502 naming the backend. A client that
+// goes away cancels its upstream request and frees its slot.
+package proxy

@@ -1,0 +1,343 @@
+package proxy
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/luft-run/luft/scheduler"
+	"github.com/luft-run/luft/storage"
+)
+
+// Upstream is one OpenAI-compatible backend the proxy sends turns to: a [backends.NAME]
+// of type openai.
+type Upstream struct {
+	Name     string   // the backend id; its scheduler lane is Name/model
+	BaseURL  string   // ends in /v1, as OpenAI clients expect
+	Replicas []string // further base URLs serving the same model
+	Model    string   // the model it serves; "" = whatever model a request names
+	// APIKey, when set, is luft's key for the backend: it replaces the client's
+	// Authorization header.
+	APIKey   string
+	Fallback string // the backend that takes this one's turns while its circuit is open
+	// Prices in currency units per million tokens, for the runs' cost.
+	PriceInPerMTok, PriceOutPerMTok float64
+}
+
+// RunHost is what the proxy needs of the runtime for its runs to show as running in
+// list and status (runtime.Service implements it).
+type RunHost interface {
+	// Host marks run id as driven by this process until release is called.
+	Host(id string) (release func())
+	// List lists runs as status shows them (interrupted: running, process gone).
+	List(ctx context.Context, opts storage.ListOptions) ([]storage.Run, error)
+}
+
+// Options configure a Proxy.
+type Options struct {
+	Upstreams []Upstream
+	// Default names the upstream that takes a model no upstream names, when that
+	// upstream has no model of its own; "" = such requests are refused.
+	Default string
+	// Scheduler admits every turn: the process's one scheduler (required).
+	Scheduler scheduler.Scheduler
+	// Store records the proxy's runs and their turns; nil = not recorded.
+	Store storage.Store
+	// Host keeps the recorded runs shown as running; nil = none.
+	Host RunHost
+	// Clock reads the time and times the expiry of idle runs; default the wall clock.
+	Clock scheduler.Clock
+	// IdleTTL ends a run with no turn for this long; default 15 minutes.
+	IdleTTL time.Duration
+	// MaxBody is the largest request body accepted; default 32 MiB.
+	MaxBody int64
+	// MaxRuns bounds the runs tracked at once (the least recently active ends first);
+	// default 10,000. MaxToolIDs bounds the tool_call ids remembered; default 200,000.
+	MaxRuns, MaxToolIDs int
+	// Token, when set, must come with every request as x-luft-token (or Authorization:
+	// Bearer): a proxy listening beyond loopback.
+	Token string
+	// Transport sends the upstream requests; default a transport tuned for many
+	// concurrent streams to few hosts.
+	Transport http.RoundTripper
+	// Log receives the proxy's own problems (storage failures); never keys. Default
+	// discard.
+	Log io.Writer
+	// PID is recorded as the owner of the proxy's runs; default the process's.
+	PID int
+}
+
+// Proxy serves the OpenAI-compatible endpoint. It is an http.Handler; Close ends its
+// runs.
+type Proxy struct {
+	opts    Options
+	ups     map[string]*Upstream // by name
+	byModel map[string]*Upstream
+	def     *Upstream
+	models  []string // advertised, sorted
+	client  *http.Client
+	log     *log.Logger
+	runs    *table
+	rec     *recorder
+	mux     *http.ServeMux
+	sweep   scheduler.Timer
+	closed  chan struct{}
+}
+
+// Defaults of Options.
+const (
+	DefaultIdleTTL    = 15 * time.Minute
+	DefaultMaxBody    = 32 << 20
+	DefaultMaxRuns    = 10_000
+	DefaultMaxToolIDs = 200_000
+	// maxHeaderValue bounds x-luft-run-id and x-luft-caller.
+	maxHeaderValue = 256
+)
+
+// New checks opts and returns a Proxy. Runs a process that is gone left stored as
+// running under proxy:* are ended first (they cannot be resumed: their agent keeps its
+// own loop).
+func New(opts Options) (*Proxy, error) {
+	if opts.Scheduler == nil {
+		return nil, errors.New("proxy: Options.Scheduler is required (the process's scheduler)")
+	}
+	if opts.Clock == nil {
+		opts.Clock = scheduler.RealClock()
+	}
+	if opts.IdleTTL <= 0 {
+		opts.IdleTTL = DefaultIdleTTL
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.MaxRuns <= 0 {
+		opts.MaxRuns = DefaultMaxRuns
+	}
+	if opts.MaxToolIDs <= 0 {
+		opts.MaxToolIDs = DefaultMaxToolIDs
+	}
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if opts.Transport == nil {
+		opts.Transport = &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 1024,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+			// The body passes through as the upstream sent it, and usage is read from it.
+			DisableCompression: true,
+			ForceAttemptHTTP2:  true,
+		}
+	}
+	p := &Proxy{opts: opts, ups: map[string]*Upstream{}, byModel: map[string]*Upstream{},
+		client: &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		log:    log.New(opts.Log, "proxy: ", log.LstdFlags|log.LUTC), closed: make(chan struct{})}
+	for i := range opts.Upstreams {
+		u := opts.Upstreams[i]
+		if u.Name == "" || strings.Contains(u.Name, "/") {
+			return nil, fmt.Errorf("proxy: upstream %q: a backend name is required and may not contain /", u.Name)
+		}
+		if _, dup := p.ups[u.Name]; dup {
+			return nil, fmt.Errorf("proxy: upstream %q is configured twice", u.Name)
+		}
+		u.BaseURL = strings.TrimRight(u.BaseURL, "/")
+		for j := range u.Replicas {
+			u.Replicas[j] = strings.TrimRight(u.Replicas[j], "/")
+		}
+		p.ups[u.Name] = &u
+	}
+	// Upstreams by name order, so two that serve one model resolve the same way every time;
+	// the default wins such a tie.
+	for _, name := range slices.Sorted(maps.Keys(p.ups)) {
+		u := p.ups[name]
+		if u.Model == "" {
+			continue
+		}
+		if prev, ok := p.byModel[u.Model]; !ok || (name == opts.Default && prev.Name != opts.Default) {
+			p.byModel[u.Model] = u
+		}
+	}
+	for _, u := range p.ups {
+		if u.Fallback != "" {
+			if _, ok := p.ups[u.Fallback]; !ok {
+				return nil, fmt.Errorf("proxy: upstream %q: fallback %q is not an OpenAI-compatible backend", u.Name, u.Fallback)
+			}
+		}
+	}
+	if opts.Default != "" {
+		if u, ok := p.ups[opts.Default]; ok && u.Model == "" {
+			p.def = u
+		}
+	}
+	p.models = slices.Sorted(maps.Keys(p.byModel))
+	p.rec = newRecorder(opts.Store, opts.Host, p.log)
+	p.runs = newTable(opts.MaxRuns, opts.MaxToolIDs, p.rec)
+	p.endStale()
+	p.mux = http.NewServeMux()
+	p.mux.HandleFunc("POST /v1/chat/completions", p.chat)
+	p.mux.HandleFunc("GET /v1/models", p.listModels)
+	p.mux.HandleFunc("DELETE /v1/runs/{id}", p.deleteRun)
+	p.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found",
+			fmt.Sprintf("luft's proxy does not serve %s %s: it serves POST /v1/chat/completions, GET /v1/models and DELETE /v1/runs/{id}", r.Method, r.URL.Path))
+	})
+	p.armSweep()
+	return p, nil
+}
+
+// ServeHTTP serves the proxy's endpoints.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.opts.Token != "" && !p.authorized(r) {
+		writeError(w, http.StatusUnauthorized, "invalid_request_error", "luft_token",
+			"this luft proxy needs its token: send it as the x-luft-token header (LUFT_TOKEN of the proxy)")
+		return
+	}
+	p.mux.ServeHTTP(w, r)
+}
+
+// authorized reports whether r carries the proxy's token.
+func (p *Proxy) authorized(r *http.Request) bool {
+	tok := r.Header.Get("x-luft-token")
+	if tok == "" {
+		tok, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(p.opts.Token)) == 1
+}
+
+// Close ends every run the proxy tracks (each is stored completed) and waits until
+// what it recorded is written. Requests still in flight finish on their own.
+func (p *Proxy) Close() error {
+	select {
+	case <-p.closed:
+		return nil
+	default:
+	}
+	close(p.closed)
+	if p.sweep != nil {
+		p.sweep.Stop()
+	}
+	p.runs.endAll(p.opts.Clock.Now(), "the proxy stopped")
+	p.rec.close()
+	return nil
+}
+
+// armSweep schedules the next expiry sweep.
+func (p *Proxy) armSweep() {
+	every := p.opts.IdleTTL / 4
+	if every < time.Second {
+		every = time.Second
+	}
+	p.sweep = p.opts.Clock.AfterFunc(every, func() {
+		select {
+		case <-p.closed:
+			return
+		default:
+		}
+		p.runs.expire(p.opts.Clock.Now(), p.opts.IdleTTL)
+		p.armSweep()
+	})
+}
+
+// endStale ends the proxy runs left running by a process that is gone.
+func (p *Proxy) endStale() {
+	if p.opts.Host == nil || p.opts.Store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runs, err := p.opts.Host.List(ctx, storage.ListOptions{Status: storage.StatusInterrupted})
+	if err != nil {
+		p.log.Printf("end runs left by a stopped proxy: %v", err)
+		return
+	}
+	for _, r := range runs {
+		if strings.HasPrefix(r.Workflow, workflowPrefix) {
+			p.rec.endStale(ctx, r, p.opts.Clock.Now())
+		}
+	}
+}
+
+// listModels answers GET /v1/models with the configured upstreams' models.
+func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, m := range p.models {
+		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: p.byModel[m].Name})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// deleteRun ends a run at once: DELETE /v1/runs/{id}, the id the client named
+// (x-luft-run-id, within its caller) or luft's run id (the x-luft-run header).
+func (p *Proxy) deleteRun(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	caller, err := headerValue(r, "x-luft-caller")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_header", err.Error())
+		return
+	}
+	if len(id) > maxHeaderValue {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_run_id", fmt.Sprintf("run id of %d bytes: at most %d", len(id), maxHeaderValue))
+		return
+	}
+	ended, ok := p.runs.end(callerOr(caller), id, p.opts.Clock.Now(), "ended by DELETE /v1/runs")
+	if !ok {
+		writeError(w, http.StatusNotFound, "invalid_request_error", "run_not_found",
+			fmt.Sprintf("no live run %q for caller %q (runs are named per caller: send the same x-luft-caller; a run ends by itself after %s idle)", id, callerOr(caller), p.opts.IdleTTL))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"id": id, "run_id": ended, "object": "run.deleted", "deleted": true})
+}
+
+// callerOr is the caller a request without x-luft-caller counts as.
+func callerOr(c string) string {
+	if c == "" {
+		return "proxy"
+	}
+	return c
+}
+
+// headerValue reads an x-luft-* header, refusing values that are too long or hold
+// control characters.
+func headerValue(r *http.Request, name string) (string, error) {
+	v := r.Header.Get(name)
+	if len(v) > maxHeaderValue {
+		return "", fmt.Errorf("header %s is %d bytes long: at most %d", name, len(v), maxHeaderValue)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] == 0x7f {
+			return "", fmt.Errorf("header %s holds a control character", name)
+		}
+	}
+	return v, nil
+}
+
+// writeError writes an OpenAI-style error body.
+func writeError(w http.ResponseWriter, status int, typ, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+}

@@ -1,0 +1,242 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"log"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/storage"
+)
+
+// workflowPrefix names the proxy's runs in the store: proxy:<caller> or proxy:<model>.
+const workflowPrefix = "proxy:"
+
+// recorder writes the proxy's runs and their turns to the store on a goroutine of its
+// own, so a turn pays a channel send for its bookkeeping, not a commit. Writes keep
+// their order; a full queue makes turns wait (backpressure) rather than drop records.
+type recorder struct {
+	store storage.Store
+	host  RunHost
+	log   *log.Logger
+	pid   int
+
+	mu     sync.RWMutex // guards ops against close
+	ops    chan recOp
+	closed bool
+	done   chan struct{}
+}
+
+// recOp is one write: a run to create, events to append, the run's row to update.
+type recOp struct {
+	create *storage.Run
+	runID  string
+	events []event.Event
+	update *storage.RunUpdate
+}
+
+func newRecorder(store storage.Store, host RunHost, lg *log.Logger) *recorder {
+	r := &recorder{store: store, host: host, log: lg, pid: os.Getpid(), done: make(chan struct{})}
+	if store == nil {
+		close(r.done)
+		return r
+	}
+	r.ops = make(chan recOp, 4096)
+	go r.loop()
+	return r
+}
+
+func (r *recorder) send(op recOp) {
+	if r.store == nil {
+		return
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		return
+	}
+	r.ops <- op
+}
+
+// close writes what is queued and stops the goroutine.
+func (r *recorder) close() {
+	if r.store == nil {
+		return
+	}
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.ops)
+	}
+	r.mu.Unlock()
+	<-r.done
+}
+
+// loop writes the queued operations, a batch at a time: the events of one run within
+// a batch go in one Append, and only its last row update is applied.
+func (r *recorder) loop() {
+	defer close(r.done)
+	ctx := context.Background()
+	batch := make([]recOp, 0, 256)
+	for op := range r.ops {
+		batch = append(batch[:0], op)
+	more:
+		for len(batch) < cap(batch) {
+			select {
+			case op, ok := <-r.ops:
+				if !ok {
+					break more
+				}
+				batch = append(batch, op)
+			default:
+				break more
+			}
+		}
+		r.write(ctx, batch)
+	}
+}
+
+func (r *recorder) write(ctx context.Context, batch []recOp) {
+	var (
+		order   []string
+		events  = map[string][]event.Event{}
+		updates = map[string]*storage.RunUpdate{}
+		seen    = map[string]bool{}
+	)
+	for _, op := range batch {
+		if op.create != nil {
+			// Created before anything else of the batch: a run's creation is queued
+			// before its events.
+			if err := r.store.CreateRun(ctx, *op.create); err != nil {
+				r.log.Printf("run %s: store: %v", op.create.ID, err)
+			}
+		}
+		if !seen[op.runID] {
+			seen[op.runID] = true
+			order = append(order, op.runID)
+		}
+		events[op.runID] = append(events[op.runID], op.events...)
+		if op.update != nil {
+			if prev := updates[op.runID]; prev != nil && prev.Status != nil && op.update.Status == nil {
+				// A turn that ended after its run: keep the run's end.
+				op.update.Status, op.update.FinishedAt, op.update.Error = prev.Status, prev.FinishedAt, prev.Error
+			}
+			updates[op.runID] = op.update
+		}
+	}
+	for _, id := range order {
+		if evs := events[id]; len(evs) > 0 {
+			if _, err := r.store.Append(ctx, id, evs...); err != nil {
+				r.log.Printf("run %s: store events: %v", id, err)
+			}
+		}
+		if u := updates[id]; u != nil {
+			if err := r.store.UpdateRun(ctx, id, *u); err != nil {
+				r.log.Printf("run %s: store: %v", id, err)
+			}
+		}
+	}
+}
+
+// workflowOf names a run: proxy:<caller>, or proxy:<model> for a run without a caller.
+func workflowOf(ru *run) string {
+	if ru.caller != "" && ru.caller != callerOr("") {
+		return workflowPrefix + ru.caller
+	}
+	return workflowPrefix + ru.model
+}
+
+// runStarted records a new run and marks it live; the returned func unmarks it.
+func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
+	release = func() {}
+	if r.store == nil {
+		return release
+	}
+	spec, _ := json.Marshal(map[string]any{"proxy": map[string]string{"caller": ru.caller, "model": ru.model, "run": ru.clientID}})
+	row := storage.Run{ID: ru.id, Workflow: workflowOf(ru), Status: storage.StatusRunning, Attempt: 1, PID: r.pid,
+		CreatedAt: now, Spec: spec}
+	args := map[string]any{"caller": ru.caller, "model": ru.model, "class": string(ru.class)}
+	if ru.clientID != "" {
+		args["run"] = ru.clientID
+	}
+	r.send(recOp{create: &row, runID: ru.id, events: []event.Event{event.New(event.RunStarted,
+		map[string]any{"workflow": row.Workflow, "args": args, "resumed": false, "attempt": 1})}})
+	if r.host != nil {
+		release = r.host.Host(ru.id)
+	}
+	return release
+}
+
+// turnStarted records agent_started for a turn.
+func (r *recorder) turnStarted(ru *run, turn int, class agent.Class, model string, cont bool, now time.Time) {
+	if r.store == nil {
+		return
+	}
+	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.AgentStarted, map[string]any{
+		"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "backend": "proxy", "model": model,
+		"class": string(class), "continuation": cont})}})
+}
+
+// notice records what the scheduler said about a waiting turn.
+func (r *recorder) notice(runID string, ev event.Event) {
+	if r.store == nil {
+		return
+	}
+	r.send(recOp{runID: runID, events: []event.Event{ev}})
+}
+
+// turnDone records agent_done and the run's new totals.
+func (r *recorder) turnDone(ru *run, turn int, e turnEnd) {
+	if r.store == nil {
+		return
+	}
+	data := map[string]any{"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "status": e.status,
+		"cached": false, "tokens": e.usage.Total(), "usage": e.usage, "elapsed_ms": e.elapsed.Milliseconds(),
+		"wait_ms": e.wait.Milliseconds(), "attempts": e.attempts, "backend": "proxy", "model": ru.model}
+	if e.cost > 0 {
+		data["cost"] = e.cost
+	}
+	if e.errMsg != "" {
+		data["error"] = e.errMsg
+	}
+	usage, cost := storage.Usage(ru.usage), ru.cost
+	counts := storage.AgentCounts{OK: ru.ok, Failed: ru.fail}
+	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.AgentDone, data)},
+		update: &storage.RunUpdate{Usage: &usage, Cost: &cost, Agents: &counts}})
+}
+
+// runEnded records a run's end (it is stored completed) and unmarks it.
+func (r *recorder) runEnded(ru *run, now time.Time, reason string) {
+	if ru.release != nil {
+		ru.release()
+	}
+	if r.store == nil {
+		return
+	}
+	st := storage.StatusCompleted
+	usage, cost := storage.Usage(ru.usage), ru.cost
+	counts := storage.AgentCounts{OK: ru.ok, Failed: ru.fail}
+	fin := now
+	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.RunDone, map[string]any{
+		"status": st, "tokens": ru.usage.Total(), "cost": ru.cost, "elapsed_ms": now.Sub(ru.started).Milliseconds(),
+		"turns": ru.turns, "reason": reason})},
+		update: &storage.RunUpdate{Status: &st, FinishedAt: &fin, Usage: &usage, Cost: &cost, Agents: &counts}})
+}
+
+// endStale ends a proxy run its process left running, at once.
+func (r *recorder) endStale(ctx context.Context, row storage.Run, now time.Time) {
+	st, msg := storage.StatusCompleted, "ended: the proxy that hosted it stopped"
+	if _, err := r.store.Append(ctx, row.ID, event.New(event.RunDone, map[string]any{"status": st, "reason": msg})); err != nil {
+		r.log.Printf("run %s: store: %v", row.ID, err)
+	}
+	if err := r.store.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &st, FinishedAt: &now, Error: &msg}); err != nil {
+		r.log.Printf("run %s: store: %v", row.ID, err)
+	}
+}
+
+func callKey(turn int) string { return "turn/" + strconv.Itoa(turn) }

@@ -1,0 +1,272 @@
+package proxy
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/luft-run/luft/agent"
+)
+
+// run is one agent's conversation as the proxy tracks it.
+type run struct {
+	id       string // luft's run id (stored)
+	clientID string // x-luft-run-id, "" when recognised by tool_call ids
+	caller   string
+	model    string
+	class    agent.Class
+	started  time.Time
+	last     time.Time // the last turn's start or end: idle runs expire from here
+	// callStart is when the turn that began the current tool loop was admitted: a
+	// continuation ranks by it.
+	callStart time.Time
+	turns     int
+	inflight  int
+	usage     agent.Usage
+	cost      float64
+	ok, fail  int
+	elem      *list.Element   // in table.lru
+	ids       []*list.Element // its entries in table.toolOrder
+	release   func()
+	ended     bool
+}
+
+// toolEntry is one tool_call id a response of run handed out.
+type toolEntry struct {
+	key string // caller \x00 id
+	run *run
+}
+
+// table holds the live runs and the tool_call ids that lead back to them. Both are
+// bounded: beyond maxRuns the least recently active idle run ends; beyond maxIDs the
+// oldest ids are forgotten (a harness that echoes one of them then starts a new run).
+type table struct {
+	mu        sync.Mutex
+	byClient  map[string]*run // caller \x00 x-luft-run-id
+	byID      map[string]*run // luft's run id
+	tools     map[string]*list.Element
+	toolOrder *list.List // of *toolEntry, oldest first
+	lru       *list.List // of *run, least recently active first
+	maxRuns   int
+	maxIDs    int
+	rec       *recorder
+}
+
+func newTable(maxRuns, maxIDs int, rec *recorder) *table {
+	return &table{byClient: map[string]*run{}, byID: map[string]*run{}, tools: map[string]*list.Element{},
+		toolOrder: list.New(), lru: list.New(), maxRuns: maxRuns, maxIDs: maxIDs, rec: rec}
+}
+
+// joined is what join tells a turn about its run.
+type joined struct {
+	run          *run
+	id           string // the run's luft id
+	turn         int    // the turn's number in the run, from 1
+	continuation bool
+	callStart    time.Time
+	runStart     time.Time
+}
+
+// join finds or starts the run of a turn and counts the turn in it. clientID is the
+// x-luft-run-id ("" = none), echoed the tool_call ids the request's messages carry (the
+// most recent first), cont whether its last message is a tool result.
+func (t *table) join(caller, clientID string, class agent.Class, model string, echoed []string, cont bool, now time.Time) joined {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var r *run
+	if clientID != "" {
+		r = t.byClient[caller+"\x00"+clientID]
+	} else {
+		for _, id := range echoed {
+			if e, ok := t.tools[caller+"\x00"+id]; ok {
+				r = e.Value.(*toolEntry).run
+				break
+			}
+		}
+	}
+	if r == nil {
+		r = t.startLocked(caller, clientID, class, model, now)
+	}
+	r.turns++
+	r.inflight++
+	r.last = now
+	t.lru.MoveToBack(r.elem)
+	j := joined{run: r, id: r.id, turn: r.turns, continuation: cont && r.turns > 1, runStart: r.started}
+	if j.continuation {
+		j.callStart = r.callStart
+	}
+	t.rec.turnStarted(r, j.turn, class, model, j.continuation, now)
+	return j
+}
+
+// startLocked begins a run.
+func (t *table) startLocked(caller, clientID string, class agent.Class, model string, now time.Time) *run {
+	for len(t.byID) >= t.maxRuns {
+		var victim *run
+		for e := t.lru.Front(); e != nil; e = e.Next() {
+			if r := e.Value.(*run); r.inflight == 0 {
+				victim = r
+				break
+			}
+		}
+		if victim == nil {
+			break // every run has a turn in flight: go over the bound rather than refuse
+		}
+		t.endLocked(victim, now, "ended to make room: the proxy tracks at most its max runs")
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		id = uuid.New()
+	}
+	r := &run{id: id.String(), clientID: clientID, caller: caller, model: model, class: class, started: now, last: now}
+	r.elem = t.lru.PushBack(r)
+	t.byID[r.id] = r
+	if clientID != "" {
+		t.byClient[caller+"\x00"+clientID] = r
+	}
+	r.release = t.rec.runStarted(r, now)
+	return r
+}
+
+// admitted records the admission of a turn: a turn that begins a tool loop sets the
+// time its continuations rank by.
+func (t *table) admitted(j joined, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !j.continuation || j.run.callStart.IsZero() {
+		j.run.callStart = now
+	}
+}
+
+// turnEnd is how a turn ended.
+type turnEnd struct {
+	ok       bool
+	status   string // agent_done's status
+	errMsg   string
+	usage    agent.Usage
+	cost     float64
+	elapsed  time.Duration
+	wait     time.Duration // queued in luft before the first admission
+	attempts int
+	ids      []string // tool_call ids the response handed out
+}
+
+// finish counts a finished turn and remembers the tool_call ids its response handed out.
+func (t *table) finish(j joined, e turnEnd, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := j.run
+	r.inflight--
+	r.last = now
+	r.usage = r.usage.Add(e.usage)
+	r.cost += e.cost
+	if e.ok {
+		r.ok++
+	} else {
+		r.fail++
+	}
+	t.rec.turnDone(r, j.turn, e)
+	if r.ended {
+		return
+	}
+	t.lru.MoveToBack(r.elem)
+	for _, id := range e.ids {
+		key := r.caller + "\x00" + id
+		if old, ok := t.tools[key]; ok {
+			t.dropID(old)
+		}
+		el := t.toolOrder.PushBack(&toolEntry{key: key, run: r})
+		t.tools[key] = el
+		r.ids = append(r.ids, el)
+	}
+	for t.toolOrder.Len() > t.maxIDs {
+		t.dropID(t.toolOrder.Front())
+	}
+}
+
+// dropID forgets one tool_call id.
+func (t *table) dropID(el *list.Element) {
+	te := el.Value.(*toolEntry)
+	t.toolOrder.Remove(el)
+	if t.tools[te.key] == el {
+		delete(t.tools, te.key)
+	}
+	// The run's own list keeps a stale pointer until it ends; removing a removed element
+	// is a no-op in container/list.
+}
+
+// end ends the run the caller names by its x-luft-run-id or by luft's id; it returns
+// luft's id.
+func (t *table) end(caller, id string, now time.Time, reason string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.byClient[caller+"\x00"+id]
+	if r == nil {
+		if byID := t.byID[id]; byID != nil && byID.caller == caller {
+			r = byID
+		}
+	}
+	if r == nil {
+		return "", false
+	}
+	t.endLocked(r, now, reason)
+	return r.id, true
+}
+
+// endLocked forgets a run and records its end.
+func (t *table) endLocked(r *run, now time.Time, reason string) {
+	if r.ended {
+		return
+	}
+	r.ended = true
+	delete(t.byID, r.id)
+	if r.clientID != "" && t.byClient[r.caller+"\x00"+r.clientID] == r {
+		delete(t.byClient, r.caller+"\x00"+r.clientID)
+	}
+	for _, el := range r.ids {
+		te := el.Value.(*toolEntry)
+		if t.tools[te.key] == el {
+			delete(t.tools, te.key)
+			t.toolOrder.Remove(el)
+		}
+	}
+	r.ids = nil
+	t.lru.Remove(r.elem)
+	t.rec.runEnded(r, now, reason)
+}
+
+// expire ends the runs with no turn in flight and none for ttl.
+func (t *table) expire(now time.Time, ttl time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for e := t.lru.Front(); e != nil; {
+		next := e.Next()
+		r := e.Value.(*run)
+		if now.Sub(r.last) < ttl {
+			break // the rest were active later
+		}
+		if r.inflight == 0 {
+			t.endLocked(r, now, "idle for "+ttl.String())
+		}
+		e = next
+	}
+}
+
+// endAll ends every run.
+func (t *table) endAll(now time.Time, reason string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for e := t.lru.Front(); e != nil; {
+		next := e.Next()
+		t.endLocked(e.Value.(*run), now, reason)
+		e = next
+	}
+}
+
+// size returns the runs and tool_call ids tracked.
+func (t *table) size() (runs, ids int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byID), len(t.tools)
+}

@@ -1,0 +1,444 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/scheduler"
+)
+
+// chatRequest is what the proxy reads of a request body; the body itself goes upstream
+// as it came.
+type chatRequest struct {
+	Model               string          `json:"model"`
+	Stream              bool            `json:"stream"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Messages            []chatMessage   `json:"messages"`
+	Tools               json.RawMessage `json:"tools"`
+}
+
+type chatMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"tool_call_id"`
+	ToolCalls  []toolCallRef   `json:"tool_calls"`
+}
+
+type toolCallRef struct {
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// maxEchoed bounds the tool_call ids of one request looked up to find its run.
+const maxEchoed = 64
+
+// maxRetainedError bounds the body of a failed attempt kept to hand to the client when
+// luft gives up retrying.
+const maxRetainedError = 1 << 20
+
+// estimate is the turn's prompt size in tokens, roughly: four bytes a token, four
+// tokens of framing per message, and the tool declarations.
+func (c *chatRequest) estimate() int {
+	n := (len(c.Tools) + 3) / 4
+	for _, m := range c.Messages {
+		n += 4 + (len(m.Content)+3)/4
+		for _, tc := range m.ToolCalls {
+			n += (len(tc.Function.Name) + len(tc.Function.Arguments) + 3) / 4
+		}
+	}
+	return n
+}
+
+// echoed returns the tool_call ids the messages carry, the most recent first, and
+// whether the last message is a tool result.
+func (c *chatRequest) echoed() (ids []string, cont bool) {
+	if n := len(c.Messages); n > 0 {
+		role := c.Messages[n-1].Role
+		cont = role == "tool" || role == "function"
+	}
+	for i := len(c.Messages) - 1; i >= 0 && len(ids) < maxEchoed; i-- {
+		m := c.Messages[i]
+		if m.ToolCallID != "" {
+			ids = append(ids, m.ToolCallID)
+		}
+		for j := len(m.ToolCalls) - 1; j >= 0 && len(ids) < maxEchoed; j-- {
+			if m.ToolCalls[j].ID != "" {
+				ids = append(ids, m.ToolCalls[j].ID)
+			}
+		}
+	}
+	return ids, cont
+}
+
+// chat serves POST /v1/chat/completions: one turn of an agent's loop.
+func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
+	now := p.opts.Clock.Now()
+	var hdr [3]string
+	for i, name := range [...]string{"x-luft-run-id", "x-luft-caller", "x-luft-class"} {
+		v, err := headerValue(r, name)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_header", err.Error())
+			return
+		}
+		hdr[i] = v
+	}
+	clientRun, caller := hdr[0], callerOr(hdr[1])
+	class := agent.ClassInteractive
+	switch strings.ToLower(hdr[2]) {
+	case "", "interactive":
+	case "batch":
+		class = agent.ClassBatch
+	default:
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_header",
+			fmt.Sprintf("x-luft-class %q: use interactive or batch", hdr[2]))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+				fmt.Sprintf("request body over %d bytes: luft's proxy accepts at most that much (its max body setting)", mb.Limit))
+			return
+		}
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "unreadable_body", "reading the request body: "+err.Error())
+		return
+	}
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json",
+			"the request body is not a valid chat completions request: "+err.Error())
+		return
+	}
+	if req.Model == "" || len(req.Messages) == 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_field",
+			"a chat completions request needs model and a non-empty messages array")
+		return
+	}
+	up := p.upstreamOf(req.Model)
+	if up == nil {
+		models := strings.Join(p.models, ", ")
+		if models == "" {
+			models = "none (configure [backends.NAME] with type = \"openai\" and a model)"
+		}
+		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found",
+			fmt.Sprintf("model %q is not served by luft's proxy; configured models: %s", req.Model, models))
+		return
+	}
+	echoed, cont := req.echoed()
+	j := p.runs.join(caller, clientRun, class, req.Model, echoed, cont, now)
+	w.Header().Set("x-luft-run", j.id)
+	maxOut := 0
+	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
+		maxOut = *req.MaxCompletionTokens
+	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
+		maxOut = *req.MaxTokens
+	}
+	in := req.estimate()
+	t := &turn{p: p, w: w, r: r, j: j, up: up, model: req.Model, body: body, stream: req.Stream,
+		lane: up.Name + "/" + req.Model, start: now, estIn: in}
+	end := t.run(scheduler.Turn{RunID: j.id, CallKey: callKey(j.turn), Lane: t.lane, Class: class, Caller: caller,
+		EstTokens: in + maxOut, EstOutput: maxOut, Continuation: j.continuation, CallStart: j.callStart,
+		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.id, callKey(j.turn))})
+	end.elapsed = p.opts.Clock.Now().Sub(now)
+	p.runs.finish(j, end, p.opts.Clock.Now())
+}
+
+// upstreamOf is the upstream serving model, nil when none does.
+func (p *Proxy) upstreamOf(model string) *Upstream {
+	if u, ok := p.byModel[model]; ok {
+		return u
+	}
+	return p.def
+}
+
+// notify turns the scheduler's notices about a waiting turn into the run's events.
+func (p *Proxy) notify(runID, key string) func(scheduler.Notice) {
+	if p.opts.Store == nil {
+		return nil
+	}
+	return func(n scheduler.Notice) {
+		var ev event.Event
+		switch n.Kind {
+		case scheduler.NoticeQueued:
+			ev = event.New(event.AgentQueued, map[string]any{"call_key": key, "lane": n.Lane, "position": n.Position})
+		case scheduler.NoticeWait, scheduler.NoticeSuspend:
+			action := "wait"
+			if n.Kind == scheduler.NoticeSuspend {
+				action = "suspend"
+			}
+			ev = event.New(event.RateLimit, map[string]any{"call_key": key, "lane": n.Lane, "action": action,
+				"wait_ms": n.Wait.Milliseconds(), "reason": n.Reason})
+		case scheduler.NoticeRetry:
+			reason := n.Reason
+			if n.Err != nil {
+				reason = n.Err.Error()
+			}
+			ev = event.New(event.AgentRetry, map[string]any{"call_key": key, "attempt": n.Attempt, "reason": reason,
+				"wait_ms": n.Wait.Milliseconds()})
+		default:
+			return
+		}
+		p.rec.notice(runID, ev)
+	}
+}
+
+// turn is one request on its way through the scheduler and upstream.
+type turn struct {
+	p      *Proxy
+	w      http.ResponseWriter
+	r      *http.Request
+	j      joined
+	up     *Upstream
+	model  string
+	body   []byte
+	stream bool
+	lane   string
+	start  time.Time
+	estIn  int
+}
+
+// sendError is an upstream that gave no response. Its StatusCode of 0 tells the
+// scheduler to back off and retry (see scheduler.HTTPStatus).
+type sendError struct {
+	backend string
+	err     error
+}
+
+func (e *sendError) Error() string {
+	return fmt.Sprintf("backend %s: no response: %v", e.backend, e.err)
+}
+func (e *sendError) Unwrap() error   { return e.err }
+func (e *sendError) StatusCode() int { return 0 }
+
+// run admits the turn, sends it (again, as long as the scheduler retries it) and
+// relays the response; it returns how the turn ended.
+func (t *turn) run(st scheduler.Turn) turnEnd {
+	p, ctx := t.p, t.r.Context()
+	permit, err := p.opts.Scheduler.Admit(ctx, st)
+	if err != nil {
+		return t.refused(err)
+	}
+	end := turnEnd{wait: p.opts.Clock.Now().Sub(t.start)}
+	p.runs.admitted(t.j, p.opts.Clock.Now())
+	for {
+		end.attempts++
+		up, replica, model := t.target(permit)
+		resp, err := t.send(ctx, up, replica, model)
+		if err != nil {
+			o := scheduler.Outcome{Err: &sendError{backend: up.Name, err: err}}
+			if ctx.Err() != nil {
+				permit.Done(scheduler.Outcome{Err: context.Cause(ctx)})
+				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
+				return end
+			}
+			next, serr := scheduler.Finish(ctx, permit, o)
+			if next != nil {
+				permit = next
+				continue
+			}
+			if ctx.Err() != nil {
+				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
+				return end
+			}
+			msg := fmt.Sprintf("luft could not reach backend %q at %s: %v", up.Name, baseOf(up, replica), err)
+			if serr != nil {
+				msg += " (" + serr.Error() + ")"
+			}
+			writeError(t.w, http.StatusBadGateway, "upstream_error", "backend_unreachable", msg)
+			end.status, end.errMsg = string(agent.StatusError), msg
+			return end
+		}
+		switch scheduler.StatusFromHTTP(resp.StatusCode) {
+		case scheduler.StatusRateLimited, scheduler.StatusServerError:
+			// Kept, so that the client gets the upstream's own answer if luft gives up.
+			failed, _ := io.ReadAll(io.LimitReader(resp.Body, maxRetainedError))
+			resp.Body.Close()
+			next, _ := scheduler.Finish(ctx, permit, scheduler.Outcome{StatusCode: resp.StatusCode, Header: resp.Header,
+				Err: fmt.Errorf("backend %s: HTTP %d", up.Name, resp.StatusCode)})
+			if next != nil {
+				permit = next
+				continue
+			}
+			if ctx.Err() != nil {
+				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
+				return end
+			}
+			copyHeader(t.w.Header(), resp.Header)
+			t.w.Header().Set("Content-Length", strconv.Itoa(len(failed)))
+			t.w.WriteHeader(resp.StatusCode)
+			_, _ = t.w.Write(failed)
+			end.status, end.errMsg = string(agent.StatusError), fmt.Sprintf("backend %s answered HTTP %d", up.Name, resp.StatusCode)
+			return end
+		}
+		if resp.StatusCode == http.StatusOK {
+			if o, ok := permit.(interface{ Observe(http.Header) }); ok {
+				o.Observe(resp.Header)
+			}
+		}
+		res := t.relay(resp)
+		resp.Body.Close()
+		usage := res.usage(t.estIn)
+		o := scheduler.Outcome{Usage: usage, Header: resp.Header, StatusCode: resp.StatusCode}
+		end.usage = usage
+		end.cost = (float64(usage.Input)*up.PriceInPerMTok + float64(usage.Output)*up.PriceOutPerMTok) / 1e6
+		switch {
+		case res.err != nil:
+			// The client went away (or the upstream broke off) mid-answer: nothing is
+			// retried, the slot is freed.
+			o.Err, o.StatusCode = res.err, 0
+			if ctx.Err() != nil {
+				o.Err = context.Cause(ctx)
+			}
+			permit.Done(o)
+			end.status, end.errMsg = string(agent.StatusCancelled), "broken off mid-answer: "+res.err.Error()
+			if ctx.Err() == nil {
+				end.status = string(agent.StatusError)
+			}
+		case resp.StatusCode != http.StatusOK:
+			permit.Done(o)
+			end.status, end.errMsg = string(agent.StatusError), fmt.Sprintf("backend %s answered HTTP %d", up.Name, resp.StatusCode)
+		default:
+			permit.Done(o)
+			end.ok, end.status, end.ids = true, string(agent.StatusOK), res.ids
+		}
+		return end
+	}
+}
+
+// refused answers a turn the scheduler would not admit.
+func (t *turn) refused(err error) turnEnd {
+	end := turnEnd{status: string(agent.StatusError), errMsg: err.Error()}
+	var (
+		se *scheduler.SuspendError
+		re *scheduler.RefuseError
+	)
+	switch {
+	case t.r.Context().Err() != nil:
+		end.status, end.errMsg = string(agent.StatusCancelled), "the client went away while the turn waited"
+	case errors.As(err, &se):
+		wait := max(se.Until.Sub(t.p.opts.Clock.Now()), 0)
+		secs := int((wait + time.Second - 1) / time.Second)
+		t.w.Header().Set("Retry-After", strconv.Itoa(secs))
+		t.w.Header().Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
+		writeError(t.w, http.StatusTooManyRequests, "rate_limit_exceeded", "luft_budget_wait",
+			fmt.Sprintf("luft holds this turn back: lane %s is short of %s for %s, longer than luft waits in line (suspend_after); retry after that", se.Lane, se.Reason, wait.Round(time.Second)))
+	case errors.As(err, &re):
+		writeError(t.w, http.StatusBadRequest, "invalid_request_error", "too_large_for_rate_limit",
+			"luft refuses this turn: "+re.Error())
+	default:
+		writeError(t.w, http.StatusServiceUnavailable, "server_error", "not_admitted", "luft could not admit the turn: "+err.Error())
+	}
+	return end
+}
+
+// target is where the permit sends the attempt: the turn's upstream, or its fallback
+// when the scheduler routed it there, with the replica and the model to ask for.
+func (t *turn) target(permit scheduler.Permit) (*Upstream, int, string) {
+	up, model, replica := t.up, t.model, 0
+	if lp, ok := permit.(interface{ Lane() string }); ok {
+		if lane := lp.Lane(); lane != "" && lane != t.lane {
+			name, m, _ := strings.Cut(lane, "/")
+			if f, ok := t.p.ups[name]; ok {
+				up = f
+				if m != "" && m != "*" {
+					model = m
+				}
+			}
+		}
+	}
+	if rp, ok := permit.(interface{ Replica() int }); ok {
+		replica = rp.Replica()
+	}
+	if replica < 0 || replica > len(up.Replicas) {
+		replica = 0
+	}
+	return up, replica, model
+}
+
+// baseOf is the base URL of an upstream's replica.
+func baseOf(up *Upstream, replica int) string {
+	if replica > 0 {
+		return up.Replicas[replica-1]
+	}
+	return up.BaseURL
+}
+
+// send makes one upstream request with the client's body and headers.
+func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string) (*http.Response, error) {
+	body := t.body
+	if model != t.model {
+		b, err := withModel(body, model)
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseOf(up, replica)+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vv := range t.r.Header {
+		if skipRequestHeader(k) {
+			continue
+		}
+		req.Header[k] = vv
+	}
+	switch auth := t.r.Header.Get("Authorization"); {
+	case up.APIKey != "":
+		req.Header.Set("Authorization", "Bearer "+up.APIKey)
+	case t.p.opts.Token != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == t.p.opts.Token:
+		req.Header.Del("Authorization") // luft's own token never leaves
+	}
+	return t.p.client.Do(req)
+}
+
+// withModel returns body with its model field set to model (for a fallback upstream
+// that serves another model).
+func withModel(body []byte, model string) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(model)
+	m["model"] = b
+	return json.Marshal(m)
+}
+
+// Headers a proxy does not pass on (hop-by-hop, and the ones the transport sets).
+var hopByHop = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+}
+
+func skipRequestHeader(k string) bool {
+	switch k {
+	case "Host", "Content-Length", "Accept-Encoding", "X-Luft-Token":
+		return true
+	}
+	return hopByHop[k]
+}
+
+// copyHeader copies an upstream response's headers for the client.
+func copyHeader(dst, src http.Header) {
+	for k, vv := range src {
+		if hopByHop[k] {
+			continue
+		}
+		dst[k] = vv
+	}
+}
