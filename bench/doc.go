@@ -6,9 +6,12 @@
 //	go run ./bench/tuiview           # what the live terminal view costs a wide fan-out
 //	go run ./bench/hosted            # the openai backend against hosted-API rate limits, time compressed
 //	go run ./bench/sched             # the admission scheduler beside its baselines, W1–W4
+//	go run ./bench/proxy             # own-loop agents through luft's proxy vs straight at a hosted API
 //
 // fanout, resume and tuiview measure wall time and are never run by `go test`. hosted
 // runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,
 // not its times. bench/sched runs on a virtual clock, so it is deterministic: its fast
-// variants are also tests that assert the scheduler's targets as ratios.
+// variants are also tests that assert the scheduler's targets as ratios. proxy runs on a
+scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
+(a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
 package bench
