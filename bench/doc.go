@@ -12,6 +12,6 @@
 // runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,
 // not its times. bench/sched runs on a virtual clock, so it is deterministic: its fast
 // variants are also tests that assert the scheduler's targets as ratios. proxy runs on a
-scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
-(a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
+// scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
+// (a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
 package bench

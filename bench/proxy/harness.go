@@ -53,17 +53,21 @@ type network interface {
 
 // target is where the agents point their base_url: the engine itself, or luft's proxy in
 // front of it. start returns the base URL (ending in /v1) given the engine's.
-// engine may change the engine's configuration for this target.
+// engine may change the engine's configuration for this target; retries is how many
+// times its agents retry a request, given the SDK setting.
 type target interface {
 	name() string
 	engine(cfg *testkit.Config)
+	retries(sdk int) int
 	start(e env, engine string) (base string, stop func(), err error)
 }
 
 // direct is no proxy: the agents talk to the engine and retry its 429s themselves.
 // With free, the engine does not charge a refused request to the request budget, which
-// OpenAI does ("unsuccessful requests contribute to your per-minute limit"): a kinder
-// provider, for a baseline that finishes.
+// OpenAI does ("unsuccessful requests contribute to your per-minute limit"), and the
+// agents retry until they get an answer: a kinder provider and a patient client, for a
+// baseline that finishes. (Patient clients of a provider that charges refusals
+// livelock: their retries, each charged, keep the request budget empty.)
 type direct struct{ free bool }
 
 func (d direct) name() string {
@@ -73,6 +77,12 @@ func (d direct) name() string {
 	return "direct"
 }
 func (d direct) engine(cfg *testkit.Config) { cfg.Limits.NoChargeRejected = d.free }
+func (d direct) retries(sdk int) int {
+	if d.free {
+		return math.MaxInt
+	}
+	return sdk
+}
 func (direct) start(_ env, engine string) (string, func(), error) {
 	return engine, func() {}, nil
 }
@@ -84,6 +94,7 @@ type viaProxy struct{}
 
 func (viaProxy) name() string               { return "proxy" }
 func (viaProxy) engine(cfg *testkit.Config) {}
+func (viaProxy) retries(sdk int) int        { return sdk }
 func (viaProxy) start(e env, engine string) (string, func(), error) {
 	clk := schedClock{e.clock}
 	sched := scheduler.NewExecutor(scheduler.Config{Lanes: map[string]scheduler.LaneConfig{
@@ -140,8 +151,17 @@ func engineConfig(clock testkit.Clock, seed uint64) testkit.Config {
 	}
 }
 
-// measure runs the agents of seed against tgt in e and reads the engine's log.
-func measure(ctx context.Context, e env, tgt target, shape Shape, seed uint64, retries int) (Result, error) {
+// horizon bounds a measurement in modelled time: agents still at work then count as
+// having given up.
+const horizon = 2 * time.Hour
+
+// measure runs the agents of seed against tgt in e, their SDK set to retry a failed
+// request sdkRetries times, and reads the engine's log.
+func measure(ctx context.Context, e env, tgt target, shape Shape, seed uint64, sdkRetries int) (Result, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	over := e.clock.AfterFunc(horizon, func() { cancel(errHorizon) })
+	defer over.Stop()
 	cfg := engineConfig(e.clock, seed)
 	tgt.engine(&cfg)
 	eng := testkit.NewEngine(cfg)
@@ -170,7 +190,7 @@ func measure(ctx context.Context, e env, tgt target, shape Shape, seed uint64, r
 		errs   []error
 	)
 	for i := range shape.Agents {
-		a := newAgent(i, seed, shape.Steps, base, client, e.clock, retries)
+		a := newAgent(i, seed, shape.Steps, base, client, e.clock, tgt.retries(sdkRetries))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -184,7 +204,7 @@ func measure(ctx context.Context, e env, tgt target, shape Shape, seed uint64, r
 			}
 			if err != nil {
 				failed++
-				if !errors.Is(err, errGaveUp) {
+				if !errors.Is(err, errGaveUp) && !errors.Is(context.Cause(ctx), errHorizon) {
 					errs = append(errs, err)
 				}
 			}
@@ -232,6 +252,9 @@ func netFloor(tokens, requests int) float64 {
 
 // trace, when set, receives every request the engine saw.
 var trace io.Writer
+
+// errHorizon ends a measurement that reached the horizon.
+var errHorizon = errors.New("the measurement reached its horizon")
 
 // errGaveUp is an agent whose request failed after every retry the SDK policy allows.
 var errGaveUp = errors.New("gave up after the SDK's retries")

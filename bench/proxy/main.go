@@ -9,7 +9,12 @@
 //
 //   - direct: the agents' base_url is the engine; a 429 is retried the way the OpenAI
 //     SDKs do (retry-after-ms, else retry-after, up to 2 minutes; else 0.5 s × 2ⁿ up to
-//     8 s, jittered), with -retries retries instead of the SDKs' 2 so that runs finish.
+//     8 s, jittered), -retries times (the SDKs' default is 2). The engine charges a
+//     refused request to the request budget, as OpenAI does.
+//   - direct-free: the same, but the engine does not charge refusals and the agents
+//     retry until answered, for a baseline that finishes. (Agents that retry until
+//     answered against an engine that charges refusals never finish: each retry is
+//     charged, and together they keep the request budget empty.)
 //   - proxy: the agents' base_url is luft's proxy (package proxy) in front of the same
 //     engine, over an Executor configured as `luft proxy serve` configures an
 //     OpenAI-compatible backend without limits (8 slots, scouting): budgets are learned
@@ -101,8 +106,8 @@ func printRow(w io.Writer, r Result) {
 
 // columns are the targets in the order the table shows them.
 var columns = []struct{ key, title string }{
-	{"direct", "direct, 429s charged"},
-	{"direct-free", "direct, 429s free"},
+	{"direct", "direct (SDK retries)"},
+	{"direct-free", "direct-free (patient)"},
 	{"proxy", "through luft's proxy"},
 }
 
