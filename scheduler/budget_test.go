@@ -315,3 +315,16 @@ func TestBucketRateBoundsAndFixedWindows(t *testing.T) {
 		t.Fatalf("after a new limit: fixed %v rate %v", b.fixed, b.rate)
 	}
 }
+
+// A bucket in debt (completions billed after admission, refusals charged) reports 0
+// remaining and a reset beyond a full window: that reading bounds the rate only from
+// below, and it does not make a continuous bucket look like a fixed window.
+func TestBucketDebtIsNoFixedWindow(t *testing.T) {
+	b := newBucket(0)
+	// Level −1,500 of 6,000 at 100 a second: full again in 75 s.
+	b.learn(RateLimit{Limit: 6000, HasLimit: true, Remaining: 0, HasRemaining: true, Reset: sec(75)}, t0)
+	b.learn(RateLimit{Limit: 6000, HasLimit: true, Remaining: 3000, HasRemaining: true, Reset: sec(40)}, sec(10))
+	if b.fixed || !near(b.rate, 100) {
+		t.Fatalf("fixed %v rate %v, want a continuous 100 a second", b.fixed, b.rate)
+	}
+}
