@@ -77,26 +77,40 @@ func (r *recorder) close() {
 	<-r.done
 }
 
+// linger is how long the recorder gathers operations before it writes them: turns of
+// many runs then share a few commits instead of paying three each.
+const linger = 50 * time.Millisecond
+
+// appender is a store that can queue events without waiting for their commit
+// (storage.SQLite), so the events of many runs go in one transaction.
+type appender interface {
+	AppendAsync(ctx context.Context, runID string, evs ...event.Event) (wait func() ([]event.Event, error))
+}
+
 // loop writes the queued operations, a batch at a time: the events of one run within
-// a batch go in one Append, and only its last row update is applied.
+// a batch go in one append, and only its last row update is applied.
 func (r *recorder) loop() {
 	defer close(r.done)
 	ctx := context.Background()
-	batch := make([]recOp, 0, 256)
+	batch := make([]recOp, 0, 1024)
+	timer := time.NewTimer(linger)
+	timer.Stop()
 	for op := range r.ops {
 		batch = append(batch[:0], op)
-	more:
+		timer.Reset(linger)
+	gather:
 		for len(batch) < cap(batch) {
 			select {
 			case op, ok := <-r.ops:
 				if !ok {
-					break more
+					break gather
 				}
 				batch = append(batch, op)
-			default:
-				break more
+			case <-timer.C:
+				break gather
 			}
 		}
+		timer.Stop()
 		r.write(ctx, batch)
 	}
 }
@@ -129,18 +143,41 @@ func (r *recorder) write(ctx context.Context, batch []recOp) {
 			updates[op.runID] = op.update
 		}
 	}
+	type pending struct {
+		id   string
+		wait func() ([]event.Event, error)
+	}
+	var waits []pending
 	for _, id := range order {
-		if evs := events[id]; len(evs) > 0 {
-			if _, err := r.store.Append(ctx, id, evs...); err != nil {
-				r.log.Printf("run %s: store events: %v", id, err)
-			}
+		evs := events[id]
+		if len(evs) == 0 {
+			continue
 		}
-		if u := updates[id]; u != nil {
-			if err := r.store.UpdateRun(ctx, id, *u); err != nil {
-				r.log.Printf("run %s: store: %v", id, err)
-			}
+		if a, ok := r.store.(appender); ok {
+			waits = append(waits, pending{id, a.AppendAsync(ctx, id, evs...)})
+		} else if _, err := r.store.Append(ctx, id, evs...); err != nil {
+			r.log.Printf("run %s: store events: %v", id, err)
 		}
 	}
+	// Row updates run side by side, so the store commits them together.
+	var wg sync.WaitGroup
+	for _, id := range order {
+		if u := updates[id]; u != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := r.store.UpdateRun(ctx, id, *u); err != nil {
+					r.log.Printf("run %s: store: %v", id, err)
+				}
+			}()
+		}
+	}
+	for _, p := range waits {
+		if _, err := p.wait(); err != nil {
+			r.log.Printf("run %s: store events: %v", p.id, err)
+		}
+	}
+	wg.Wait()
 }
 
 // workflowOf names a run: proxy:<caller>, or proxy:<model> for a run without a caller.
