@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/luft-run/luft/scheduler"
@@ -90,6 +91,7 @@ type Proxy struct {
 	runs    *table
 	rec     *recorder
 	mux     *http.ServeMux
+	sweepMu sync.Mutex // guards sweep: the sweep's timer re-arms it while Close stops it
 	sweep   scheduler.Timer
 	closed  chan struct{}
 }
@@ -226,9 +228,11 @@ func (p *Proxy) Close() error {
 	default:
 	}
 	close(p.closed)
+	p.sweepMu.Lock()
 	if p.sweep != nil {
 		p.sweep.Stop()
 	}
+	p.sweepMu.Unlock()
 	p.runs.endAll(p.opts.Clock.Now(), "the proxy stopped")
 	p.rec.close()
 	return nil
@@ -239,6 +243,13 @@ func (p *Proxy) armSweep() {
 	every := p.opts.IdleTTL / 4
 	if every < time.Second {
 		every = time.Second
+	}
+	p.sweepMu.Lock()
+	defer p.sweepMu.Unlock()
+	select {
+	case <-p.closed:
+		return // Close has stopped the sweep
+	default:
 	}
 	p.sweep = p.opts.Clock.AfterFunc(every, func() {
 		select {
