@@ -49,14 +49,35 @@ type bucket struct {
 	// it used (see keep). By flight sequence.
 	kept    map[uint64]keptRes
 	keptSum float64
+
+	recent []ended // turns that ended within the last two arrivalSlacks of admission
 }
 
 type flight struct {
 	seq  uint64
 	amt  float64
 	tail float64   // the part of amt reserved for the output of a turn without an output cap
+	at   time.Time // when the turn was admitted
 	seen time.Time // when the turn's response headers came; zero before
 	done bool      // finished and reconciled locally, waiting to leave the front
+}
+
+// arrivalSlack is how much earlier than another a turn must have been admitted to be
+// sure to reach the provider first (at most: see raceWindow). Turns admitted closer
+// together race to it (each goes out on its own connection), so a reading of the later
+// one may not count the earlier one.
+const arrivalSlack = 100 * time.Millisecond
+
+// ended is a turn that ended recently: a reading of a turn that raced it may not count
+// it (see raceWindow).
+type ended struct {
+	seq  uint64
+	at   time.Time // admitted
+	used float64
+	// remaining is what its own reading said was left (when read): a reading that
+	// says less came after it and counts it.
+	remaining float64
+	read      bool
 }
 
 // keptRes is a kept reservation: the output tail of a turn whose prompt the reading
@@ -64,6 +85,13 @@ type flight struct {
 type keptRes struct {
 	amt   float64
 	whole bool
+	at    time.Time // when its turn was admitted
+	// raced: kept because it raced the reading's turn to the provider; keeper is what
+	// that reading said was left. If the turn's own reading says as much or more, it
+	// was read no later (a count only falls as requests arrive) and the keeper's
+	// reading counted it.
+	raced  bool
+	keeper float64
 }
 
 func newBucket(perMin int) bucket {
@@ -149,7 +177,7 @@ func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	if b.known {
 		b.level -= amt
 	}
-	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail})
+	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail, at: now})
 	b.pending += amt
 }
 
@@ -162,7 +190,7 @@ func (b *bucket) seen(seq uint64, at time.Time) {
 
 // endKept reconciles a finished turn's kept reservation (see keep) against what it used
 // — its output for a kept tail, used for a whole one — and reports whether it had one.
-func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
+func (b *bucket) endKept(seq uint64, rl RateLimit, used, output float64, now time.Time) bool {
 	k, ok := b.kept[seq]
 	if !ok {
 		return false
@@ -172,7 +200,9 @@ func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
 	if len(b.kept) == 0 {
 		b.keptSum = 0
 	}
-	if !k.whole {
+	b.ended(ended{seq: seq, at: k.at, used: used, remaining: float64(rl.Remaining), read: rl.HasRemaining}, now)
+	if !k.whole || k.raced && rl.HasRemaining && float64(rl.Remaining) >= k.keeper {
+		// Only its output was not counted (a provider may bill it at the end).
 		used = output
 	}
 	b.advance(now)
@@ -187,11 +217,16 @@ func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
 
 // keep holds a running turn's reservation (or the tail of it) past a re-base.
 func (b *bucket) keep(f flight, amt float64, whole bool) {
+	b.keepRes(f, keptRes{amt: amt, whole: whole})
+}
+
+func (b *bucket) keepRes(f flight, k keptRes) {
 	if b.kept == nil {
 		b.kept = map[uint64]keptRes{}
 	}
-	b.kept[f.seq] = keptRes{amt: amt, whole: whole}
-	b.keptSum += amt
+	k.at = f.at
+	b.kept[f.seq] = k
+	b.keptSum += k.amt
 }
 
 // find returns the index of seq's unsettled reservation, or -1.
@@ -329,6 +364,7 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		return
 	}
 	early := readAt.Before(now)
+	race, self := b.raceWindow(), b.flight[i]
 	for j := b.fhead; j <= i; j++ {
 		f := b.flight[j]
 		if f.done {
@@ -342,6 +378,10 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 			// early reading (a stream's first token): its request may have reached the
 			// provider after the reading was taken.
 			b.keep(f, f.amt, true)
+		case f.seen.IsZero() && f.at.After(self.at.Add(-race)):
+			// Admitted just before this turn and still running: it raced this turn
+			// to the provider and may have lost.
+			b.keepRes(f, keptRes{amt: f.amt, whole: true, raced: true, keeper: float64(rl.Remaining)})
 		case f.tail > 0:
 			// Still running: the reading counted its prompt, maybe not its output.
 			b.keep(f, f.tail, false)
@@ -349,7 +389,17 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	}
 	b.fhead = i + 1
 	b.compact()
-	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum
+	// Turns admitted just before this one that have ended already are settled, but the
+	// reading may have been taken before they arrived: unless their own reading said as
+	// much or more was left (it was taken no later), they count again.
+	var raced float64
+	for _, e := range b.recent {
+		if e.seq < seq && e.at.After(self.at.Add(-race)) && !(e.read && e.remaining >= float64(rl.Remaining)) {
+			raced += e.used
+		}
+	}
+	b.ended(ended{seq: seq, at: self.at, used: actual, remaining: float64(rl.Remaining), read: true}, now)
+	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum - raced
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)
 	}
@@ -357,6 +407,31 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	b.at = now
 	if readAt.Before(now) {
 		b.at = readAt
+	}
+}
+
+// raceWindow is how close together two turns must be admitted for either to reach the
+// provider first: arrivalSlack, or 2 % of the bucket's period when that is shorter (a
+// bucket refilled in under a minute is read in less time than that).
+func (b *bucket) raceWindow() time.Duration {
+	if b.rate > 0 && b.limit > 0 {
+		return min(arrivalSlack, time.Duration(0.02*b.limit/b.rate*float64(time.Second)))
+	}
+	return arrivalSlack
+}
+
+// ended records a turn that ended, and forgets those admitted too long ago for any
+// reading still to come to have raced them.
+func (b *bucket) ended(e ended, now time.Time) {
+	keep := b.recent[:0]
+	for _, r := range b.recent {
+		if r.at.After(now.Add(-2 * arrivalSlack)) {
+			keep = append(keep, r)
+		}
+	}
+	b.recent = keep
+	if e.at.After(now.Add(-2*arrivalSlack)) && e.used > 0 {
+		b.recent = append(b.recent, e)
 	}
 }
 

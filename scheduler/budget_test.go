@@ -122,7 +122,7 @@ func TestBucketSettlesOnHeaders(t *testing.T) {
 	if _, known := b.levelAt(t0); known {
 		t.Fatal("unconfigured bucket claims a level")
 	}
-	b.debit(1, 100, 0, t0)
+	b.debit(1, 100, 0, sec(-2)) // long enough before turn 2 to have reached the server first
 	b.debit(2, 200, 0, t0)
 	b.debit(3, 300, 0, t0)
 	reading := RateLimit{Limit: 6000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: t0.Add(20 * time.Second)}
@@ -240,7 +240,7 @@ func TestBucketStreamReadings(t *testing.T) {
 		t.Fatalf("level %v, want 3420", lvl)
 	}
 	// Turn 1 ends at 3 s with 50 tokens of output: 150 of its reserve come back.
-	if !b.endKept(1, 1350, 50, sec(3)) {
+	if !b.endKept(1, RateLimit{}, 1350, 50, sec(3)) {
 		t.Fatal("turn 1's output reserve was not kept")
 	}
 	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3570) || b.keptSum != 0 {
@@ -260,7 +260,7 @@ func TestBucketEarlyReadingKeepsUnseenTurns(t *testing.T) {
 	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3400) { // 4700 − 1500 kept + 200 refill
 		t.Fatalf("level %v, want 3400", lvl)
 	}
-	if !b.endKept(1, 1400, 100, sec(3)) {
+	if !b.endKept(1, RateLimit{}, 1400, 100, sec(3)) {
 		t.Fatal("turn 1's reservation was not kept")
 	}
 	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3500) {
@@ -326,5 +326,60 @@ func TestBucketDebtIsNoFixedWindow(t *testing.T) {
 	b.learn(RateLimit{Limit: 6000, HasLimit: true, Remaining: 3000, HasRemaining: true, Reset: sec(40)}, sec(10))
 	if b.fixed || !near(b.rate, 100) {
 		t.Fatalf("fixed %v rate %v, want a continuous 100 a second", b.fixed, b.rate)
+	}
+}
+
+// Turns admitted together race to the provider: a reading of one of them may come from
+// before the others arrived. It does not settle the others while they run, and a turn
+// that has ended counts again against a later-observed reading taken before it arrived
+// (its own reading, lower, says so).
+func TestBucketReadingOfARaceKeepsTheOthers(t *testing.T) {
+	about := func(a, b float64) bool { return math.Abs(a-b) < 0.01 } // refill over milliseconds
+	rl := func(remaining int64) RateLimit {
+		return RateLimit{Limit: 4, HasLimit: true, Remaining: remaining, HasRemaining: true, Reset: sec(1)}
+	}
+	b := newBucket(0)
+	b.observe(0, rl(4), 0, 0, t0, t0) // known: 4 left
+	for seq := uint64(1); seq <= 3; seq++ {
+		b.debit(seq, 1, 0, t0)
+	}
+	// They arrive in the order 2, 3, 1. Turn 2's reading comes first: 3 left after it.
+	b.observe(2, rl(3), 1, 0, sec(0.01), sec(0.01))
+	if lvl, _ := b.levelAt(sec(0.01)); !about(lvl, 1) {
+		t.Fatalf("level %v, want 1: turn 1 still counts", lvl)
+	}
+	// Turn 1 ends; its own reading (1 left) is lower: it arrived after turn 2's reading.
+	if !b.endKept(1, rl(1), 1, 0, sec(0.02)) {
+		t.Fatal("turn 1's reservation was not kept")
+	}
+	if lvl, _ := b.levelAt(sec(0.02)); !about(lvl, 1) {
+		t.Fatalf("level %v after turn 1 ended, want 1", lvl)
+	}
+	// Turn 3's reading (2 left), taken before turn 1 arrived, comes only now.
+	b.observe(3, rl(2), 1, 0, sec(0.03), sec(0.03))
+	if lvl, _ := b.levelAt(sec(0.03)); !about(lvl, 1) {
+		t.Fatalf("level %v after a reading that raced an ended turn, want 1", lvl)
+	}
+
+	// A raced turn whose own reading is as high as the keeper's arrived first: the
+	// keeper's reading counted it, and its reservation comes back when it ends.
+	b = newBucket(0)
+	b.observe(0, rl(4), 0, 0, t0, t0)
+	b.debit(1, 1, 0, t0)
+	b.debit(2, 1, 0, t0)
+	b.observe(2, rl(2), 1, 0, sec(0.01), sec(0.01)) // keeps turn 1: 1 left
+	b.endKept(1, rl(3), 1, 0, sec(0.01))
+	if lvl, _ := b.levelAt(sec(0.01)); !about(lvl, 2) {
+		t.Fatalf("level %v, want 2", lvl)
+	}
+
+	// A turn admitted well before the reading's own was surely counted.
+	b = newBucket(0)
+	b.observe(0, rl(4), 0, 0, t0, t0)
+	b.debit(1, 1, 0, t0)
+	b.debit(2, 1, 0, sec(1.5))
+	b.observe(2, rl(2), 1, 0, sec(1.6), sec(1.6))
+	if lvl, _ := b.levelAt(sec(1.6)); !about(lvl, 2) || b.keptSum != 0 {
+		t.Fatalf("level %v kept %v, want 2 and nothing kept", lvl, b.keptSum)
 	}
 }

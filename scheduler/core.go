@@ -505,16 +505,16 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 			unread = out
 		}
 	}
-	if !t.requests.endKept(j.flight, 1, 0, now) {
+	if !t.requests.endKept(j.flight, tel.Requests, 1, 0, now) {
 		t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
 	}
-	if !t.tokens.endKept(j.flight, total, out, now) {
+	if !t.tokens.endKept(j.flight, tel.Tokens, total, out, now) {
 		t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
 	}
-	if !t.inTokens.endKept(j.flight, in, 0, now) {
+	if !t.inTokens.endKept(j.flight, tel.InputTokens, in, 0, now) {
 		t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
 	}
-	if !t.outTokens.endKept(j.flight, out, out, now) {
+	if !t.outTokens.endKept(j.flight, tel.OutputTokens, out, out, now) {
 		t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
 	}
 	if res.Status == StatusOK && u.Total() > 0 {
