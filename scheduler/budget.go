@@ -60,16 +60,19 @@ type flight struct {
 	at   time.Time // when the turn was admitted
 	seen time.Time // when the turn's response headers came; zero before
 	done bool      // finished and reconciled locally, waiting to leave the front
+	// seenLeft is what those headers said was left, when they said (seenRead).
+	seenLeft float64
+	seenRead bool
 }
 
 // arrivalSlack is how much earlier than another a turn must have been admitted to be
-// sure to reach the provider first (at most: see raceWindow). Turns admitted closer
-// together race to it (each goes out on its own connection), so a reading of the later
-// one may not count the earlier one.
+// sure to reach the provider first. Turns admitted closer together race to it (each
+// goes out on its own connection, and the goroutines sending them may be delayed), so
+// a reading of the later one may not count the earlier one.
 const arrivalSlack = 100 * time.Millisecond
 
 // ended is a turn that ended recently: a reading of a turn that raced it may not count
-// it (see raceWindow).
+// it (see arrivalSlack).
 type ended struct {
 	seq  uint64
 	at   time.Time // admitted
@@ -181,10 +184,12 @@ func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	b.pending += amt
 }
 
-// seen records when the response headers of the turn with flight sequence seq came.
-func (b *bucket) seen(seq uint64, at time.Time) {
+// seen records when the response headers of the turn with flight sequence seq came,
+// and what they said was left.
+func (b *bucket) seen(seq uint64, rl RateLimit, at time.Time) {
 	if i := b.find(seq); i >= 0 && b.flight[i].seen.IsZero() {
-		b.flight[i].seen = at
+		f := &b.flight[i]
+		f.seen, f.seenLeft, f.seenRead = at, float64(rl.Remaining), rl.HasRemaining
 	}
 }
 
@@ -308,16 +313,17 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 const fixedSlack = 1.1
 
 // sample narrows the rate bounds with one reading: missing (limit − remaining) short of
-// full, full again in t seconds, the reset rounded up to grain. The remaining count is
-// floored, so the level was in [remaining, remaining + 1): missing − 1 < what refills
-// ≤ missing, over a time in (t − grain, t]. A remaining count of 0 bounds nothing from
-// above: the level may be below zero (refused requests charged, completions billed
-// after they were admitted), and the refill then needs more than the limit.
+// full, full again in t seconds, the reset rounded to grain (up, as OpenAI's are, or
+// down). The remaining count is floored, so the level was in [remaining, remaining + 1):
+// missing − 1 < what refills ≤ missing, over a time in (t − grain, t + grain). A
+// remaining count of 0 bounds nothing from above: the level may be below zero (refused
+// requests charged, completions billed after they were admitted), and the refill then
+// needs more than the limit.
 func (b *bucket) sample(missing, t, grain, limit float64) {
 	if grain <= 0 {
 		grain = 0.01
 	}
-	b.lo = max(b.lo, (missing-1)/t)
+	b.lo = max(b.lo, (missing-1)/(t+grain))
 	if t > grain && missing < limit {
 		if hi := missing / (t - grain); b.hi == 0 || hi < b.hi {
 			b.hi = hi
@@ -364,7 +370,7 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		return
 	}
 	early := readAt.Before(now)
-	race, self := b.raceWindow(), b.flight[i]
+	race, self := arrivalSlack, b.flight[i]
 	for j := b.fhead; j <= i; j++ {
 		f := b.flight[j]
 		if f.done {
@@ -378,9 +384,10 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 			// early reading (a stream's first token): its request may have reached the
 			// provider after the reading was taken.
 			b.keep(f, f.amt, true)
-		case f.seen.IsZero() && f.at.After(self.at.Add(-race)):
+		case f.at.After(self.at.Add(-race)) && (f.seen.IsZero() || f.seenRead && f.seenLeft < float64(rl.Remaining)):
 			// Admitted just before this turn and still running: it raced this turn
-			// to the provider and may have lost.
+			// to the provider, and its headers, if they came, said less was left (a
+			// count only falls as requests arrive): it may have lost.
 			b.keepRes(f, keptRes{amt: f.amt, whole: true, raced: true, keeper: float64(rl.Remaining)})
 		case f.tail > 0:
 			// Still running: the reading counted its prompt, maybe not its output.
@@ -408,16 +415,6 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	if readAt.Before(now) {
 		b.at = readAt
 	}
-}
-
-// raceWindow is how close together two turns must be admitted for either to reach the
-// provider first: arrivalSlack, or 2 % of the bucket's period when that is shorter (a
-// bucket refilled in under a minute is read in less time than that).
-func (b *bucket) raceWindow() time.Duration {
-	if b.rate > 0 && b.limit > 0 {
-		return min(arrivalSlack, time.Duration(0.02*b.limit/b.rate*float64(time.Second)))
-	}
-	return arrivalSlack
 }
 
 // ended records a turn that ended, and forgets those admitted too long ago for any

@@ -542,9 +542,10 @@ func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
 	}
 	t := j.serving
 	j.early, j.earlyAt = true, now
-	for _, b := range []*bucket{&t.requests, &t.tokens, &t.inTokens, &t.outTokens} {
-		b.seen(j.flight, now)
-	}
+	t.requests.seen(j.flight, tel.Requests, now)
+	t.tokens.seen(j.flight, tel.Tokens, now)
+	t.inTokens.seen(j.flight, tel.InputTokens, now)
+	t.outTokens.seen(j.flight, tel.OutputTokens, now)
 	t.requests.early(tel.Requests, now)
 	t.tokens.early(tel.Tokens, now)
 	t.inTokens.early(tel.InputTokens, now)

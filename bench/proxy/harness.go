@@ -21,16 +21,16 @@ import (
 	"github.com/luft-run/luft/scheduler"
 )
 
-// The workload: agents own-loop agents on one key, each working through steps user
-// steps; a step is two model turns (the model calls a tool, then answers in text after
-// the tool result), so 16 × 3 steps make 16 agents × 6 turns.
+// The key's limits and the names the agents and the proxy use.
 const (
 	tpm, rpm = 6000, 30
 	model    = "gpt-fake"
 	backend  = "fake" // the proxy's upstream name; its lane is fake/gpt-fake
 )
 
-// Shape is the workload's size.
+// Shape is the workload's size: Agents own-loop agents on one key, each working through
+// Steps user steps; a step is two model turns (the model calls a tool, then answers in
+// text after the tool result).
 type Shape struct {
 	Agents, Steps int
 }

