@@ -7,6 +7,7 @@
 //	go run ./bench/hosted            # the openai backend against hosted-API rate limits, time compressed
 //	go run ./bench/sched             # the admission scheduler beside its baselines, W1–W4
 //	go run ./bench/proxy             # own-loop agents through luft's proxy vs straight at a hosted API
+//	go run ./bench/proxyoverhead     # latency and time to first byte the proxy adds, 200 open streams
 //
 // fanout, resume and tuiview measure wall time and are never run by `go test`. hosted
 // runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,

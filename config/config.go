@@ -37,6 +37,7 @@ type Config struct {
 	Tools        Tools
 	MCPServers   map[string]MCPServer
 	Scheduler    Scheduler
+	Proxy        Proxy
 	Limits       Limits
 	// Warnings are problems that do not stop luft (unknown keys), "FILE:LINE: KEY: MSG".
 	Warnings []string
@@ -105,6 +106,16 @@ type Scheduler struct {
 	SuspendAfter time.Duration // 0 = scheduler default
 	Slots        int           // slots of a lane with no backend entry; 0 = unlimited
 }
+
+// Proxy is the [proxy] table: the OpenAI-compatible door (luft proxy serve, the daemon's
+// /v1). Zero fields take the proxy's defaults.
+type Proxy struct {
+	IdleTimeout time.Duration // a run with no turn for this long ends
+	MaxBody     int64         // largest request body, in bytes
+}
+
+// MaxProxyBody bounds [proxy] max_body (and --max-body).
+const MaxProxyBody = 1 << 30
 
 // Lane returns the scheduler settings of one backend. A backend that is not configured
 // gets [scheduler] slots and nothing else.
@@ -197,6 +208,12 @@ type rawConfig struct {
 	MCPServers     map[string]rawMCP     `toml:"mcp_servers"`
 	Scheduler      rawScheduler          `toml:"scheduler"`
 	Limits         rawLimits             `toml:"limits"`
+	Proxy          rawProxy              `toml:"proxy"`
+}
+
+type rawProxy struct {
+	IdleTimeout string `toml:"idle_timeout"`
+	MaxBody     int64  `toml:"max_body"`
 }
 
 type rawLimits struct {
@@ -377,6 +394,9 @@ func Parse(path string, data []byte) (Config, error) {
 	v.check(toml.Key{"scheduler", "slots"}, CheckRange(raw.Scheduler.Slots, 0, MaxSlots))
 	c.Scheduler.Slots = raw.Scheduler.Slots
 	c.Limits = v.limits(raw.Limits)
+	c.Proxy.IdleTimeout = v.duration(toml.Key{"proxy", "idle_timeout"}, raw.Proxy.IdleTimeout)
+	v.check(toml.Key{"proxy", "max_body"}, CheckRange(raw.Proxy.MaxBody, 0, MaxProxyBody))
+	c.Proxy.MaxBody = raw.Proxy.MaxBody
 	if e := v.first(); e != nil {
 		return Config{}, e
 	}
@@ -431,6 +451,8 @@ func knownKeys(k toml.Key) []string {
 		t = reflect.TypeFor[rawScheduler]()
 	case k[0] == "limits" && len(k) == 2:
 		t = reflect.TypeFor[rawLimits]()
+	case k[0] == "proxy" && len(k) == 2:
+		t = reflect.TypeFor[rawProxy]()
 	default:
 		return []string{"none"}
 	}

@@ -123,7 +123,7 @@ func TestErrors(t *testing.T) {
 func TestUnknownKeysWarn(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
 		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key, ignored (known: api_key_env, args, base_url, command, env, fallback, idle_timeout, max_concurrency, max_turns, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, stream, structured_output, tpm, type)"},
-		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, planner_model, scheduler, tools)"},
+		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, planner_model, proxy, scheduler, tools)"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			c, err := parseFile(t, tc.file)
@@ -259,5 +259,21 @@ func TestTypeErrorWithoutLine(t *testing.T) {
 	var ce *Error
 	if !errors.As(err, &ce) || ce.Line != 3 || !strings.HasPrefix(ce.Key, "backends.x.fallback") {
 		t.Fatalf("got %v, want c.toml:3: backends.x.fallback...", err)
+	}
+}
+
+func TestProxyTable(t *testing.T) {
+	c, err := Parse("luft.toml", []byte("[proxy]\nidle_timeout = \"5m\"\nmax_body = 1048576\n"))
+	if err != nil || c.Proxy.IdleTimeout != 5*time.Minute || c.Proxy.MaxBody != 1<<20 {
+		t.Fatalf("%+v %v", c.Proxy, err)
+	}
+	for data, want := range map[string]string{
+		"[proxy]\nidle_timeout = \"soon\"\n": `luft.toml:2: proxy.idle_timeout: not a duration: "soon"`,
+		"[proxy]\nmax_body = -1\n":           "luft.toml:2: proxy.max_body: must not be negative (got -1)",
+		"[proxy]\nmax_body = 99999999999\n":  "luft.toml:2: proxy.max_body: must be at most 1073741824",
+	} {
+		if _, err := Parse("luft.toml", []byte(data)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %s", data, err, want)
+		}
 	}
 }

@@ -49,6 +49,11 @@ func (d *Daemon) Start(ctx context.Context, req StartRequest) (*runtime.Run, err
 	return d.start(ctx, req)
 }
 
+// Token is the bearer token of the daemon's HTTP listener ("" without one), for a door
+// that must never pass it on (the proxy forwards its clients' Authorization upstream).
+// It is set before Options.Mounts is called.
+func (d *Daemon) Token() string { return d.token }
+
 // start runs a request in this daemon.
 func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, error) {
 	if d.stopping.Load() {

@@ -82,18 +82,8 @@ func TestUpstreamDownIs502NamingBackend(t *testing.T) {
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	sched := scheduler.NewExecutor(scheduler.Config{BackoffBase: 1, BackoffMax: 1, MaxRetries: 1}, nil)
-	p, err := New(Options{Upstreams: []Upstream{{Name: "gone", BaseURL: "http://" + dead + "/v1", Model: "m"}}, Scheduler: sched})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	front := httptest.NewServer(p)
-	defer front.Close()
-	resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(hello2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := readAll(t, resp)
+	_, front := serve(t, Options{Upstreams: []Upstream{{Name: "gone", BaseURL: "http://" + dead + "/v1", Model: "m"}}, Scheduler: sched})
+	resp, b := postChat(t, front, hello2)
 	if resp.StatusCode != 502 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
@@ -119,22 +109,15 @@ func TestUpstreamErrorsPassThrough(t *testing.T) {
 			io.WriteString(w, body)
 		}))
 		sched := scheduler.NewExecutor(scheduler.Config{BackoffBase: 1, BackoffMax: 1, MaxRetries: 2}, nil)
-		p, _ := New(Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Scheduler: sched})
-		front := httptest.NewServer(p)
-		resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(hello2))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := readAll(t, resp)
+		defer up.Close()
+		_, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Scheduler: sched})
+		resp, b := postChat(t, front, hello2)
 		if resp.StatusCode != code || string(b) != body || resp.Header.Get("X-Upstream") != "yes" {
 			t.Errorf("HTTP %d came back as %d %q %v", code, resp.StatusCode, b, resp.Header)
 		}
 		if want := map[int]int{400: 1, 401: 1, 500: 3}[code]; calls != want {
 			t.Errorf("HTTP %d: %d upstream calls, want %d", code, calls, want)
 		}
-		front.Close()
-		p.Close()
-		up.Close()
 	}
 }
 
@@ -147,18 +130,12 @@ func TestAuth(t *testing.T) {
 	}))
 	defer up.Close()
 	var logs bytes.Buffer
-	p, err := New(Options{Upstreams: []Upstream{
+	_, front := serve(t, Options{Upstreams: []Upstream{
 		{Name: "own", BaseURL: up.URL + "/v1", Model: "m"},
 		{Name: "keyed", BaseURL: up.URL + "/v1", Model: "k", APIKey: "sk-luft"},
 	}, Scheduler: scheduler.NewExecutor(scheduler.Config{}, nil), Token: "tok", Log: &logs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	front := httptest.NewServer(p)
-	defer front.Close()
 	send := func(model string, hdr map[string]string) int {
-		req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions",
+		req, _ := http.NewRequest("POST", front+"/v1/chat/completions",
 			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
 		for k, v := range hdr {
 			req.Header.Set(k, v)
@@ -191,5 +168,32 @@ func TestAuth(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "sk-") || strings.Contains(logs.String(), "tok") {
 		t.Fatalf("a key reached the log: %s", logs.String())
+	}
+}
+
+// TestSecretNeverForwarded: the daemon's token, which the daemon checks, is dropped when
+// a client sends it as its Authorization; other keys pass.
+func TestSecretNeverForwarded(t *testing.T) {
+	var got []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"ok"}}]}`)
+	}))
+	defer up.Close()
+	_, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Secret: "daemon-tok"})
+	for _, auth := range []string{"Bearer daemon-tok", "Bearer sk-own"} {
+		req, _ := http.NewRequest("POST", front+"/v1/chat/completions", strings.NewReader(hello2))
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if readAll(t, resp); resp.StatusCode != 200 {
+			t.Fatalf("%s: HTTP %d (Secret is not checked)", auth, resp.StatusCode)
+		}
+	}
+	if strings.Join(got, "|") != "|Bearer sk-own" {
+		t.Fatalf("upstream saw Authorization %q", got)
 	}
 }

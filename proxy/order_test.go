@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,10 +13,12 @@ import (
 	"github.com/luft-run/luft/scheduler"
 )
 
-// queueWatch wraps the scheduler so a test learns when a turn is queued in it.
+// queueWatch wraps the scheduler so a test learns when a turn is queued in it, and
+// when an Admit gives up.
 type queueWatch struct {
-	s      scheduler.Scheduler
-	queued chan string // the turn's caller
+	s       scheduler.Scheduler
+	queued  chan string // the turn's caller
+	refused chan error  // when set, the errors of Admit calls that failed
 }
 
 func (q *queueWatch) Admit(ctx context.Context, t scheduler.Turn) (scheduler.Permit, error) {
@@ -28,7 +31,11 @@ func (q *queueWatch) Admit(ctx context.Context, t scheduler.Turn) (scheduler.Per
 			inner(n)
 		}
 	}
-	return q.s.Admit(ctx, t)
+	p, err := q.s.Admit(ctx, t)
+	if err != nil && q.refused != nil {
+		q.refused <- err
+	}
+	return p, err
 }
 
 // heldEngine serves the fake engine but holds a request that carries x-test-hold until
@@ -175,5 +182,41 @@ func TestCallersShareFairly(t *testing.T) {
 		if n != 2 {
 			t.Fatalf("engine order %v: caller a got %d of 4 turns from %d", order, n, i)
 		}
+	}
+}
+
+// TestClientGoneWhileQueued: a client that gives up while its turn waits in luft's queue
+// withdraws the turn: it never reaches the engine, and the scheduler holds nothing of it.
+func TestClientGoneWhileQueued(t *testing.T) {
+	e, h, q, url := orderFixture(t)
+	q.refused = make(chan error, 1)
+	first := postAsync(url, hello, map[string]string{"x-luft-caller": "holder", "x-test-hold": "1"})
+	<-h.held
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", strings.NewReader(hello))
+		_, err := http.DefaultClient.Do(req)
+		gone <- err
+	}()
+	waitQueued(t, q, 1)
+	cancel()
+	<-gone
+	// The proxy's handler sees the client gone and withdraws the turn.
+	select {
+	case err := <-q.refused:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Admit ended with %v", err)
+		}
+	case <-time.After(failAfter):
+		t.Fatalf("the abandoned turn still waits: %+v", q.s.(*scheduler.Executor).Stats())
+	}
+	if st := q.s.(*scheduler.Executor).Stats(); st.Waiting != 0 {
+		t.Fatalf("the scheduler still holds the abandoned turn: %+v", st)
+	}
+	close(h.release)
+	waitAll(t, []<-chan int{first})
+	if n := len(e.Log()); n != 1 {
+		t.Fatalf("the engine saw %d requests, want only the holder's", n)
 	}
 }

@@ -68,6 +68,10 @@ type Options struct {
 	// Token, when set, must come with every request as x-luft-token (or Authorization:
 	// Bearer): a proxy listening beyond loopback.
 	Token string
+	// Secret is a token the proxy does not check but never passes upstream either (the
+	// daemon's, which the daemon checks itself): an Authorization header carrying it is
+	// dropped. Token implies it.
+	Secret string
 	// Transport sends the upstream requests; default a transport tuned for many
 	// concurrent streams to few hosts.
 	Transport http.RoundTripper
@@ -91,9 +95,11 @@ type Proxy struct {
 	runs    *table
 	rec     *recorder
 	mux     *http.ServeMux
-	sweepMu sync.Mutex // guards sweep: the sweep's timer re-arms it while Close stops it
-	sweep   scheduler.Timer
 	closed  chan struct{}
+
+	tmu   sync.Mutex // guards the timers
+	sweep scheduler.Timer
+	poll  scheduler.Timer
 }
 
 // Defaults of Options.
@@ -130,6 +136,9 @@ func New(opts Options) (*Proxy, error) {
 	}
 	if opts.Log == nil {
 		opts.Log = io.Discard
+	}
+	if opts.Secret == "" {
+		opts.Secret = opts.Token
 	}
 	if opts.Transport == nil {
 		opts.Transport = &http.Transport{
@@ -197,6 +206,7 @@ func New(opts Options) (*Proxy, error) {
 			fmt.Sprintf("luft's proxy does not serve %s %s: it serves POST /v1/chat/completions, GET /v1/models and DELETE /v1/runs/{id}", r.Method, r.URL.Path))
 	})
 	p.armSweep()
+	p.armCancelPoll()
 	return p, nil
 }
 
@@ -228,14 +238,26 @@ func (p *Proxy) Close() error {
 	default:
 	}
 	close(p.closed)
-	p.sweepMu.Lock()
-	if p.sweep != nil {
-		p.sweep.Stop()
+	p.tmu.Lock()
+	for _, t := range []scheduler.Timer{p.sweep, p.poll} {
+		if t != nil {
+			t.Stop()
+		}
 	}
-	p.sweepMu.Unlock()
+	p.tmu.Unlock()
 	p.runs.endAll(p.opts.Clock.Now(), "the proxy stopped")
 	p.rec.close()
 	return nil
+}
+
+// isClosed reports whether Close was called.
+func (p *Proxy) isClosed() bool {
+	select {
+	case <-p.closed:
+		return true
+	default:
+		return false
+	}
 }
 
 // armSweep schedules the next expiry sweep.
@@ -244,22 +266,61 @@ func (p *Proxy) armSweep() {
 	if every < time.Second {
 		every = time.Second
 	}
-	p.sweepMu.Lock()
-	defer p.sweepMu.Unlock()
-	select {
-	case <-p.closed:
-		return // Close has stopped the sweep
-	default:
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	if p.isClosed() {
+		return
 	}
 	p.sweep = p.opts.Clock.AfterFunc(every, func() {
-		select {
-		case <-p.closed:
+		if p.isClosed() {
 			return
-		default:
 		}
 		p.runs.expire(p.opts.Clock.Now(), p.opts.IdleTTL)
 		p.armSweep()
 	})
+}
+
+// cancelPoll is how often the proxy looks for its runs being cancelled (luft cancel in
+// any process, the dashboard's cancel button).
+const cancelPoll = time.Second
+
+// armCancelPoll schedules the next look for cancel requests.
+func (p *Proxy) armCancelPoll() {
+	if p.opts.Store == nil {
+		return
+	}
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	if p.isClosed() {
+		return
+	}
+	p.poll = p.opts.Clock.AfterFunc(cancelPoll, func() {
+		if p.isClosed() {
+			return
+		}
+		p.cancelRequested()
+		p.armCancelPoll()
+	})
+}
+
+// cancelRequested ends the runs of this proxy whose cancel was requested.
+func (p *Proxy) cancelRequested() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runs, err := p.opts.Store.ListRuns(ctx, storage.ListOptions{Status: storage.StatusRunning})
+	if err != nil {
+		p.log.Printf("look for cancelled runs: %v", err)
+		return
+	}
+	var ids []string
+	for _, r := range runs {
+		if r.CancelRequested && strings.HasPrefix(r.Workflow, workflowPrefix) {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) > 0 {
+		p.runs.cancel(ids, p.opts.Clock.Now())
+	}
 }
 
 // endStale ends the proxy runs left running by a process that is gone.

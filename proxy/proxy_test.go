@@ -157,16 +157,10 @@ func TestPassthroughBytes(t *testing.T) {
 		io.WriteString(w, answer)
 	}))
 	defer up.Close()
-	p, err := New(Options{Upstreams: []Upstream{{Name: "up", BaseURL: up.URL + "/v1", Model: "m"}},
+	_, front := serve(t, Options{Upstreams: []Upstream{{Name: "up", BaseURL: up.URL + "/v1", Model: "m"}},
 		Scheduler: scheduler.NewExecutor(scheduler.Config{}, nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	front := httptest.NewServer(p)
-	defer front.Close()
 	body := "{ \"model\" : \"m\", \"messages\":[{\"role\":\"user\",\"content\":\"\\u00e9 odd  spacing\"}], \"x_extra\": [1,2,3] }"
-	req, _ := http.NewRequest("POST", front.URL+"/v1/chat/completions", strings.NewReader(body))
+	req, _ := http.NewRequest("POST", front+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer client-key")
 	req.Header.Set("OpenAI-Organization", "org-1")
 	resp, err := http.DefaultClient.Do(req)
@@ -204,4 +198,30 @@ func TestModels(t *testing.T) {
 	if !bytes.Contains(b, []byte(`"owned_by":"fake"`)) {
 		t.Errorf("models do not name their backend: %s", b)
 	}
+}
+
+// serve starts a proxy with o (the scheduler defaults to a fresh Executor) behind a test
+// server; it returns the proxy and its URL.
+func serve(t *testing.T, o Options) (*Proxy, string) {
+	t.Helper()
+	if o.Scheduler == nil {
+		o.Scheduler = scheduler.NewExecutor(scheduler.Config{}, nil)
+	}
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(p)
+	t.Cleanup(func() { front.Close(); p.Close() })
+	return p, front.URL
+}
+
+// postChat posts body to the chat completions of the proxy at url.
+func postChat(t *testing.T, url, body string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, readAll(t, resp)
 }

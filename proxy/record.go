@@ -38,6 +38,7 @@ type recOp struct {
 	runID  string
 	events []event.Event
 	update *storage.RunUpdate
+	synced chan struct{} // closed once everything queued before it is written
 }
 
 func newRecorder(store storage.Store, host RunHost, lg *log.Logger) *recorder {
@@ -112,7 +113,28 @@ func (r *recorder) loop() {
 		}
 		timer.Stop()
 		r.write(ctx, batch)
+		for _, op := range batch {
+			if op.synced != nil {
+				close(op.synced)
+			}
+		}
 	}
+}
+
+// sync waits until everything queued so far is written.
+func (r *recorder) sync() {
+	if r.store == nil {
+		return
+	}
+	done := make(chan struct{})
+	r.mu.RLock()
+	if r.closed {
+		r.mu.RUnlock()
+		return
+	}
+	r.ops <- recOp{synced: done}
+	r.mu.RUnlock()
+	<-done
 }
 
 func (r *recorder) write(ctx context.Context, batch []recOp) {
@@ -197,7 +219,7 @@ func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
 	spec, _ := json.Marshal(map[string]any{"proxy": map[string]string{"caller": ru.caller, "model": ru.model, "run": ru.clientID}})
 	row := storage.Run{ID: ru.id, Workflow: workflowOf(ru), Status: storage.StatusRunning, Attempt: 1, PID: r.pid,
 		CreatedAt: now, Spec: spec}
-	args := map[string]any{"caller": ru.caller, "model": ru.model, "class": string(ru.class)}
+	args := map[string]any{"caller": ru.caller, "backend": ru.backend, "model": ru.model, "class": string(ru.class)}
 	if ru.clientID != "" {
 		args["run"] = ru.clientID
 	}
@@ -210,12 +232,12 @@ func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
 }
 
 // turnStarted records agent_started for a turn.
-func (r *recorder) turnStarted(ru *run, turn int, class agent.Class, model string, cont bool, now time.Time) {
+func (r *recorder) turnStarted(ru *run, turn int, class agent.Class, backend, model string, cont bool, now time.Time) {
 	if r.store == nil {
 		return
 	}
 	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.AgentStarted, map[string]any{
-		"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "backend": "proxy", "model": model,
+		"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "backend": backend, "model": model,
 		"class": string(class), "continuation": cont})}})
 }
 
@@ -234,7 +256,7 @@ func (r *recorder) turnDone(ru *run, turn int, e turnEnd) {
 	}
 	data := map[string]any{"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "status": e.status,
 		"cached": false, "tokens": e.usage.Total(), "usage": e.usage, "elapsed_ms": e.elapsed.Milliseconds(),
-		"wait_ms": e.wait.Milliseconds(), "attempts": e.attempts, "backend": "proxy", "model": ru.model}
+		"wait_ms": e.wait.Milliseconds(), "attempts": e.attempts, "backend": e.backend, "model": ru.model}
 	if e.cost > 0 {
 		data["cost"] = e.cost
 	}
@@ -247,7 +269,7 @@ func (r *recorder) turnDone(ru *run, turn int, e turnEnd) {
 		update: &storage.RunUpdate{Usage: &usage, Cost: &cost, Agents: &counts}})
 }
 
-// runEnded records a run's end (it is stored completed) and unmarks it.
+// runEnded records a run's end (it is stored completed, or cancelled) and unmarks it.
 func (r *recorder) runEnded(ru *run, now time.Time, reason string) {
 	if ru.release != nil {
 		ru.release()
@@ -256,6 +278,9 @@ func (r *recorder) runEnded(ru *run, now time.Time, reason string) {
 		return
 	}
 	st := storage.StatusCompleted
+	if ru.cancelled {
+		st = storage.StatusCancelled
+	}
 	usage, cost := storage.Usage(ru.usage), ru.cost
 	counts := storage.AgentCounts{OK: ru.ok, Failed: ru.fail}
 	fin := now

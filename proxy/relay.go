@@ -57,6 +57,7 @@ func (t *turn) relay(resp *http.Response) relayed {
 	h := t.w.Header()
 	copyHeader(h, resp.Header)
 	t.w.WriteHeader(resp.StatusCode)
+	t.wrote = true
 	rc := http.NewResponseController(t.w)
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	var (
@@ -99,31 +100,47 @@ func (t *turn) relay(resp *http.Response) relayed {
 	return res
 }
 
+// answerJSON is what the proxy reads of an answer, or of one chunk of a stream (whose
+// choices carry a delta instead of a message).
+type answerJSON struct {
+	Choices []struct {
+		Message choiceJSON `json:"message"`
+		Delta   choiceJSON `json:"delta"`
+	} `json:"choices"`
+	Usage *usageJSON `json:"usage"`
+}
+
+type choiceJSON struct {
+	Content   string        `json:"content"`
+	ToolCalls []toolCallRef `json:"tool_calls"`
+}
+
+// collect adds the answer's usage, output size and tool_call ids to res.
+func (a *answerJSON) collect(res *relayed) {
+	if a.Usage != nil {
+		res.use = a.Usage
+	}
+	for _, c := range a.Choices {
+		for _, m := range [...]*choiceJSON{&c.Message, &c.Delta} {
+			res.outBytes += len(m.Content)
+			for _, tc := range m.ToolCalls {
+				res.outBytes += len(tc.Function.Name) + len(tc.Function.Arguments)
+				if tc.ID != "" {
+					res.ids = append(res.ids, tc.ID)
+				}
+			}
+		}
+	}
+}
+
 // parseAnswer reads usage and tool_call ids from a non-streamed answer.
 func parseAnswer(b []byte, res *relayed) {
-	var a struct {
-		Choices []struct {
-			Message struct {
-				Content   string        `json:"content"`
-				ToolCalls []toolCallRef `json:"tool_calls"`
-			} `json:"message"`
-		} `json:"choices"`
-		Usage *usageJSON `json:"usage"`
-	}
+	var a answerJSON
 	if json.Unmarshal(b, &a) != nil {
 		res.outBytes = len(b)
 		return
 	}
-	res.use = a.Usage
-	for _, c := range a.Choices {
-		res.outBytes += len(c.Message.Content)
-		for _, tc := range c.Message.ToolCalls {
-			res.outBytes += len(tc.Function.Name) + len(tc.Function.Arguments)
-			if tc.ID != "" {
-				res.ids = append(res.ids, tc.ID)
-			}
-		}
-	}
+	a.collect(res)
 }
 
 // sseLines splits a stream into lines across reads and parses its data lines.
@@ -176,28 +193,35 @@ func parseEvent(line []byte, res *relayed) {
 	if len(data) == 0 || data[0] != '{' {
 		return // [DONE]
 	}
-	var c struct {
-		Choices []struct {
-			Delta struct {
-				Content   string        `json:"content"`
-				ToolCalls []toolCallRef `json:"tool_calls"`
-			} `json:"delta"`
-		} `json:"choices"`
-		Usage *usageJSON `json:"usage"`
-	}
-	if json.Unmarshal(data, &c) != nil {
+	if !bytes.Contains(data, []byte(`"tool_calls"`)) && !bytes.Contains(data, []byte(`"usage":{`)) &&
+		!bytes.Contains(data, []byte(`"usage": {`)) {
+		// Most chunks carry a few characters of text: count them without decoding.
+		res.outBytes += contentLen(data)
 		return
 	}
-	if c.Usage != nil {
-		res.use = c.Usage
+	var c answerJSON
+	if json.Unmarshal(data, &c) == nil {
+		c.collect(res)
 	}
-	for _, ch := range c.Choices {
-		res.outBytes += len(ch.Delta.Content)
-		for _, tc := range ch.Delta.ToolCalls {
-			res.outBytes += len(tc.Function.Name) + len(tc.Function.Arguments)
-			if tc.ID != "" {
-				res.ids = append(res.ids, tc.ID)
-			}
+}
+
+// contentKey starts the text of a chunk's delta.
+var contentKey = []byte(`"content":"`)
+
+// contentLen is the length of the first "content" string of a chunk, as it is escaped.
+func contentLen(data []byte) int {
+	i := bytes.Index(data, contentKey)
+	if i < 0 {
+		return 0
+	}
+	rest := data[i+len(contentKey):]
+	for j := 0; j < len(rest); j++ {
+		switch rest[j] {
+		case '\\':
+			j++
+		case '"':
+			return j
 		}
 	}
+	return len(rest)
 }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"container/list"
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ type run struct {
 	id       string // luft's run id (stored)
 	clientID string // x-luft-run-id, "" when recognised by tool_call ids
 	caller   string
+	backend  string // the upstream of its first turn
 	model    string
 	class    agent.Class
 	started  time.Time
@@ -30,6 +33,9 @@ type run struct {
 	ids       []*list.Element // its entries in table.toolOrder
 	release   func()
 	ended     bool
+	cancelled bool
+	// stops cancels the turns in flight, by turn number (luft cancel).
+	stops map[int]context.CancelCauseFunc
 }
 
 // toolEntry is one tool_call id a response of run handed out.
@@ -70,8 +76,9 @@ type joined struct {
 
 // join finds or starts the run of a turn and counts the turn in it. clientID is the
 // x-luft-run-id ("" = none), echoed the tool_call ids the request's messages carry (the
-// most recent first), cont whether its last message is a tool result.
-func (t *table) join(caller, clientID string, class agent.Class, model string, echoed []string, cont bool, now time.Time) joined {
+// most recent first), cont whether its last message is a tool result; stop, when set,
+// cancels the turn should the run be cancelled.
+func (t *table) join(caller, clientID string, class agent.Class, backend, model string, echoed []string, cont bool, stop context.CancelCauseFunc, now time.Time) joined {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r *run
@@ -86,22 +93,28 @@ func (t *table) join(caller, clientID string, class agent.Class, model string, e
 		}
 	}
 	if r == nil {
-		r = t.startLocked(caller, clientID, class, model, now)
+		r = t.startLocked(caller, clientID, class, backend, model, now)
 	}
 	r.turns++
 	r.inflight++
 	r.last = now
 	t.lru.MoveToBack(r.elem)
 	j := joined{run: r, id: r.id, turn: r.turns, continuation: cont && r.turns > 1, runStart: r.started}
+	if stop != nil {
+		if r.stops == nil {
+			r.stops = map[int]context.CancelCauseFunc{}
+		}
+		r.stops[j.turn] = stop
+	}
 	if j.continuation {
 		j.callStart = r.callStart
 	}
-	t.rec.turnStarted(r, j.turn, class, model, j.continuation, now)
+	t.rec.turnStarted(r, j.turn, class, backend, model, j.continuation, now)
 	return j
 }
 
 // startLocked begins a run.
-func (t *table) startLocked(caller, clientID string, class agent.Class, model string, now time.Time) *run {
+func (t *table) startLocked(caller, clientID string, class agent.Class, backend, model string, now time.Time) *run {
 	for len(t.byID) >= t.maxRuns {
 		var victim *run
 		for e := t.lru.Front(); e != nil; e = e.Next() {
@@ -119,7 +132,7 @@ func (t *table) startLocked(caller, clientID string, class agent.Class, model st
 	if err != nil {
 		id = uuid.New()
 	}
-	r := &run{id: id.String(), clientID: clientID, caller: caller, model: model, class: class, started: now, last: now}
+	r := &run{id: id.String(), clientID: clientID, caller: caller, backend: backend, model: model, class: class, started: now, last: now}
 	r.elem = t.lru.PushBack(r)
 	t.byID[r.id] = r
 	if clientID != "" {
@@ -148,6 +161,7 @@ type turnEnd struct {
 	cost     float64
 	elapsed  time.Duration
 	wait     time.Duration // queued in luft before the first admission
+	backend  string        // the upstream that answered (a fallback's name when it did)
 	attempts int
 	ids      []string // tool_call ids the response handed out
 }
@@ -158,6 +172,7 @@ func (t *table) finish(j joined, e turnEnd, now time.Time) {
 	defer t.mu.Unlock()
 	r := j.run
 	r.inflight--
+	delete(r.stops, j.turn)
 	r.last = now
 	r.usage = r.usage.Add(e.usage)
 	r.cost += e.cost
@@ -234,6 +249,27 @@ func (t *table) endLocked(r *run, now time.Time, reason string) {
 	r.ids = nil
 	t.lru.Remove(r.elem)
 	t.rec.runEnded(r, now, reason)
+}
+
+// ErrRunCancelled is the cause of a turn whose run was cancelled (luft cancel, the
+// dashboard).
+var ErrRunCancelled = errors.New("its luft run was cancelled")
+
+// cancel ends the runs among ids that this table holds, stopping their turns in flight.
+func (t *table) cancel(ids []string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		r := t.byID[id]
+		if r == nil {
+			continue
+		}
+		r.cancelled = true
+		for _, stop := range r.stops {
+			stop(ErrRunCancelled)
+		}
+		t.endLocked(r, now, "cancelled by request")
+	}
 }
 
 // expire ends the runs with no turn in flight and none for ttl.

@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync"
@@ -301,7 +303,7 @@ func TestToolIDTableBounded(t *testing.T) {
 	tb := newTable(3, 4, newRecorder(nil, nil, nil))
 	now := time.Now()
 	for i := 0; i < 10; i++ {
-		j := tb.join("c", "", "interactive", "m", nil, false, now)
+		j := tb.join("c", "", "interactive", "b", "m", nil, false, nil, now)
 		tb.finish(j, turnEnd{ok: true, ids: []string{"a" + string(rune('0'+i)), "b" + string(rune('0'+i))}}, now)
 	}
 	runs, ids := tb.size()
@@ -309,8 +311,60 @@ func TestToolIDTableBounded(t *testing.T) {
 		t.Fatalf("table grew past its bounds: %d runs, %d ids", runs, ids)
 	}
 	// The newest ids still lead to their run.
-	j := tb.join("c", "", "interactive", "m", []string{"b9"}, true, now)
+	j := tb.join("c", "", "interactive", "b", "m", []string{"b9"}, true, nil, now)
 	if j.turn != 2 || !j.continuation {
 		t.Fatalf("newest id lost: %+v", j)
+	}
+}
+
+// TestCancelRequestStopsRun: luft cancel (a cancel request in the store, from any
+// process, or the dashboard) ends a proxy run: its turn in flight is stopped upstream,
+// the client is told, and the run is stored cancelled.
+func TestCancelRequestStopsRun(t *testing.T) {
+	arrived, gone, quit := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body) // the server notices a client going away once the body is read
+		close(arrived)
+		select {
+		case <-r.Context().Done():
+			close(gone)
+		case <-quit: // the test failed: let the servers close
+		}
+	}))
+	defer up.Close()
+	defer close(quit)
+	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	f := newFixture(t, fixtureOpts{store: true, opts: func(o *Options) {
+		o.Clock = clk
+		o.Upstreams[0].BaseURL = up.URL + "/v1"
+	}})
+	done := postAsync(f.front.URL, hello, map[string]string{"x-luft-run-id": "long"})
+	<-arrived
+	f.proxy.rec.sync()
+	runs, err := f.store.ListRuns(context.Background(), storage.ListOptions{})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs: %v %v", runs, err)
+	}
+	if err := f.store.RequestCancel(context.Background(), runs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(cancelPoll)
+	select {
+	case <-gone:
+	case <-time.After(failAfter):
+		t.Fatal("the cancelled run's turn still runs upstream")
+	}
+	select {
+	case code := <-done:
+		if code != http.StatusConflict {
+			t.Fatalf("the client of the cancelled turn got %d", code)
+		}
+	case <-time.After(failAfter):
+		t.Fatal("the client of the cancelled turn got no answer")
+	}
+	f.proxy.rec.sync()
+	row, _ := f.store.GetRun(context.Background(), runs[0].ID)
+	if row.Status != storage.StatusCancelled {
+		t.Fatalf("cancelled run stored as %s", row.Status)
 	}
 }

@@ -51,15 +51,9 @@ func TestStreamFirstChunkBeforeUpstreamEnds(t *testing.T) {
 	g := newGatedStream()
 	up := httptest.NewServer(g)
 	defer up.Close()
-	p, err := New(Options{Upstreams: []Upstream{{Name: "up", BaseURL: up.URL + "/v1", Model: "m"}},
+	_, front := serve(t, Options{Upstreams: []Upstream{{Name: "up", BaseURL: up.URL + "/v1", Model: "m"}},
 		Scheduler: scheduler.NewExecutor(scheduler.Config{}, nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	front := httptest.NewServer(p)
-	defer front.Close()
-	resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json",
+	resp, err := http.Post(front+"/v1/chat/completions", "application/json",
 		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +87,7 @@ func TestStreamFirstChunkBeforeUpstreamEnds(t *testing.T) {
 	}
 	// The stream's tool_call id leads the next turn back to the same run.
 	run := resp.Header.Get("x-luft-run")
-	resp2, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(
+	resp2, err := http.Post(front+"/v1/chat/completions", "application/json", strings.NewReader(
 		`{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","tool_calls":[{"id":"call_s1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_s1","content":"42"}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -109,15 +103,9 @@ func TestClientDisconnectMidStreamCancelsUpstreamAndFreesSlot(t *testing.T) {
 	up := httptest.NewServer(g)
 	defer up.Close()
 	sched := scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 1}}, nil)
-	p, err := New(Options{Upstreams: []Upstream{{Name: "up", BaseURL: up.URL + "/v1", Model: "m"}}, Scheduler: sched})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	front := httptest.NewServer(p)
-	defer front.Close()
+	p, front := serve(t, Options{Upstreams: []Upstream{{Name: "up", BaseURL: up.URL + "/v1", Model: "m"}}, Scheduler: sched})
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", front.URL+"/v1/chat/completions",
+	req, _ := http.NewRequestWithContext(ctx, "POST", front+"/v1/chat/completions",
 		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -143,7 +131,7 @@ func TestClientDisconnectMidStreamCancelsUpstreamAndFreesSlot(t *testing.T) {
 	p.ups["up"].BaseURL = ok.URL + "/v1"
 	done := make(chan int, 1)
 	go func() {
-		resp, err := http.Post(front.URL+"/v1/chat/completions", "application/json", strings.NewReader(hello2))
+		resp, err := http.Post(front+"/v1/chat/completions", "application/json", strings.NewReader(hello2))
 		if err != nil {
 			done <- -1
 			return

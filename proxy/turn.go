@@ -107,7 +107,7 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("x-luft-class %q: use interactive or batch", hdr[2]))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, p.opts.MaxBody))
+	body, err := readBody(w, r, p.opts.MaxBody)
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
@@ -140,7 +140,10 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	echoed, cont := req.echoed()
-	j := p.runs.join(caller, clientRun, class, req.Model, echoed, cont, now)
+	ctx, stop := context.WithCancelCause(r.Context())
+	defer stop(nil)
+	r = r.WithContext(ctx)
+	j := p.runs.join(caller, clientRun, class, up.Name, req.Model, echoed, cont, stop, now)
 	w.Header().Set("x-luft-run", j.id)
 	maxOut := 0
 	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
@@ -156,6 +159,20 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.id, callKey(j.turn))})
 	end.elapsed = p.opts.Clock.Now().Sub(now)
 	p.runs.finish(j, end, p.opts.Clock.Now())
+}
+
+// readBody reads a request body of at most limit bytes, in one allocation when the
+// request says its length.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n > 0 && n <= limit {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(rd, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return io.ReadAll(rd)
 }
 
 // upstreamOf is the upstream serving model, nil when none does.
@@ -210,6 +227,7 @@ type turn struct {
 	lane   string
 	start  time.Time
 	estIn  int
+	wrote  bool // the response has begun
 }
 
 // sendError is an upstream that gave no response. Its StatusCode of 0 tells the
@@ -233,18 +251,18 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 	if err != nil {
 		return t.refused(err)
 	}
-	end := turnEnd{wait: p.opts.Clock.Now().Sub(t.start)}
+	end := turnEnd{wait: p.opts.Clock.Now().Sub(t.start), backend: t.up.Name}
 	p.runs.admitted(t.j, p.opts.Clock.Now())
 	for {
 		end.attempts++
 		up, replica, model := t.target(permit)
+		end.backend = up.Name
 		resp, err := t.send(ctx, up, replica, model)
 		if err != nil {
 			o := scheduler.Outcome{Err: &sendError{backend: up.Name, err: err}}
 			if ctx.Err() != nil {
 				permit.Done(scheduler.Outcome{Err: context.Cause(ctx)})
-				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
-				return end
+				return t.stopped(end)
 			}
 			next, serr := scheduler.Finish(ctx, permit, o)
 			if next != nil {
@@ -252,8 +270,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 				continue
 			}
 			if ctx.Err() != nil {
-				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
-				return end
+				return t.stopped(end)
 			}
 			msg := fmt.Sprintf("luft could not reach backend %q at %s: %v", up.Name, baseOf(up, replica), err)
 			if serr != nil {
@@ -275,8 +292,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 				continue
 			}
 			if ctx.Err() != nil {
-				end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
-				return end
+				return t.stopped(end)
 			}
 			copyHeader(t.w.Header(), resp.Header)
 			t.w.Header().Set("Content-Length", strconv.Itoa(len(failed)))
@@ -292,7 +308,10 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 		}
 		res := t.relay(resp)
 		resp.Body.Close()
-		usage := res.usage(t.estIn)
+		var usage agent.Usage
+		if resp.StatusCode == http.StatusOK {
+			usage = res.usage(t.estIn) // a refused request is not billed
+		}
 		o := scheduler.Outcome{Usage: usage, Header: resp.Header, StatusCode: resp.StatusCode}
 		end.usage = usage
 		end.cost = (float64(usage.Input)*up.PriceInPerMTok + float64(usage.Output)*up.PriceOutPerMTok) / 1e6
@@ -320,16 +339,30 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 	}
 }
 
+// stopped ends a turn whose context ended: the client went away, or its run was
+// cancelled (then a client still waiting is told so, unless its answer had begun).
+func (t *turn) stopped(end turnEnd) turnEnd {
+	end.status, end.errMsg = string(agent.StatusCancelled), "the client went away"
+	if errors.Is(context.Cause(t.r.Context()), ErrRunCancelled) {
+		end.errMsg = "its run was cancelled"
+		if !t.wrote {
+			writeError(t.w, http.StatusConflict, "invalid_request_error", "run_cancelled",
+				fmt.Sprintf("luft run %s was cancelled (luft cancel or the dashboard): start a new run", t.j.id))
+		}
+	}
+	return end
+}
+
 // refused answers a turn the scheduler would not admit.
 func (t *turn) refused(err error) turnEnd {
-	end := turnEnd{status: string(agent.StatusError), errMsg: err.Error()}
+	end := turnEnd{status: string(agent.StatusError), errMsg: err.Error(), backend: t.up.Name}
 	var (
 		se *scheduler.SuspendError
 		re *scheduler.RefuseError
 	)
 	switch {
 	case t.r.Context().Err() != nil:
-		end.status, end.errMsg = string(agent.StatusCancelled), "the client went away while the turn waited"
+		return t.stopped(end)
 	case errors.As(err, &se):
 		wait := max(se.Until.Sub(t.p.opts.Clock.Now()), 0)
 		secs := int((wait + time.Second - 1) / time.Second)
@@ -401,7 +434,7 @@ func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string
 	switch auth := t.r.Header.Get("Authorization"); {
 	case up.APIKey != "":
 		req.Header.Set("Authorization", "Bearer "+up.APIKey)
-	case t.p.opts.Token != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == t.p.opts.Token:
+	case t.p.opts.Secret != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == t.p.opts.Secret:
 		req.Header.Del("Authorization") // luft's own token never leaves
 	}
 	return t.p.client.Do(req)

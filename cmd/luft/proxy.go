@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/proxy"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -17,9 +18,10 @@ import (
 )
 
 type proxyFlags struct {
-	listen  string
-	idle    time.Duration
-	maxBody int64
+	listen           string
+	idle             time.Duration
+	maxBody          int64
+	idleSet, bodySet bool // given on the command line: they beat [proxy] in the config
 }
 
 func newProxyCmd(e *env, g *globalFlags) *cobra.Command {
@@ -44,12 +46,13 @@ send as the x-luft-token header (their Authorization header goes to the backend)
 		Short: "Serve the proxy until SIGTERM or Ctrl-C",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.idleSet, f.bodySet = cmd.Flags().Changed("idle-timeout"), cmd.Flags().Changed("max-body")
 			return serveProxy(cmd.Context(), e, g, f)
 		},
 	}
 	serve.Flags().StringVar(&f.listen, "listen", "127.0.0.1:7879", "address to listen on; beyond loopback LUFT_TOKEN is required")
-	serve.Flags().DurationVar(&f.idle, "idle-timeout", proxy.DefaultIdleTTL, "a run with no turn for this long ends")
-	serve.Flags().Int64Var(&f.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body accepted, in bytes")
+	serve.Flags().DurationVar(&f.idle, "idle-timeout", proxy.DefaultIdleTTL, "a run with no turn for this long ends (default [proxy] idle_timeout, else 15m)")
+	serve.Flags().Int64Var(&f.maxBody, "max-body", proxy.DefaultMaxBody, "largest request body accepted, in bytes (default [proxy] max_body, else 32 MiB)")
 	cmd.AddCommand(serve)
 	return cmd
 }
@@ -66,12 +69,18 @@ func serveProxy(ctx context.Context, e *env, g *globalFlags, f *proxyFlags) erro
 	if !isLoopback(host) && token == "" {
 		return usageErr("--listen %s is not a loopback address: set LUFT_TOKEN (clients then send it as x-luft-token)", f.listen)
 	}
-	if f.idle <= 0 || f.maxBody <= 0 {
-		return usageErr("--idle-timeout and --max-body must be positive")
-	}
 	cfg, err := loadConfig(e, g)
 	if err != nil {
 		return err
+	}
+	if !f.idleSet && cfg.Proxy.IdleTimeout > 0 {
+		f.idle = cfg.Proxy.IdleTimeout
+	}
+	if !f.bodySet && cfg.Proxy.MaxBody > 0 {
+		f.maxBody = cfg.Proxy.MaxBody
+	}
+	if f.idle <= 0 || f.maxBody <= 0 || f.maxBody > config.MaxProxyBody {
+		return usageErr("--idle-timeout must be positive and --max-body between 1 and %d", config.MaxProxyBody)
 	}
 	ups, def := proxy.FromConfig(cfg, e.getenv)
 	if len(ups) == 0 {
