@@ -8,10 +8,13 @@
 //	go run ./bench/sched             # the admission scheduler beside its baselines, W1–W4
 //	go run ./bench/mcp               # the MCP door: execute → status running, run_done → await answered
 //	go run ./bench/mcpload           # 50 MCP sessions × 10 sub-agents through a daemon process: wall time, its RSS
+//	go run ./bench/proxy             # own-loop agents through luft's proxy vs straight at a hosted API
 //	go run ./bench/proxyoverhead     # latency and time to first byte the proxy adds, 200 open streams
 //
 // fanout, resume, tuiview, mcp and mcpload measure wall time and are never run by `go test`. hosted
 // runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,
 // not its times. bench/sched runs on a virtual clock, so it is deterministic: its fast
-// variants are also tests that assert the scheduler's targets as ratios.
+// variants are also tests that assert the scheduler's targets as ratios. proxy runs on a
+// scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
+// (a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
 package bench

@@ -31,6 +31,15 @@ type bucket struct {
 	known bool
 	full  time.Time // when the server last said the bucket is full again
 
+	// The refill rate a reading allows: its remaining count is floored and its reset
+	// rounded, so one reading bounds the rate to [lo, hi], and the bounds of all
+	// readings since the limit last changed narrow it (hi 0 = no upper bound yet). A
+	// continuous bucket's readings always agree; a fixed window's do not (its reset is
+	// the window's end, whatever is left), and then fixed is set: nothing refills
+	// before the reported reset, and then all of it.
+	lo, hi float64
+	fixed  bool
+
 	flight  []flight // unsettled reservations in admission order, from fhead
 	fhead   int
 	pending float64 // sum of the unsettled, unfinished reservations
@@ -40,14 +49,38 @@ type bucket struct {
 	// it used (see keep). By flight sequence.
 	kept    map[uint64]keptRes
 	keptSum float64
+
+	recent []ended // turns that ended within the last two arrivalSlacks of admission
 }
 
 type flight struct {
 	seq  uint64
 	amt  float64
 	tail float64   // the part of amt reserved for the output of a turn without an output cap
+	at   time.Time // when the turn was admitted
 	seen time.Time // when the turn's response headers came; zero before
 	done bool      // finished and reconciled locally, waiting to leave the front
+	// seenLeft is what those headers said was left, when they said (seenRead).
+	seenLeft float64
+	seenRead bool
+}
+
+// arrivalSlack is how much earlier than another a turn must have been admitted to be
+// sure to reach the provider first. Turns admitted closer together race to it (each
+// goes out on its own connection, and the goroutines sending them may be delayed), so
+// a reading of the later one may not count the earlier one.
+const arrivalSlack = 100 * time.Millisecond
+
+// ended is a turn that ended recently: a reading of a turn that raced it may not count
+// it (see arrivalSlack).
+type ended struct {
+	seq  uint64
+	at   time.Time // admitted
+	used float64
+	// remaining is what its own reading said was left (when read): a reading that
+	// says less came after it and counts it.
+	remaining float64
+	read      bool
 }
 
 // keptRes is a kept reservation: the output tail of a turn whose prompt the reading
@@ -55,6 +88,13 @@ type flight struct {
 type keptRes struct {
 	amt   float64
 	whole bool
+	at    time.Time // when its turn was admitted
+	// raced: kept because it raced the reading's turn to the provider; keeper is what
+	// that reading said was left. If the turn's own reading says as much or more, it
+	// was read no later (a count only falls as requests arrive) and the keeper's
+	// reading counted it.
+	raced  bool
+	keeper float64
 }
 
 func newBucket(perMin int) bucket {
@@ -84,9 +124,13 @@ func (b *bucket) levelAt(now time.Time) (lvl float64, ok bool) {
 	switch {
 	case b.rate > 0 && b.limit > 0:
 		return min(b.limit, b.level+b.rate*dt), true
-	case !b.full.IsZero() && !now.Before(b.full):
+	case b.full.After(b.at) && !now.Before(b.full):
+		// The reported reset came after the level was last materialised (turns
+		// admitted since then are part of the level). Turns admitted before it and not
+		// yet settled may reach a fixed window only after it rolled over: they still
+		// count.
 		if b.limit > 0 {
-			return b.limit, true
+			return b.limit - b.pending - b.keptSum, true
 		}
 		return 0, false // refilled to an unknown capacity
 	}
@@ -136,20 +180,22 @@ func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	if b.known {
 		b.level -= amt
 	}
-	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail})
+	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail, at: now})
 	b.pending += amt
 }
 
-// seen records when the response headers of the turn with flight sequence seq came.
-func (b *bucket) seen(seq uint64, at time.Time) {
+// seen records when the response headers of the turn with flight sequence seq came,
+// and what they said was left.
+func (b *bucket) seen(seq uint64, rl RateLimit, at time.Time) {
 	if i := b.find(seq); i >= 0 && b.flight[i].seen.IsZero() {
-		b.flight[i].seen = at
+		f := &b.flight[i]
+		f.seen, f.seenLeft, f.seenRead = at, float64(rl.Remaining), rl.HasRemaining
 	}
 }
 
 // endKept reconciles a finished turn's kept reservation (see keep) against what it used
 // — its output for a kept tail, used for a whole one — and reports whether it had one.
-func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
+func (b *bucket) endKept(seq uint64, rl RateLimit, used, output float64, now time.Time) bool {
 	k, ok := b.kept[seq]
 	if !ok {
 		return false
@@ -159,7 +205,9 @@ func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
 	if len(b.kept) == 0 {
 		b.keptSum = 0
 	}
-	if !k.whole {
+	b.ended(ended{seq: seq, at: k.at, used: used, remaining: float64(rl.Remaining), read: rl.HasRemaining}, now)
+	if !k.whole || k.raced && rl.HasRemaining && float64(rl.Remaining) >= k.keeper {
+		// Only its output was not counted (a provider may bill it at the end).
 		used = output
 	}
 	b.advance(now)
@@ -174,11 +222,16 @@ func (b *bucket) endKept(seq uint64, used, output float64, now time.Time) bool {
 
 // keep holds a running turn's reservation (or the tail of it) past a re-base.
 func (b *bucket) keep(f flight, amt float64, whole bool) {
+	b.keepRes(f, keptRes{amt: amt, whole: whole})
+}
+
+func (b *bucket) keepRes(f flight, k keptRes) {
 	if b.kept == nil {
 		b.kept = map[uint64]keptRes{}
 	}
-	b.kept[f.seq] = keptRes{amt: amt, whole: whole}
-	b.keptSum += amt
+	k.at = f.at
+	b.kept[f.seq] = k
+	b.keptSum += k.amt
 }
 
 // find returns the index of seq's unsettled reservation, or -1.
@@ -233,24 +286,18 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 		if b.cfgPerMin > 0 {
 			l = min(l, b.cfgPerMin)
 		}
+		if l != b.limit {
+			b.lo, b.hi, b.fixed = 0, 0, false // a new limit: start the rate afresh
+		}
 		b.limit = l
 		// OpenAI and Anthropic report the time until the bucket is full, so the
-		// refill rate is what is missing over that time. Readings a few
-		// milliseconds from full carry little information and are skipped once a
-		// rate is known.
+		// refill rate is what is missing over that time.
 		if rl.HasRemaining && !rl.Reset.IsZero() && rl.Limit > rl.Remaining {
-			if t := rl.Reset.Sub(now).Seconds(); t > 0 && (b.rate == 0 || t >= 0.5) {
-				sample := float64(rl.Limit-rl.Remaining) / t
-				if b.rate == 0 {
-					b.rate = sample
-				} else {
-					b.rate = 0.5*b.rate + 0.5*sample
-				}
+			if t := rl.Reset.Sub(now).Seconds(); t > 0 {
+				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds(), float64(rl.Limit))
 			}
 		}
-		if b.rate == 0 {
-			b.rate = l / 60 // a limit with no other clue is per minute
-		}
+		b.rate = b.refillRate()
 		if b.cfgPerMin > 0 {
 			b.rate = min(b.rate, b.cfgPerMin/60)
 		}
@@ -258,6 +305,47 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 	if !rl.Reset.IsZero() {
 		b.full = rl.Reset
 	}
+}
+
+// fixedSlack is how far a reading's lower bound on the rate may pass another's upper
+// bound before the bucket counts as a fixed window rather than rounding beyond the
+// reset's stated grain.
+const fixedSlack = 1.1
+
+// sample narrows the rate bounds with one reading: missing (limit − remaining) short of
+// full, full again in t seconds, the reset rounded to grain (up, as OpenAI's are, or
+// down). The remaining count is floored, so the level was in [remaining, remaining + 1):
+// missing − 1 < what refills ≤ missing, over a time in (t − grain, t + grain). A
+// remaining count of 0 bounds nothing from above: the level may be below zero (refused
+// requests charged, completions billed after they were admitted), and the refill then
+// needs more than the limit.
+func (b *bucket) sample(missing, t, grain, limit float64) {
+	if grain <= 0 {
+		grain = 0.01
+	}
+	b.lo = max(b.lo, (missing-1)/(t+grain))
+	if t > grain && missing < limit {
+		if hi := missing / (t - grain); b.hi == 0 || hi < b.hi {
+			b.hi = hi
+		}
+	}
+	if b.hi > 0 && b.lo > fixedSlack*b.hi {
+		b.fixed = true
+	}
+}
+
+// refillRate is the rate the level is dead-reckoned with: none for a fixed window (it
+// refills at its reset), else a limit per minute, OpenAI's and Anthropic's unit, as long
+// as the readings allow it, else the nearest rate they allow.
+func (b *bucket) refillRate() float64 {
+	if b.fixed || b.limit <= 0 {
+		return 0
+	}
+	r := max(b.limit/60, b.lo)
+	if b.hi > 0 {
+		r = min(r, b.hi)
+	}
+	return r
 }
 
 // observe learns the limit and refill rate from a response and, when it reports the
@@ -282,6 +370,7 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		return
 	}
 	early := readAt.Before(now)
+	race, self := arrivalSlack, b.flight[i]
 	for j := b.fhead; j <= i; j++ {
 		f := b.flight[j]
 		if f.done {
@@ -295,6 +384,11 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 			// early reading (a stream's first token): its request may have reached the
 			// provider after the reading was taken.
 			b.keep(f, f.amt, true)
+		case f.at.After(self.at.Add(-race)) && (f.seen.IsZero() || f.seenRead && f.seenLeft < float64(rl.Remaining)):
+			// Admitted just before this turn and still running: it raced this turn
+			// to the provider, and its headers, if they came, said less was left (a
+			// count only falls as requests arrive): it may have lost.
+			b.keepRes(f, keptRes{amt: f.amt, whole: true, raced: true, keeper: float64(rl.Remaining)})
 		case f.tail > 0:
 			// Still running: the reading counted its prompt, maybe not its output.
 			b.keep(f, f.tail, false)
@@ -302,7 +396,17 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	}
 	b.fhead = i + 1
 	b.compact()
-	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum
+	// Turns admitted just before this one that have ended already are settled, but the
+	// reading may have been taken before they arrived: unless their own reading said as
+	// much or more was left (it was taken no later), they count again.
+	var raced float64
+	for _, e := range b.recent {
+		if e.seq < seq && e.at.After(self.at.Add(-race)) && !(e.read && e.remaining >= float64(rl.Remaining)) {
+			raced += e.used
+		}
+	}
+	b.ended(ended{seq: seq, at: self.at, used: actual, remaining: float64(rl.Remaining), read: true}, now)
+	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum - raced
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)
 	}
@@ -310,6 +414,21 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	b.at = now
 	if readAt.Before(now) {
 		b.at = readAt
+	}
+}
+
+// ended records a turn that ended, and forgets those admitted too long ago for any
+// reading still to come to have raced them.
+func (b *bucket) ended(e ended, now time.Time) {
+	keep := b.recent[:0]
+	for _, r := range b.recent {
+		if r.at.After(now.Add(-2 * arrivalSlack)) {
+			keep = append(keep, r)
+		}
+	}
+	b.recent = keep
+	if e.at.After(now.Add(-2*arrivalSlack)) && e.used > 0 {
+		b.recent = append(b.recent, e)
 	}
 }
 

@@ -122,7 +122,7 @@ func TestBucketSettlesOnHeaders(t *testing.T) {
 	if _, known := b.levelAt(t0); known {
 		t.Fatal("unconfigured bucket claims a level")
 	}
-	b.debit(1, 100, 0, t0)
+	b.debit(1, 100, 0, sec(-2)) // long enough before turn 2 to have reached the server first
 	b.debit(2, 200, 0, t0)
 	b.debit(3, 300, 0, t0)
 	reading := RateLimit{Limit: 6000, Remaining: 4000, HasLimit: true, HasRemaining: true, Reset: t0.Add(20 * time.Second)}
@@ -232,7 +232,8 @@ func TestBucketStreamReadings(t *testing.T) {
 	b := newBucket(6000) // 100 tokens a second
 	b.debit(1, 1500, 200, t0)
 	b.debit(2, 1500, 200, t0)
-	b.seen(1, sec(0.5)) // turn 1's stream started before turn 2's
+	// Turn 1's stream started before turn 2's, its prompt (1300) charged.
+	b.seen(1, RateLimit{Limit: 6000, HasLimit: true, Remaining: 4700, HasRemaining: true}, sec(0.5))
 	// Turn 2's stream starts at 1 s: the provider has charged both prompts (1300 each).
 	b.observe(2, RateLimit{Limit: 6000, HasLimit: true, Remaining: 3500, HasRemaining: true}, 1380, 80, sec(1), sec(3))
 	// 3500 − 80 (turn 2's output) − 200 (turn 1's output reserve), plus 2 s of refill.
@@ -240,7 +241,7 @@ func TestBucketStreamReadings(t *testing.T) {
 		t.Fatalf("level %v, want 3420", lvl)
 	}
 	// Turn 1 ends at 3 s with 50 tokens of output: 150 of its reserve come back.
-	if !b.endKept(1, 1350, 50, sec(3)) {
+	if !b.endKept(1, RateLimit{}, 1350, 50, sec(3)) {
 		t.Fatal("turn 1's output reserve was not kept")
 	}
 	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3570) || b.keptSum != 0 {
@@ -260,10 +261,139 @@ func TestBucketEarlyReadingKeepsUnseenTurns(t *testing.T) {
 	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3400) { // 4700 − 1500 kept + 200 refill
 		t.Fatalf("level %v, want 3400", lvl)
 	}
-	if !b.endKept(1, 1400, 100, sec(3)) {
+	if !b.endKept(1, RateLimit{}, 1400, 100, sec(3)) {
 		t.Fatal("turn 1's reservation was not kept")
 	}
 	if lvl, _ := b.levelAt(sec(3)); !near(lvl, 3500) {
 		t.Fatalf("level %v after turn 1 used 1400 of its 1500, want 3500", lvl)
+	}
+}
+
+// A floored remaining count and a rounded reset bound the refill rate; readings that
+// cannot come from one continuous bucket mark a fixed window, which refills only at its
+// reported reset, and turns admitted after that reset stay debited.
+func TestBucketRateBoundsAndFixedWindows(t *testing.T) {
+	rl := func(remaining int64, reset float64) RateLimit {
+		return RateLimit{Limit: 30, HasLimit: true, Remaining: remaining, HasRemaining: true,
+			Reset: sec(reset), grain: 10 * time.Millisecond}
+	}
+	// Continuous, 0.5 a second: remaining 0 with the level anywhere in [0, 1).
+	b := newBucket(0)
+	b.learn(rl(0, 59.2), t0)
+	b.learn(rl(0, 58.05), t0)
+	if !near(b.rate, 0.5) || b.fixed {
+		t.Fatalf("continuous readings: rate %v fixed %v, want 0.5 (a limit per minute, within the bounds)", b.rate, b.fixed)
+	}
+	// A limit per minute the readings rule out: the nearest rate they allow.
+	b = newBucket(0)
+	b.learn(rl(0, 10), t0) // refills at least 29 in 10.01 s
+	if !near(b.rate, 29/10.01) || b.fixed {
+		t.Fatalf("rate %v fixed %v, want the lower bound 29 / 10.01 s", b.rate, b.fixed)
+	}
+	// A fixed window ending at 50 s: the reset stays put while the remaining count falls.
+	b = newBucket(0)
+	b.learn(rl(28, 50), t0)
+	b.learn(rl(5, 49), sec(1))
+	if !b.fixed || b.rate != 0 {
+		t.Fatalf("fixed-window readings: fixed %v rate %v", b.fixed, b.rate)
+	}
+	b.debit(1, 1, 0, sec(1))
+	b.observe(1, rl(0, 50), 1, 0, sec(10), sec(10))
+	if fit, at := b.fits(1, sec(20)); fit || !at.Equal(sec(50)) {
+		t.Fatalf("fits(1) at 20 s = %v, %v; want a wait for the window's end at 50 s", fit, at)
+	}
+	b.debit(2, 1, 0, sec(49)) // sent before the window ends, unanswered
+	if lvl, _ := b.levelAt(sec(50)); !near(lvl, 29) {
+		t.Fatalf("level at the reset %v, want 30 less the unanswered turn", lvl)
+	}
+	b.debit(3, 1, 0, sec(51))
+	if lvl, _ := b.levelAt(sec(52)); !near(lvl, 28) {
+		t.Fatalf("level after a turn admitted past the reset %v, want 28", lvl)
+	}
+	// A new limit starts the rate afresh.
+	b.learn(RateLimit{Limit: 60, HasLimit: true}, sec(53))
+	if b.fixed || !near(b.rate, 1) {
+		t.Fatalf("after a new limit: fixed %v rate %v", b.fixed, b.rate)
+	}
+}
+
+// A bucket in debt (completions billed after admission, refusals charged) reports 0
+// remaining and a reset beyond a full window: that reading bounds the rate only from
+// below, and it does not make a continuous bucket look like a fixed window.
+func TestBucketDebtIsNoFixedWindow(t *testing.T) {
+	b := newBucket(0)
+	// Level −1,500 of 6,000 at 100 a second: full again in 75 s.
+	b.learn(RateLimit{Limit: 6000, HasLimit: true, Remaining: 0, HasRemaining: true, Reset: sec(75)}, t0)
+	b.learn(RateLimit{Limit: 6000, HasLimit: true, Remaining: 3000, HasRemaining: true, Reset: sec(40)}, sec(10))
+	if b.fixed || !near(b.rate, 100) {
+		t.Fatalf("fixed %v rate %v, want a continuous 100 a second", b.fixed, b.rate)
+	}
+}
+
+// Turns admitted together race to the provider: a reading of one of them may come from
+// before the others arrived. It does not settle the others while they run, and a turn
+// that has ended counts again against a later-observed reading taken before it arrived
+// (its own reading, lower, says so).
+func TestBucketReadingOfARaceKeepsTheOthers(t *testing.T) {
+	about := func(a, b float64) bool { return math.Abs(a-b) < 0.05 } // refill over milliseconds
+	rl := func(remaining int64) RateLimit {
+		return RateLimit{Limit: 4, HasLimit: true, Remaining: remaining, HasRemaining: true, Reset: sec(1)}
+	}
+	b := newBucket(0)
+	b.observe(0, rl(4), 0, 0, t0, t0) // known: 4 left
+	for seq := uint64(1); seq <= 3; seq++ {
+		b.debit(seq, 1, 0, t0)
+	}
+	// They arrive in the order 2, 3, 1. Turn 2's reading comes first: 3 left after it.
+	b.observe(2, rl(3), 1, 0, sec(0.01), sec(0.01))
+	if lvl, _ := b.levelAt(sec(0.01)); !about(lvl, 1) {
+		t.Fatalf("level %v, want 1: turn 1 still counts", lvl)
+	}
+	// Turn 1 ends; its own reading (1 left) is lower: it arrived after turn 2's reading.
+	if !b.endKept(1, rl(1), 1, 0, sec(0.02)) {
+		t.Fatal("turn 1's reservation was not kept")
+	}
+	if lvl, _ := b.levelAt(sec(0.02)); !about(lvl, 1) {
+		t.Fatalf("level %v after turn 1 ended, want 1", lvl)
+	}
+	// Turn 3's reading (2 left), taken before turn 1 arrived, comes only now.
+	b.observe(3, rl(2), 1, 0, sec(0.03), sec(0.03))
+	if lvl, _ := b.levelAt(sec(0.03)); !about(lvl, 1) {
+		t.Fatalf("level %v after a reading that raced an ended turn, want 1", lvl)
+	}
+
+	// A raced turn whose own reading is as high as the keeper's arrived first: the
+	// keeper's reading counted it, and its reservation comes back when it ends.
+	b = newBucket(0)
+	b.observe(0, rl(4), 0, 0, t0, t0)
+	b.debit(1, 1, 0, t0)
+	b.debit(2, 1, 0, t0)
+	b.observe(2, rl(2), 1, 0, sec(0.01), sec(0.01)) // keeps turn 1: 1 left
+	b.endKept(1, rl(3), 1, 0, sec(0.01))
+	if lvl, _ := b.levelAt(sec(0.01)); !about(lvl, 2) {
+		t.Fatalf("level %v, want 2", lvl)
+	}
+
+	// Headers handled first do not mean a request arrived first: turn 1's say 0 left,
+	// turn 2's, handled after them, say 1. Turn 1 arrived second.
+	b = newBucket(0)
+	b.observe(0, rl(2), 0, 0, t0, t0)
+	b.debit(1, 1, 0, t0)
+	b.debit(2, 1, 0, t0)
+	b.seen(1, rl(0), sec(0.010))
+	b.seen(2, rl(1), sec(0.011))
+	b.observe(2, rl(1), 1, 0, sec(0.011), sec(0.02))
+	if lvl, _ := b.levelAt(sec(0.02)); !about(lvl, 0) {
+		t.Fatalf("level %v after a reading taken before a raced turn arrived, want 0", lvl)
+	}
+
+	// A turn admitted well before the reading's own was surely counted.
+	b = newBucket(0)
+	b.observe(0, rl(4), 0, 0, t0, t0)
+	b.debit(1, 1, 0, t0)
+	b.debit(2, 1, 0, sec(1.5))
+	b.observe(2, rl(2), 1, 0, sec(1.6), sec(1.6))
+	if lvl, _ := b.levelAt(sec(1.6)); !about(lvl, 2) || b.keptSum != 0 {
+		t.Fatalf("level %v kept %v, want 2 and nothing kept", lvl, b.keptSum)
 	}
 }

@@ -242,7 +242,8 @@ type idleRun struct {
 // every response (see bucket). A turn reserves its estimate corrected by the lane's
 // recent mean error, plus a safety margin (see estimator), plus, when it sets no output
 // cap, OutputQuantile of the lane's recent completions (see outputs), and is admitted only when
-// every known bucket holds that much (batch turns must also leave InteractiveHeadroom);
+// every known bucket holds that much (batch turns must also leave InteractiveHeadroom,
+// and, while an interactive turn ran in the last InteractiveLinger, InteractiveSlots);
 // otherwise it waits, at the head of its lane, until the refill, with a wake at the
 // time the bucket will hold it. A wait longer than SuspendAfter suspends the run. A turn
 // that alone needs more than RefuseFraction of a bucket is refused. With replicas, a
@@ -398,6 +399,9 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 	}
 	t, home := j.serving, j.home
 	t.running--
+	if j.Class != agent.ClassBatch {
+		t.lastInteractive = now
+	}
 	t.replicas[j.replica]--
 	t.st.Completed++
 	if res.Status != StatusCanceled {
@@ -501,16 +505,16 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 			unread = out
 		}
 	}
-	if !t.requests.endKept(j.flight, 1, 0, now) {
+	if !t.requests.endKept(j.flight, tel.Requests, 1, 0, now) {
 		t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
 	}
-	if !t.tokens.endKept(j.flight, total, out, now) {
+	if !t.tokens.endKept(j.flight, tel.Tokens, total, out, now) {
 		t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
 	}
-	if !t.inTokens.endKept(j.flight, in, 0, now) {
+	if !t.inTokens.endKept(j.flight, tel.InputTokens, in, 0, now) {
 		t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
 	}
-	if !t.outTokens.endKept(j.flight, out, out, now) {
+	if !t.outTokens.endKept(j.flight, tel.OutputTokens, out, out, now) {
 		t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
 	}
 	if res.Status == StatusOK && u.Total() > 0 {
@@ -538,9 +542,10 @@ func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
 	}
 	t := j.serving
 	j.early, j.earlyAt = true, now
-	for _, b := range []*bucket{&t.requests, &t.tokens, &t.inTokens, &t.outTokens} {
-		b.seen(j.flight, now)
-	}
+	t.requests.seen(j.flight, tel.Requests, now)
+	t.tokens.seen(j.flight, tel.Tokens, now)
+	t.inTokens.seen(j.flight, tel.InputTokens, now)
+	t.outTokens.seen(j.flight, tel.OutputTokens, now)
 	t.requests.early(tel.Requests, now)
 	t.tokens.early(tel.Tokens, now)
 	t.inTokens.early(tel.InputTokens, now)
@@ -821,6 +826,17 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 			}
 			return
 		}
+		if j.Class == agent.ClassBatch {
+			if held, until := t.slotHeld(&c.cfg, now); held {
+				// The last free slots wait for interactive work until it has been
+				// quiet for InteractiveLinger; a Complete or that wake looks again.
+				if t == l {
+					l.unblock()
+					l.wakeAt = until
+				}
+				return
+			}
+		}
 		if alt := c.affine(l, t, j); alt != nil {
 			if r, ok := t.reserve(alt, &c.cfg, now); ok {
 				if fit, _, _ := t.fits(r, &c.cfg, now); fit {
@@ -970,6 +986,9 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	j.conv.lane, j.conv.replica = t, j.replica
 	t.replicas[j.replica]++
 	t.running++
+	if j.Class != agent.ClassBatch {
+		t.lastInteractive = now
+	}
 	t.st.Admitted++
 	c.emit(Action{Kind: ActAdmit, ID: j.ID, RunID: j.RunID, Lane: t.name, Replica: j.replica})
 }

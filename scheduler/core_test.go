@@ -412,3 +412,46 @@ func TestAffinityFollowsTheConversation(t *testing.T) {
 			a1.Replica, a2.Replica, b1.Replica, b2.Replica)
 	}
 }
+
+// While interactive work is about (an interactive turn started or ended within
+// InteractiveLinger), batch turns leave the lane's last slot free, so the interactive
+// run's next turn does not wait for a batch turn to end; once it has been quiet that
+// long, or on a lane that never saw interactive work, batch takes every slot.
+func TestBatchLeavesASlotForInteractiveWork(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		cfg         Config
+		interactive bool
+		want        []TurnID // batch turns admitted at 1 s
+	}{
+		{"interactive work about", Config{}, true, []TurnID{2, 3}},
+		{"no interactive work", Config{}, false, []TurnID{2, 3, 4}},
+		{"reserve disabled", Config{InteractiveSlots: -1}, true, []TurnID{2, 3, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Lanes = map[string]LaneConfig{testLane: {Slots: 3}}
+			c := NewCore(tc.cfg)
+			if tc.interactive {
+				c.Submit(mkJob(1, "i", "user", "i", 100), sec(0))
+				c.Complete(1, Result{Status: StatusOK}, sec(0.5)) // its run is in a tool pause
+			}
+			var got []TurnID
+			for id := TurnID(2); id <= 4; id++ {
+				got = append(got, ids(c.Submit(mkJob(id, fmt.Sprint("b", id), "batch", "b", 100), sec(1)), ActAdmit)...)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("admitted %v at 1 s, want %v", got, tc.want)
+			}
+			if !tc.interactive || tc.cfg.InteractiveSlots < 0 {
+				return
+			}
+			// Quiet for 3 s at 3.5 s: the held slot goes to batch.
+			if w := c.NextWake(sec(1)); !w.Equal(sec(3.5)) {
+				t.Fatalf("next wake %v, want 3.5 s", w.Sub(t0))
+			}
+			if got := ids(c.Tick(sec(3.5)), ActAdmit); !slices.Equal(got, []TurnID{4}) {
+				t.Fatalf("admitted %v at 3.5 s, want [4]", got)
+			}
+		})
+	}
+}

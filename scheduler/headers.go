@@ -18,6 +18,8 @@ type RateLimit struct {
 	Reset        time.Time // when the bucket is full again; zero when not reported
 	HasLimit     bool
 	HasRemaining bool
+
+	grain time.Duration // how far Reset may have been rounded up; 0 = 10 ms
 }
 
 // Known reports whether the response said anything about this dimension.
@@ -148,6 +150,7 @@ func setField(r *RateLimit, field, v string, now time.Time) {
 	case "reset":
 		if at, ok := parseReset(v, now); ok {
 			r.Reset = later(r.Reset, at)
+			r.grain = max(r.grain, resetGrain(v))
 		}
 	}
 }
@@ -205,6 +208,17 @@ func parseReset(v string, now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return now.Add(d), true
+}
+
+// resetGrain is how coarsely a reset value is written: hundredths or finer when it has
+// a fraction or a sub-second unit (OpenAI's 7.66s, 2m59.56s, 450ms), else whole seconds
+// (6m0s, a bare 12, Anthropic's RFC 3339 times).
+func resetGrain(v string) time.Duration {
+	if strings.Contains(v, ".") || strings.HasSuffix(v, "ms") || strings.HasSuffix(v, "µs") ||
+		strings.HasSuffix(v, "us") || strings.HasSuffix(v, "ns") {
+		return 10 * time.Millisecond
+	}
+	return time.Second
 }
 
 // parseRetryAfter reads retry-after as seconds (integer or decimal) or an HTTP date.

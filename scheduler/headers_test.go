@@ -201,3 +201,17 @@ func TestParseTelemetryNonCanonicalKeys(t *testing.T) {
 		t.Fatalf("got %+v", got)
 	}
 }
+
+// A reset's grain is how far it may have been rounded up, which bounds the refill rate a
+// reading allows: whole seconds for RFC 3339 times and bare integers, hundredths when written finer.
+func TestResetGrain(t *testing.T) {
+	for v, want := range map[string]time.Duration{
+		"7.66s": 10 * time.Millisecond, "2m59.56s": 10 * time.Millisecond, "6m0s": time.Second,
+		"450ms": 10 * time.Millisecond, "12": time.Second, "1.5": 10 * time.Millisecond, "1h2m3s": time.Second,
+		"2026-03-01T12:00:05Z": time.Second, "2026-03-01T12:00:05.25Z": 10 * time.Millisecond,
+	} {
+		if got := resetGrain(v); got != want {
+			t.Errorf("resetGrain(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -36,7 +36,10 @@ type lane struct {
 
 	running  int
 	replicas []int // running turns per replica
-	flightID uint64
+	// lastInteractive is when an interactive turn last started or ended on the lane
+	// (see Config.InteractiveSlots).
+	lastInteractive time.Time
+	flightID        uint64
 
 	requests, tokens, inTokens, outTokens bucket
 	est                                   estimator
@@ -263,6 +266,21 @@ func (l *lane) hasSlot() bool {
 		}
 	}
 	return false
+}
+
+// slotHeld reports whether a batch turn must leave the lane's last free slots to
+// interactive work at now, and until when.
+func (l *lane) slotHeld(cfg *Config, now time.Time) (bool, time.Time) {
+	if l.cfg.Slots <= 0 || cfg.InteractiveSlots <= 0 || l.lastInteractive.IsZero() {
+		return false, time.Time{}
+	}
+	until := l.lastInteractive.Add(cfg.InteractiveLinger)
+	if !now.Before(until) {
+		return false, time.Time{}
+	}
+	capacity := l.cfg.Slots * len(l.replicas)
+	keep := min(cfg.InteractiveSlots, capacity-1)
+	return l.running >= capacity-keep, until
 }
 
 // pickReplica chooses the replica for a turn of a run last served on prev (-1 = none):

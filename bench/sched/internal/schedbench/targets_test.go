@@ -18,17 +18,16 @@ var testkitResult429 = testkit.Result{Status: 429, Header: http.Header{}}
 // compute the figure and skip loudly with it, luft's and FIFO's, while it is missed;
 // remove an entry once the target holds (the subtest then says so).
 var unmet = map[string]string{
-	"runtime:W1/interactive_p99_vs_idle": "through the runtime the interactive turns' p99 is 2.3–2.5× isolation (median of 5 " +
-		"runs, spread in the notes): they wait for a free slot, none being held back for interactive work, and more of " +
-		"them wait longer than with the decision core driven directly; the cause is not pinned down yet",
+	"runtime:W1/interactive_p99_vs_idle": "through the runtime the interactive turns' p99 is 2.1–2.5× isolation (median of 5 " +
+		"runs, spread in the notes), where the decision core driven directly makes 1.79×: batch leaves one slot to " +
+		"interactive work for 3 s after an interactive turn, and more interactive turns still wait for a slot than with " +
+		"the core driven directly; the cause is not pinned down yet",
 	"runtime:W1/batch_makespan_vs_fifo": "through the runtime the batch makespan is 1.03–1.06× FIFO's from run to run " +
-		"(the median of 5 runs sits at the 1.05 line), where the decision core driven directly makes 1.03×",
-	"runtime:W2/interactive_p99_vs_isolation": "through the runtime the interactive caller's turn p99 is 1.7–2.2× " +
-		"isolation from run to run (the p99 of its 10 turns is their slowest), so the median of 5 runs lands on " +
-		"either side of 2×",
-	"W1/interactive_p99_vs_idle": "with the product's keys a continuation ranks by its agent call's first admission " +
-		"(SPEC §7), so old batch conversations' long-context turns hold the slots a little longer; an interactive " +
-		"turn waits up to 1.8 s for a slot (no slot is held back for interactive work) and its p99 lands just over 2×",
+		"(the median of 5 runs sits at the 1.05 line), where the decision core driven directly makes 1.03–1.04×",
+	"runtime:W2/interactive_p99_vs_isolation": "through the runtime the interactive caller's turn p99 was 1.7–2.2× " +
+		"isolation from run to run (the p99 of its 10 turns is their slowest), so the median of 5 runs landed on " +
+		"either side of 2×; since batch leaves a slot to interactive work it measured 1.49× four times out of four, " +
+		"listed until it holds on other machines too",
 }
 
 // assertTargets runs one subtest per check of rep: luft meets it, and, unless it is a
