@@ -57,6 +57,11 @@ func Dial(ctx context.Context, dir string) (*Client, error) {
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s (its socket is left from a daemon that is gone; luft daemon start)", ErrNotRunning, abs)
 		}
+		// A daemon that dies while it accepts the connection resets it (or closes it
+		// unanswered): it is gone as well. One that still lives answers the next Dial.
+		if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: %s (the daemon closed the connection unanswered, as one does when it dies; luft daemon start)", ErrNotRunning, abs)
+		}
 		return nil, err
 	}
 	return c, nil
