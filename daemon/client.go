@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -57,10 +58,13 @@ func Dial(ctx context.Context, dir string) (*Client, error) {
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s (its socket is left from a daemon that is gone; luft daemon start)", ErrNotRunning, abs)
 		}
-		// A daemon that dies while it accepts the connection resets it (or closes it
-		// unanswered): it is gone as well. One that still lives answers the next Dial.
-		if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: %s (the daemon closed the connection unanswered, as one does when it dies; luft daemon start)", ErrNotRunning, abs)
+		// A daemon that dies while it accepts the connection resets it or closes it
+		// unanswered (net/http words that several ways): no answer at all is a daemon that
+		// is gone as well. One that still lives answers the next Dial, and a second daemon
+		// started meanwhile refuses to start while it holds the lock.
+		var ue *url.Error
+		if errors.As(err, &ue) && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: %s (its socket gave no answer: %v; luft daemon start)", ErrNotRunning, abs, err)
 		}
 		return nil, err
 	}
