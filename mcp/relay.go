@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Relay is `luft mcp serve`: it bridges an MCP client on stdio (newline-delimited
@@ -42,7 +43,10 @@ type Relay struct {
 	Workdir string
 	// MaxMessage bounds one message from the client; default 32 MiB.
 	MaxMessage int
-	Log        *log.Logger // nil = discarded
+	// DrainTimeout bounds how long the relay still waits, once the client closed stdin,
+	// for answers to the requests it sent before; default 10 s.
+	DrainTimeout time.Duration
+	Log          *log.Logger // nil = discarded
 
 	out   io.Writer
 	outMu sync.Mutex
@@ -123,6 +127,9 @@ func (r *Relay) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			r.handle(ctx, &wg, got.line)
 		}
 		if got.err != nil {
+			if errors.Is(got.err, io.EOF) {
+				r.drain(ctx, &wg)
+			}
 			cancel()
 			r.close()
 			if errors.Is(got.err, io.EOF) {
@@ -130,6 +137,25 @@ func (r *Relay) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			}
 			return got.err
 		}
+	}
+}
+
+// drain waits, for at most DrainTimeout, for the answers to what the client asked before
+// it closed stdin: a client that pipes its requests in and reads on gets them.
+func (r *Relay) drain(ctx context.Context, wg *sync.WaitGroup) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	d := r.DrainTimeout
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		r.Log.Printf("stdin closed: %s passed with requests still unanswered; leaving them to the daemon", d)
+	case <-ctx.Done():
 	}
 }
 

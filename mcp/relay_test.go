@@ -359,3 +359,24 @@ func TestRelayResendsSafeCalls(t *testing.T) {
 		t.Fatalf("await across the drop: %v %+v", a.err, a.res)
 	}
 }
+
+// A client that pipes its requests in and closes stdin still gets the answers to them:
+// the relay waits for those before it leaves.
+func TestRelayAnswersAfterStdinCloses(t *testing.T) {
+	d := newStandIn(t, nil)
+	var out syncBuffer
+	in := strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"workflow_execute","arguments":{"script":"function main() report(agent{prompt = \"x\"}.output) end"}}}` + "\n" +
+		`{"jsonrpc":"2.0","id":3,"method":"tools/list"}` + "\n")
+	r := &Relay{Connect: d.connect}
+	if err := r.Run(context.Background(), in, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{`"id":1,`, `"id":2,`, `"id":3,`, `"run_id"`, `"workflow_await"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("relay output lacks %s:\n%s", want, got)
+		}
+	}
+}
