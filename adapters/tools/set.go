@@ -142,6 +142,9 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := writableAroundProtected(cfg.Writable, writable, ws.real, cfg.Protected); err != nil {
+		return nil, err
+	}
 
 	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits(), envPass: cfg.Env, writable: writable, approval: approval}
 	s := &Set{
@@ -203,6 +206,32 @@ func writableDirs(ws workspace, dirs []string) ([]string, error) {
 		out = append(out, ResolveExisting(filepath.Clean(p)))
 	}
 	return out, nil
+}
+
+// writableAroundProtected refuses a [tools] writable folder that would undo confinement:
+// one that holds the workspace (writable = ["/"], ["~"], [".."] let commands write
+// anywhere around it) or a protected path outside it (luft's state dir or the active
+// config kept elsewhere). The workspace itself is writable already.
+func writableAroundProtected(names, dirs []string, ws string, protected []string) error {
+	within := func(dir, p string) bool {
+		rel, err := filepath.Rel(dir, p)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
+	for i, d := range dirs {
+		if d != ws && within(d, ws) {
+			return fmt.Errorf("tools: writable %q: %s holds the workspace %s, so commands could write anywhere around it: name a narrower folder in [tools] writable", names[i], d, ws)
+		}
+		for _, p := range protected {
+			if p == "" {
+				continue
+			}
+			rp := ResolveExisting(filepath.Clean(p))
+			if !within(ws, rp) && within(d, rp) {
+				return fmt.Errorf("tools: writable %q: %s holds %s, which commands must never change (luft's state or config): name a narrower folder in [tools] writable", names[i], d, rp)
+			}
+		}
+	}
+	return nil
 }
 
 // sandboxStatus is sandbox.Status; tests replace it to see a kernel without Landlock.

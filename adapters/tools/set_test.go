@@ -33,6 +33,7 @@ func TestNewValidation(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file.txt")
 	writeFileT(t, file, "x")
+	stateParent := t.TempDir() // a state dir kept outside the workspace
 	tests := []struct {
 		name  string
 		cfg   Config
@@ -55,6 +56,12 @@ func TestNewValidation(t *testing.T) {
 		{"env entry not a name", Config{Workspace: dir, Env: []string{"A=B"}}, nil, []string{`"A=B"`, "not an environment variable name"}},
 		{"writable folder missing", Config{Workspace: dir, Writable: []string{"cache"}}, nil, []string{`"cache"`, "not an existing folder"}},
 		{"writable is a file", Config{Workspace: dir, Writable: []string{file}}, nil, []string{"file.txt", "not an existing folder"}},
+		{"writable holds the workspace", Config{Workspace: dir, Writable: []string{"/"}},
+			nil, []string{`writable "/"`, "holds the workspace", "narrower folder"}},
+		{"writable is the parent", Config{Workspace: dir, Writable: []string{".."}},
+			nil, []string{`writable ".."`, "holds the workspace"}},
+		{"writable holds the state dir", Config{Workspace: dir, Writable: []string{stateParent}, Protected: []string{filepath.Join(stateParent, "st")}},
+			nil, []string{"st", "never change", "narrower folder"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -292,5 +299,20 @@ func TestWritableDirsHostile(t *testing.T) {
 	many := slices.Repeat([]string{"../cache"}, 10_000)
 	if got, err := writableDirs(w, append(many, "../nope")); err == nil || got != nil {
 		t.Fatalf("a missing folder at the end of 10,001 entries: %d dirs, %v", len(got), err)
+	}
+}
+
+// A writable folder beside the workspace is fine, even with the state dir inside the
+// workspace (commands may write the workspace whole already).
+func TestWritableBesideTheWorkspace(t *testing.T) {
+	root := t.TempDir()
+	ws, cache := filepath.Join(root, "ws"), filepath.Join(root, "cache")
+	for _, d := range []string{ws, cache} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := New(Config{Workspace: ws, Writable: []string{"../cache", "."}, Protected: []string{filepath.Join(ws, ".luft"), filepath.Join(ws, "luft.toml")}}); err != nil {
+		t.Fatal(err)
 	}
 }
