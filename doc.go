@@ -17,6 +17,10 @@
 // what the state dir holds, including runs of other processes (the CLI's, when both use
 // one state dir).
 //
+// The doors luft serves are there too: MCPHandler is the MCP server (workflow and
+// sub-agent tools) and ProxyHandler the OpenAI-compatible proxy for agents that keep
+// their own loop, both over the Engine's runs and its one scheduler.
+//
 // A custom model is a Backend — one method, Complete — registered with WithBackend; each
 // of its calls is a model turn the scheduler admits, so Options.Concurrency bounds them
 // like any backend's.

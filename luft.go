@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -127,6 +128,9 @@ type Engine struct {
 
 	// asking counts the goroutines that put approvals to Options.Approve.
 	asking sync.WaitGroup
+
+	sched   scheduler.Scheduler // the one scheduler every door of this Engine shares
+	proxies []io.Closer         // ProxyHandler's, ended by Close
 }
 
 // openDirs are the state dirs an open Engine of this process holds. Two Services over
@@ -218,11 +222,12 @@ func open(opts Options, dir string, cfg config.Config, set settings) (_ *Engine,
 	if slots == 0 {
 		slots = 8
 	}
+	sched := scheduler.NewExecutor(setup.SchedulerConfig(cfg, slots, opts.Concurrency > 0), opts.Clock)
 	svc, err := runtime.New(runtime.Options{
 		Store:     st,
 		StateDir:  dir,
 		Backends:  reg,
-		Scheduler: scheduler.NewExecutor(setup.SchedulerConfig(cfg, slots, opts.Concurrency > 0), opts.Clock),
+		Scheduler: sched,
 		Clock:     opts.Clock,
 		Caller:    opts.Caller,
 		Events:    setup.EventLimits(cfg.Limits),
@@ -234,7 +239,7 @@ func open(opts Options, dir string, cfg config.Config, set settings) (_ *Engine,
 		return nil, fmt.Errorf("luft.New: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Engine{svc: svc, store: st, backends: bset, registry: reg, cfg: cfg, dir: dir, opts: opts, ctx: ctx, cancel: cancel}
+	e := &Engine{svc: svc, store: st, backends: bset, registry: reg, cfg: cfg, dir: dir, opts: opts, ctx: ctx, cancel: cancel, sched: sched}
 	e.warnings = append(append(e.warnings, cfg.Warnings...), bset.Warnings...)
 	return e, nil
 }
@@ -307,7 +312,11 @@ func (e *Engine) Close() error {
 	}
 	e.cancel()
 	e.asking.Wait()
-	err := errors.Join(e.backends.Close(), e.store.Close())
+	var errs []error
+	for _, p := range e.proxies {
+		errs = append(errs, p.Close())
+	}
+	err := errors.Join(append(errs, e.backends.Close(), e.store.Close())...)
 	openDirs.Delete(e.dir)
 	return err
 }
