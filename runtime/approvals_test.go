@@ -376,15 +376,10 @@ end`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info RunInfo
-	for deadline := time.Now().Add(time.Minute); len(info.Pending) < 2; {
-		if info, err = e.svc.Status(t.Context(), r.ID); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pending: %+v", info.Pending)
-		}
-		time.Sleep(5 * time.Millisecond) // the run's goroutines park the calls
+	waitApprovalRequests(t, e.svc, r.ID, 2)
+	info, err := e.svc.Status(t.Context(), r.ID)
+	if err != nil || len(info.Pending) != 2 {
+		t.Fatalf("pending: %+v %v", info.Pending, err)
 	}
 	_, err = e.svc.Approve(t.Context(), r.ID, "", true)
 	if !errors.Is(err, ErrApprovalAmbiguous) || !strings.Contains(err.Error(), info.Pending[0].ID) || !strings.Contains(err.Error(), info.Pending[1].ID) {
@@ -398,4 +393,21 @@ end`)})
 	if res := waitRun(t, r); res.Status != StatusCompleted || res.Report != "noted|noted" {
 		t.Fatalf("run %s %v %v", res.Status, res.Err, res.Report)
 	}
+}
+
+// waitApprovalRequests returns once run id has recorded n approval_requested events.
+func waitApprovalRequests(t *testing.T, svc *Service, id string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	evs, errc, err := svc.Events(ctx, id, EventsOptions{Follow: true, Types: []string{event.ApprovalRequested}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range evs {
+		if n--; n == 0 {
+			return
+		}
+	}
+	t.Fatalf("the run's events ended with %d approval requests still to come: %v", n, <-errc)
 }
