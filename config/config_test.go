@@ -271,6 +271,14 @@ func TestProxyTable(t *testing.T) {
 		"[proxy]\nidle_timeout = \"soon\"\n": `luft.toml:2: proxy.idle_timeout: not a duration: "soon"`,
 		"[proxy]\nmax_body = -1\n":           "luft.toml:2: proxy.max_body: must not be negative (got -1)",
 		"[proxy]\nmax_body = 99999999999\n":  "luft.toml:2: proxy.max_body: must be at most 1073741824",
+		// Hostile shapes: out of range for the type, the wrong type, the table not a table.
+		"[proxy]\nidle_timeout = \"-5m\"\n":             "luft.toml:2: proxy.idle_timeout: must not be negative (got -5m)",
+		"[proxy]\nidle_timeout = \"99999999999h\"\n":    `luft.toml:2: proxy.idle_timeout: not a duration: "99999999999h"`,
+		"[proxy]\nidle_timeout = 5\n":                   "luft.toml:2: proxy.idle_timeout: incompatible types",
+		"[proxy]\nmax_body = \"big\"\n":                 "luft.toml:2: proxy.max_body: incompatible types",
+		"[proxy]\nmax_body = 1.5\n":                     "luft.toml:2: proxy.max_body: incompatible types",
+		"[proxy]\nmax_body = 99999999999999999999999\n": "luft.toml:2: proxy.max_body: 99999999999999999999999 is out of range",
+		"proxy = 3\n": "luft.toml:1: proxy: type mismatch",
 	} {
 		if _, err := Parse("luft.toml", []byte(data)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %s", data, err, want)

@@ -64,3 +64,38 @@ type = "mock"
 		}
 	}
 }
+
+// An upstream's URLs come from the environment (OPENAI_BASE_URL) or a Go caller as well as
+// the config file: New refuses one that is not an http(s) URL with a host, naming it.
+func TestNewRefusesBadUpstreamURLs(t *testing.T) {
+	long := "http://" + strings.Repeat("a", 1<<20) + ".test/v1"
+	for _, c := range []struct {
+		up   Upstream
+		want string
+	}{
+		{Upstream{Name: "openai", BaseURL: "not a url"}, `upstream "openai": base URL: not an http or https URL`},
+		{Upstream{Name: "openai", BaseURL: ""}, `upstream "openai": base URL: not an http or https URL`},
+		{Upstream{Name: "x", BaseURL: "file:///etc/passwd"}, `upstream "x": base URL: not an http or https URL: "file:///etc/passwd"`},
+		{Upstream{Name: "x", BaseURL: "http:///v1"}, `upstream "x": base URL: URL has no host`},
+		{Upstream{Name: "x", BaseURL: "http://127.0.0.1:1/v1", Replicas: []string{"http://127.0.0.1:2/v1", "ftp://h/"}},
+			`upstream "x": replica 2: not an http or https URL`},
+		{Upstream{Name: "x", BaseURL: "http://a\x00b/v1"}, `upstream "x": base URL:`},
+		{Upstream{Name: "x", BaseURL: long}, ""}, // long but well formed: accepted
+	} {
+		p, err := New(Options{Upstreams: []Upstream{c.up}, Scheduler: scheduler.NewExecutor(scheduler.Config{}, nil)})
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%.40q: %v", c.up.BaseURL, err)
+			} else {
+				p.Close()
+			}
+			continue
+		}
+		if err == nil {
+			p.Close()
+			t.Errorf("%.40q: accepted", c.up.BaseURL)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%.40q: %v, want %s", c.up.BaseURL, err, c.want)
+		}
+	}
+}

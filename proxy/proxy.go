@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
@@ -164,8 +165,15 @@ func New(opts Options) (*Proxy, error) {
 		if _, dup := p.ups[u.Name]; dup {
 			return nil, fmt.Errorf("proxy: upstream %q is configured twice", u.Name)
 		}
+		// OPENAI_BASE_URL and a Go caller's Options reach here unchecked by the config.
+		if err := config.CheckURL(u.BaseURL); err != nil {
+			return nil, fmt.Errorf("proxy: upstream %q: base URL: %w", u.Name, err)
+		}
 		u.BaseURL = strings.TrimRight(u.BaseURL, "/")
 		for j := range u.Replicas {
+			if err := config.CheckURL(u.Replicas[j]); err != nil {
+				return nil, fmt.Errorf("proxy: upstream %q: replica %d: %w", u.Name, j+1, err)
+			}
 			u.Replicas[j] = strings.TrimRight(u.Replicas[j], "/")
 		}
 		p.ups[u.Name] = &u

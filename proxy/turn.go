@@ -302,7 +302,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			return end
 		}
 		if resp.StatusCode == http.StatusOK {
-			if o, ok := permit.(interface{ Observe(http.Header) }); ok {
+			if o, ok := permit.(scheduler.Observer); ok {
 				o.Observe(resp.Header)
 			}
 		}
@@ -383,20 +383,20 @@ func (t *turn) refused(err error) turnEnd {
 // when the scheduler routed it there, with the replica and the model to ask for.
 func (t *turn) target(permit scheduler.Permit) (*Upstream, int, string) {
 	up, model, replica := t.up, t.model, 0
-	if lp, ok := permit.(interface{ Lane() string }); ok {
-		if lane := lp.Lane(); lane != "" && lane != t.lane {
-			name, m, _ := strings.Cut(lane, "/")
-			if f, ok := t.p.ups[name]; ok {
-				up = f
-				if m != "" && m != "*" {
-					model = m
-				}
+	rp, ok := permit.(scheduler.Router)
+	if !ok {
+		return up, replica, model
+	}
+	if lane := rp.Lane(); lane != "" && lane != t.lane {
+		name, m, _ := strings.Cut(lane, "/")
+		if f, ok := t.p.ups[name]; ok {
+			up = f
+			if m != "" && m != "*" {
+				model = m
 			}
 		}
 	}
-	if rp, ok := permit.(interface{ Replica() int }); ok {
-		replica = rp.Replica()
-	}
+	replica = rp.Replica()
 	if replica < 0 || replica > len(up.Replicas) {
 		replica = 0
 	}

@@ -221,11 +221,7 @@ func (b *bucket) endKept(seq uint64, rl RateLimit, used, output float64, now tim
 }
 
 // keep holds a running turn's reservation (or the tail of it) past a re-base.
-func (b *bucket) keep(f flight, amt float64, whole bool) {
-	b.keepRes(f, keptRes{amt: amt, whole: whole})
-}
-
-func (b *bucket) keepRes(f flight, k keptRes) {
+func (b *bucket) keep(f flight, k keptRes) {
 	if b.kept == nil {
 		b.kept = map[uint64]keptRes{}
 	}
@@ -383,15 +379,15 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 			// Admitted first but still running and not heard from by the time of an
 			// early reading (a stream's first token): its request may have reached the
 			// provider after the reading was taken.
-			b.keep(f, f.amt, true)
+			b.keep(f, keptRes{amt: f.amt, whole: true})
 		case f.at.After(self.at.Add(-race)) && (f.seen.IsZero() || f.seenRead && f.seenLeft < float64(rl.Remaining)):
 			// Admitted just before this turn and still running: it raced this turn
 			// to the provider, and its headers, if they came, said less was left (a
 			// count only falls as requests arrive): it may have lost.
-			b.keepRes(f, keptRes{amt: f.amt, whole: true, raced: true, keeper: float64(rl.Remaining)})
+			b.keep(f, keptRes{amt: f.amt, whole: true, raced: true, keeper: float64(rl.Remaining)})
 		case f.tail > 0:
 			// Still running: the reading counted its prompt, maybe not its output.
-			b.keep(f, f.tail, false)
+			b.keep(f, keptRes{amt: f.tail})
 		}
 	}
 	b.fhead = i + 1

@@ -258,7 +258,11 @@ type permit struct {
 	spent   bool // guarded by e.mu
 }
 
-var _ Retrier = (*permit)(nil)
+var (
+	_ Retrier  = (*permit)(nil)
+	_ Router   = (*permit)(nil)
+	_ Observer = (*permit)(nil)
+)
 
 // Lane is the lane the attempt runs on: the turn's own, or its fallback while the
 // turn's lane has an open circuit.

@@ -81,6 +81,22 @@ type Retrier interface {
 	Again(ctx context.Context, o Outcome) (Permit, error)
 }
 
+// Router is implemented by the permits of a scheduler that routes attempts (the
+// Executor): Lane is the lane the attempt runs on — the turn's own, or its fallback
+// while the turn's lane has an open circuit — and Replica the replica of that lane to
+// send to (0: the backend's own endpoint).
+type Router interface {
+	Lane() string
+	Replica() int
+}
+
+// Observer is implemented by the permits of a scheduler that reads a response's
+// rate-limit headers as soon as they arrive (the Executor): a caller whose answer is
+// still coming (a stream) passes them to Observe, then releases the permit as usual.
+type Observer interface {
+	Observe(h http.Header)
+}
+
 // Finish releases p with o and returns the permit of the turn's next attempt when p's
 // scheduler retries it (see Retrier); with any other permit it calls Done and returns
 // nil, nil. A caller's turn loop is:

@@ -79,8 +79,11 @@ func serveProxy(ctx context.Context, e *env, g *globalFlags, f *proxyFlags) erro
 	if !f.bodySet && cfg.Proxy.MaxBody > 0 {
 		f.maxBody = cfg.Proxy.MaxBody
 	}
-	if f.idle <= 0 || f.maxBody <= 0 || f.maxBody > config.MaxProxyBody {
-		return usageErr("--idle-timeout must be positive and --max-body between 1 and %d", config.MaxProxyBody)
+	if f.idle <= 0 {
+		return usageErr("invalid --idle-timeout: must be positive (got %s)", f.idle)
+	}
+	if err := config.CheckRange(f.maxBody, 1, config.MaxProxyBody); err != nil {
+		return usageErr("invalid --max-body: %v", err)
 	}
 	ups, def := proxy.FromConfig(cfg, e.getenv)
 	if len(ups) == 0 {
