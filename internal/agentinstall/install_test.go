@@ -560,3 +560,35 @@ func TestDryRunUninstall(t *testing.T) {
 		t.Fatalf("output:\n%s", out)
 	}
 }
+
+// A config nested deeper than the JSON decoder allows is refused with its position, and a
+// binary path with quotes, backslashes and a newline is written escaped: each agent's
+// file still parses and names exactly that path.
+func TestInstallHostileInput(t *testing.T) {
+	t.Run("deep JSON", func(t *testing.T) {
+		h := home(t, Gemini)
+		deep := `{"a":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + "}\n"
+		write(t, filepath.Join(h, ".gemini/settings.json"), deep)
+		before := snapshot(t, h)
+		_, err := run(t, h, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), "not valid JSON") || !strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("error = %v, want the file refused as not valid JSON", err)
+		}
+		sameTree(t, before, snapshot(t, h))
+	})
+	t.Run("odd binary path", func(t *testing.T) {
+		h := home(t, Claude, Codex)
+		odd := "/opt/we\"ird\\dir/new\nline/luft"
+		mustRun(t, h, func(o *Options) { o.Binary = odd })
+		if got := dig(readJSON(t, filepath.Join(h, ".claude.json")), "mcpServers", "luft", "command"); got != odd {
+			t.Fatalf("claude command = %q, want %q", got, odd)
+		}
+		m, err := decodeTOML(read(t, filepath.Join(h, ".codex/config.toml")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := lookup(m, []string{"mcp_servers", "luft", "command"}); got != odd {
+			t.Fatalf("codex command = %q, want %q", got, odd)
+		}
+	})
+}
