@@ -109,7 +109,7 @@ func Run(ctx context.Context, o Options) error {
 		problems = append(problems, err)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("install: nothing was changed:\n  %w", joinLines(problems))
+		return fmt.Errorf("install: nothing was changed:\n  %w", lineErrors(problems))
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -141,7 +141,11 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
+// lineErrors are the problems that stop a run, one a line; errors.Is and errors.As see
+// each of them.
 type lineErrors []error
+
+func (l lineErrors) Unwrap() []error { return l }
 
 func (l lineErrors) Error() string {
 	s := make([]string, len(l))
@@ -150,8 +154,6 @@ func (l lineErrors) Error() string {
 	}
 	return strings.Join(s, "\n  ")
 }
-
-func joinLines(errs []error) error { return lineErrors(errs) }
 
 // pickAgents resolves --agent to agents, with notes for named agents that look absent.
 func pickAgents(o Options) ([]*agent, []string, error) {

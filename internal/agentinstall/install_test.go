@@ -592,3 +592,14 @@ func TestInstallHostileInput(t *testing.T) {
 		}
 	})
 }
+
+// The problems that stop a run read one a line and stay visible to errors.Is.
+func TestLineErrors(t *testing.T) {
+	err := lineErrors{errors.New("codex: bad TOML"), &fs.PathError{Op: "open", Path: "x", Err: fs.ErrPermission}}
+	if got, want := err.Error(), "codex: bad TOML\n  open x: permission denied"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Error("errors.Is does not see a problem's cause")
+	}
+}
