@@ -174,6 +174,7 @@ func TestStartRefusesBadScripts(t *testing.T) {
 		{"class", luft.Script{Source: "function main() end", Class: "urgent"}, "Script.Class"},
 		{"timeout", luft.Script{Source: "function main() end", Timeout: -1}, "Script.Timeout"},
 		{"agent calls", luft.Script{Source: "function main() end", MaxAgentCalls: -1}, "Script.MaxAgentCalls"},
+		{"agent calls huge", luft.Script{Source: "function main() end", MaxAgentCalls: math.MaxInt}, "Script.MaxAgentCalls"},
 		{"backend", luft.Script{Source: "function main() end", Backend: "ghost"}, "Script.Backend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
