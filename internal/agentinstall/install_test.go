@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -536,17 +537,7 @@ func TestSkillBackups(t *testing.T) {
 	mustRun(t, h, func(o *Options) { o.Uninstall = true })
 	left := snapshot(t, dir)
 	if _, ok := left["mine.md"]; !ok || len(left) != 3 { // ., mine.md, the backup
-		t.Fatalf("after uninstall the folder holds %v; want the user's file and the backup", slices.Sorted(mapsKeys(left)))
-	}
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
+		t.Fatalf("after uninstall the folder holds %v; want the user's file and the backup", slices.Sorted(maps.Keys(left)))
 	}
 }
 
@@ -601,5 +592,30 @@ func TestLineErrors(t *testing.T) {
 	}
 	if !errors.Is(err, fs.ErrPermission) {
 		t.Error("errors.Is does not see a problem's cause")
+	}
+}
+
+// A skill folder whose files are luft's but whose manifest is gone or stale gets the
+// manifest written again, so that a later uninstall knows the files are luft's.
+func TestSkillManifestRefreshed(t *testing.T) {
+	h := home(t, Claude)
+	mustRun(t, h, nil)
+	manifest := filepath.Join(h, ".claude/skills/luft-workflows", manifestName)
+	want := read(t, manifest)
+	for _, stale := range []string{"", `{"files": {"SKILL.md": "0"}}`} {
+		if stale == "" {
+			if err := os.Remove(manifest); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			write(t, manifest, stale)
+		}
+		mustRun(t, h, nil)
+		if got := read(t, manifest); got != want {
+			t.Fatalf("after a run over manifest %q it holds\n%s\nwant\n%s", stale, got, want)
+		}
+		if out := mustRun(t, h, nil); !strings.HasSuffix(out, "nothing to change\n") {
+			t.Fatalf("the run after the refresh changed something:\n%s", out)
+		}
 	}
 }
