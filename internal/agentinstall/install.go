@@ -331,6 +331,7 @@ func (p *configPlan) planTOML(uninstall bool) error {
 // applyConfig backs the file up and writes its new content in its place. It returns the
 // backup's path ("" for a file luft created).
 func applyConfig(p *configPlan, now time.Time) (string, error) {
+	backup := ""
 	if p.exists {
 		cur, err := readCapped(p.real)
 		if err != nil {
@@ -339,20 +340,13 @@ func applyConfig(p *configPlan, now time.Time) (string, error) {
 		if !bytes.Equal(cur, p.old) {
 			return "", fmt.Errorf("%s changed while luft install ran (another program wrote it); run luft install again", p.real)
 		}
-	}
-	backup := ""
-	if p.exists {
-		var err error
 		if backup, err = writeBackup(p.real, p.old, p.mode, now); err != nil {
 			return "", err
 		}
 	} else if err := os.MkdirAll(filepath.Dir(p.real), 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", filepath.Dir(p.real), err)
 	}
-	if err := writeAtomic(p.real, p.new, p.mode.Perm()); err != nil {
-		return backup, err
-	}
-	return backup, nil
+	return backup, writeAtomic(p.real, p.new, p.mode.Perm())
 }
 
 // writeBackup copies a file's old content beside it under a name no file has yet.
