@@ -68,8 +68,6 @@ type Usage struct {
 // Total is input plus output tokens.
 func (u Usage) Total() int { return u.Input + u.Output }
 
-func usageOf(u agent.Usage) Usage { return Usage{Input: u.Input, Output: u.Output, Cached: u.Cached} }
-
 // customBackend adapts a Backend onto adapters.Backend: its one turn goes through
 // call.Do, so the scheduler admits it.
 type customBackend struct {

@@ -22,7 +22,9 @@ import (
 //
 // Mount it where the program likes (http.Handle("/mcp", h)). The handler checks no
 // token and no Origin: bind it to loopback, or put the program's own authentication in
-// front of it, since a client can start runs and so spend the backends' budgets.
+// front of it, since a client can start runs and so spend the backends' budgets, and
+// can name any file this process may read as a workflow (workflow_execute's path; a
+// file that is not Lua fails with a syntax error that quotes a token of it).
 func (e *Engine) MCPHandler() (http.Handler, error) {
 	if err := e.use(context.Background(), "MCPHandler"); err != nil {
 		return nil, err

@@ -45,6 +45,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"invalid config", luft.Options{StateDir: dir(), ConfigPath: badConfig}, nil, "nonsense"},
 		{"unknown backend", luft.Options{StateDir: dir(), Backend: "nope"}, nil, `Options.Backend: backend: "nope" is not registered`},
 		{"concurrency", luft.Options{StateDir: dir(), Concurrency: -1}, nil, "Options.Concurrency -1"},
+		{"concurrency huge", luft.Options{StateDir: dir(), Concurrency: config.MaxSlots + 1}, nil, "out of range"},
 		{"event buffer", luft.Options{StateDir: dir(), EventBuffer: -5}, nil, "Options.EventBuffer"},
 		{"empty backend name", luft.Options{StateDir: dir()}, []luft.Option{luft.WithBackend("", echo)}, "the name is empty"},
 		{"slash in name", luft.Options{StateDir: dir()}, []luft.Option{luft.WithBackend("a/b", echo)}, "slash"},
@@ -174,6 +175,7 @@ func TestStartRefusesBadScripts(t *testing.T) {
 		{"class", luft.Script{Source: "function main() end", Class: "urgent"}, "Script.Class"},
 		{"timeout", luft.Script{Source: "function main() end", Timeout: -1}, "Script.Timeout"},
 		{"agent calls", luft.Script{Source: "function main() end", MaxAgentCalls: -1}, "Script.MaxAgentCalls"},
+		{"agent calls huge", luft.Script{Source: "function main() end", MaxAgentCalls: math.MaxInt}, "Script.MaxAgentCalls"},
 		{"backend", luft.Script{Source: "function main() end", Backend: "ghost"}, "Script.Backend"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

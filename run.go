@@ -278,7 +278,7 @@ func (e *Engine) Cancel(ctx context.Context, runID string) error {
 }
 
 func resultOf(r runtime.Result) Result {
-	out := Result{RunID: r.RunID, Status: Status(r.Status), Usage: usageOf(r.Usage), Cost: r.Cost,
+	out := Result{RunID: r.RunID, Status: Status(r.Status), Usage: Usage(r.Usage), Cost: r.Cost,
 		Agents: AgentCounts(r.Agents), Elapsed: r.Elapsed, Attempt: r.Attempt, ResumeAfter: r.ResumeAfter}
 	out.Report, out.HasReport = decoded(r.Report, r.HasReport)
 	return out

@@ -293,7 +293,7 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 			px.Close()
 		}
 	}()
-	v, _ := buildVersion()
+	v := buildVersion()
 	d, err := daemon.New(daemon.Options{
 		StateDir: dir, Service: svc, Store: st, Version: v, Listen: f.listen, Token: e.getenv("LUFT_TOKEN"),
 		Grace: f.grace, Gate: gate, Log: logw, Now: e.now,

@@ -172,8 +172,7 @@ func serveMCPStandalone(ctx context.Context, e *env, g *globalFlags) error {
 	if err != nil {
 		return err
 	}
-	v, _ := buildVersion()
-	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Version: v,
+	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Version: buildVersion(),
 		Host:    luftmcp.ServiceHost{Service: svc, NewSpec: hostedSpec(bset.Registry, cfg)},
 		Log:     log.New(e.stderr, "luft mcp: ", log.LstdFlags),
 		Catalog: toolCatalog(cfg)})

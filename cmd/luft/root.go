@@ -221,8 +221,5 @@ func completionHints(root *cobra.Command) {
 	}
 }
 
-// buildVersion is the version and commit: stamped at release, else from build info.
-func buildVersion() (string, string) {
-	in := version.Get()
-	return in.Version, in.Commit
-}
+// buildVersion is luft's version: stamped at release, else from build info.
+func buildVersion() string { return version.Get().Version }

@@ -109,7 +109,7 @@ func Run(ctx context.Context, o Options) error {
 		problems = append(problems, err)
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("install: nothing was changed:\n  %w", joinLines(problems))
+		return fmt.Errorf("install: nothing was changed:\n  %w", lineErrors(problems))
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -141,7 +141,11 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
+// lineErrors are the problems that stop a run, one a line; errors.Is and errors.As see
+// each of them.
 type lineErrors []error
+
+func (l lineErrors) Unwrap() []error { return l }
 
 func (l lineErrors) Error() string {
 	s := make([]string, len(l))
@@ -150,8 +154,6 @@ func (l lineErrors) Error() string {
 	}
 	return strings.Join(s, "\n  ")
 }
-
-func joinLines(errs []error) error { return lineErrors(errs) }
 
 // pickAgents resolves --agent to agents, with notes for named agents that look absent.
 func pickAgents(o Options) ([]*agent, []string, error) {
@@ -329,6 +331,7 @@ func (p *configPlan) planTOML(uninstall bool) error {
 // applyConfig backs the file up and writes its new content in its place. It returns the
 // backup's path ("" for a file luft created).
 func applyConfig(p *configPlan, now time.Time) (string, error) {
+	backup := ""
 	if p.exists {
 		cur, err := readCapped(p.real)
 		if err != nil {
@@ -337,20 +340,13 @@ func applyConfig(p *configPlan, now time.Time) (string, error) {
 		if !bytes.Equal(cur, p.old) {
 			return "", fmt.Errorf("%s changed while luft install ran (another program wrote it); run luft install again", p.real)
 		}
-	}
-	backup := ""
-	if p.exists {
-		var err error
 		if backup, err = writeBackup(p.real, p.old, p.mode, now); err != nil {
 			return "", err
 		}
 	} else if err := os.MkdirAll(filepath.Dir(p.real), 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", filepath.Dir(p.real), err)
 	}
-	if err := writeAtomic(p.real, p.new, p.mode.Perm()); err != nil {
-		return backup, err
-	}
-	return backup, nil
+	return backup, writeAtomic(p.real, p.new, p.mode.Perm())
 }
 
 // writeBackup copies a file's old content beside it under a name no file has yet.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -536,17 +537,7 @@ func TestSkillBackups(t *testing.T) {
 	mustRun(t, h, func(o *Options) { o.Uninstall = true })
 	left := snapshot(t, dir)
 	if _, ok := left["mine.md"]; !ok || len(left) != 3 { // ., mine.md, the backup
-		t.Fatalf("after uninstall the folder holds %v; want the user's file and the backup", slices.Sorted(mapsKeys(left)))
-	}
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
+		t.Fatalf("after uninstall the folder holds %v; want the user's file and the backup", slices.Sorted(maps.Keys(left)))
 	}
 }
 
@@ -558,5 +549,73 @@ func TestDryRunUninstall(t *testing.T) {
 	sameTree(t, before, snapshot(t, h))
 	if !strings.Contains(out, "opencode: would remove luft from") || !strings.Contains(out, "-  \"mcp\": {") || !strings.Contains(out, "skill would be removed from") {
 		t.Fatalf("output:\n%s", out)
+	}
+}
+
+// A config nested deeper than the JSON decoder allows is refused with its position, and a
+// binary path with quotes, backslashes and a newline is written escaped: each agent's
+// file still parses and names exactly that path.
+func TestInstallHostileInput(t *testing.T) {
+	t.Run("deep JSON", func(t *testing.T) {
+		h := home(t, Gemini)
+		deep := `{"a":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + "}\n"
+		write(t, filepath.Join(h, ".gemini/settings.json"), deep)
+		before := snapshot(t, h)
+		_, err := run(t, h, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), "not valid JSON") || !strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("error = %v, want the file refused as not valid JSON", err)
+		}
+		sameTree(t, before, snapshot(t, h))
+	})
+	t.Run("odd binary path", func(t *testing.T) {
+		h := home(t, Claude, Codex)
+		odd := "/opt/we\"ird\\dir/new\nline/luft"
+		mustRun(t, h, func(o *Options) { o.Binary = odd })
+		if got := dig(readJSON(t, filepath.Join(h, ".claude.json")), "mcpServers", "luft", "command"); got != odd {
+			t.Fatalf("claude command = %q, want %q", got, odd)
+		}
+		m, err := decodeTOML(read(t, filepath.Join(h, ".codex/config.toml")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := lookup(m, []string{"mcp_servers", "luft", "command"}); got != odd {
+			t.Fatalf("codex command = %q, want %q", got, odd)
+		}
+	})
+}
+
+// The problems that stop a run read one a line and stay visible to errors.Is.
+func TestLineErrors(t *testing.T) {
+	err := lineErrors{errors.New("codex: bad TOML"), &fs.PathError{Op: "open", Path: "x", Err: fs.ErrPermission}}
+	if got, want := err.Error(), "codex: bad TOML\n  open x: permission denied"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, fs.ErrPermission) {
+		t.Error("errors.Is does not see a problem's cause")
+	}
+}
+
+// A skill folder whose files are luft's but whose manifest is gone or stale gets the
+// manifest written again, so that a later uninstall knows the files are luft's.
+func TestSkillManifestRefreshed(t *testing.T) {
+	h := home(t, Claude)
+	mustRun(t, h, nil)
+	manifest := filepath.Join(h, ".claude/skills/luft-workflows", manifestName)
+	want := read(t, manifest)
+	for _, stale := range []string{"", `{"files": {"SKILL.md": "0"}}`} {
+		if stale == "" {
+			if err := os.Remove(manifest); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			write(t, manifest, stale)
+		}
+		mustRun(t, h, nil)
+		if got := read(t, manifest); got != want {
+			t.Fatalf("after a run over manifest %q it holds\n%s\nwant\n%s", stale, got, want)
+		}
+		if out := mustRun(t, h, nil); !strings.HasSuffix(out, "nothing to change\n") {
+			t.Fatalf("the run after the refresh changed something:\n%s", out)
+		}
 	}
 }

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -75,23 +75,16 @@ func (p *skillPlan) plan(o Options, targets []*agent) error {
 			p.keep = who + " still uses it"
 			return nil
 		}
-		names := slices.Sorted(func(yield func(string) bool) {
-			seen := map[string]bool{}
-			for n := range p.files {
+		seen := map[string]bool{}
+		for n := range p.files {
+			seen[n] = true
+		}
+		for n := range m.Files {
+			if safeSkillName(n) {
 				seen[n] = true
 			}
-			for n := range m.Files {
-				if safeSkillName(n) {
-					seen[n] = true
-				}
-			}
-			for n := range seen {
-				if !yield(n) {
-					return
-				}
-			}
-		})
-		for _, n := range names {
+		}
+		for _, n := range slices.Sorted(maps.Keys(seen)) {
 			if _, err := os.Lstat(filepath.Join(p.dir, filepath.FromSlash(n))); err == nil {
 				p.remove = append(p.remove, n)
 			}
@@ -110,7 +103,7 @@ func (p *skillPlan) plan(o Options, targets []*agent) error {
 			p.write = append(p.write, n)
 		}
 	}
-	if len(p.write) == 0 && !slices.Equal(sortedKeys(m.Files), sortedKeys(p.hashes())) {
+	if len(p.write) == 0 && !maps.Equal(m.Files, p.hashes()) {
 		p.write = append(p.write, manifestName)
 	}
 	return nil
@@ -120,15 +113,6 @@ func (p *skillPlan) plan(o Options, targets []*agent) error {
 // skill's folder.
 func safeSkillName(n string) bool {
 	return n != "" && !path.IsAbs(n) && path.Clean(n) == n && !strings.HasPrefix(n, "../") && n != ".." && !strings.Contains(n, "\\")
-}
-
-func sortedKeys(m map[string]string) []string {
-	var out []string
-	for k, v := range m {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func (p *skillPlan) hashes() map[string]string {
