@@ -399,3 +399,37 @@ end`)})
 		t.Fatalf("run %s %v %v", res.Status, res.Err, res.Report)
 	}
 }
+
+// Cancelling a run whose call waits for an answer ends the wait at once: the run ends
+// cancelled, the call leaves no listener behind, the question stays pending in the
+// journal (a resume asks it again), and a late answer is still taken without harm.
+func TestCancelWhileAwaitingApproval(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	e := askEnv(t, dir, askBackend(t, te.url, ws), 1, true)
+	r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", noteFlow)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := awaitEvent(t, r, event.ApprovalRequested)
+	r.Cancel()
+	if res := waitRun(t, r); res.Status != StatusCancelled {
+		t.Fatalf("run %s %v: want cancelled", res.Status, res.Err)
+	}
+	e.svc.mu.Lock()
+	left := len(e.svc.approvals)
+	e.svc.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d approval listeners left after the run ended", left)
+	}
+	info, err := e.svc.Status(t.Context(), r.ID)
+	if err != nil || info.Status != storage.StatusCancelled || len(info.Pending) != 1 || info.Pending[0].ID != req.Data["approval_id"] {
+		t.Fatalf("status %s, pending %+v, %v: want cancelled with the question still pending", info.Status, info.Pending, err)
+	}
+	if _, err := e.svc.Approve(t.Context(), r.ID, "", false); err != nil {
+		t.Fatalf("answer after the run ended: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "note.txt")); err == nil {
+		t.Fatal("the parked write ran though the run was cancelled")
+	}
+}
