@@ -99,6 +99,8 @@ func TestAPIApprove(t *testing.T) {
 		{`{"allow":"yes"}`, 400, "not an approval"},
 		{`{"allow":true,"extra":1}`, 400, "unknown field"},
 		{`{"approval_id":"ap-nope","allow":true}`, 404, run.Pending[0].ID},
+		{`{"approval_id":"` + strings.Repeat("x", 100<<10) + `","allow":true}`, 400, "request body too large"},
+		{strings.Repeat("[", 100<<10), 400, "not an approval"},
 	} {
 		if code, body := call(t, h, "POST", path, tc.body); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %s, want %d with %q", tc.body, code, body, tc.code, tc.want)
