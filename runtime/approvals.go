@@ -86,26 +86,13 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 	}
 }
 
-// matchApproval finds the approval asked for the tool call want repeats: by its id, else
-// by its tool and arguments in the same conversation and turn (a model asked again may
-// draw a fresh id).
+// matchApproval finds the approval asked for the tool call want repeats, as matchTool
+// finds the call itself: by its id, else by its tool and arguments in the same
+// conversation and turn (a model asked again may draw a fresh id).
 func matchApproval(known []storage.Approval, want storage.ToolCall) (storage.Approval, bool) {
-	var same *storage.Approval
-	for i, k := range known {
-		if k.Conversation != want.Conversation || k.Turn != want.Turn {
-			continue
-		}
-		if k.ToolCallID == want.ID {
-			return k, true
-		}
-		if same == nil && k.Tool == want.Name && k.ArgsHash == want.ArgsHash {
-			same = &known[i]
-		}
-	}
-	if same != nil {
-		return *same, true
-	}
-	return storage.Approval{}, false
+	return matchCall(known, want, func(a storage.Approval) storage.ToolCall {
+		return storage.ToolCall{Conversation: a.Conversation, Turn: a.Turn, ID: a.ToolCallID, Name: a.Tool, ArgsHash: a.ArgsHash}
+	})
 }
 
 // approvalID names the approval of one tool call: the same after a restart.
