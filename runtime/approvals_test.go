@@ -376,15 +376,12 @@ end`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var info RunInfo
-	for deadline := time.Now().Add(time.Minute); len(info.Pending) < 2; {
-		if info, err = e.svc.Status(t.Context(), r.ID); err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pending: %+v", info.Pending)
-		}
-		time.Sleep(5 * time.Millisecond) // the run's goroutines park the calls
+	// Each question is journaled before its approval_requested event.
+	first := awaitEvent(t, r, event.ApprovalRequested)
+	awaitEventAfter(t, r, event.ApprovalRequested, first.Seq)
+	info, err := e.svc.Status(t.Context(), r.ID)
+	if err != nil || len(info.Pending) != 2 {
+		t.Fatalf("pending: %+v, %v", info.Pending, err)
 	}
 	_, err = e.svc.Approve(t.Context(), r.ID, "", true)
 	if !errors.Is(err, ErrApprovalAmbiguous) || !strings.Contains(err.Error(), info.Pending[0].ID) || !strings.Contains(err.Error(), info.Pending[1].ID) {
