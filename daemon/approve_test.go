@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
@@ -75,16 +76,19 @@ func TestAPIApprove(t *testing.T) {
 		RunID string `json:"run_id"`
 	}
 	_ = json.Unmarshal([]byte(body), &started)
-	var run RunJSON
-	for deadline := time.Now().Add(time.Minute); ; {
-		_, body = call(t, h, "GET", "/api/runs/"+started.RunID, "")
-		run = RunJSON{}
-		_ = json.Unmarshal([]byte(body), &run)
-		if run.Status == "awaiting_approval" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling the API of a run driven on other goroutines
+	// The question is journaled before its approval_requested event.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	evs, _, err := svc.Events(ctx, started.RunID, runtime.EventsOptions{Follow: true, Types: []string{event.ApprovalRequested}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if _, ok := <-evs; !ok {
+		t.Fatal("the run ended without asking for approval")
+	}
+	_, body = call(t, h, "GET", "/api/runs/"+started.RunID, "")
+	var run RunJSON
+	_ = json.Unmarshal([]byte(body), &run)
 	if run.Status != "awaiting_approval" || len(run.Pending) != 1 || run.Pending[0].Tool != "write_file" ||
 		!strings.Contains(run.Pending[0].Arguments, "n.txt") {
 		t.Fatalf("run: %s", body)
