@@ -66,8 +66,12 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 		case <-fired:
 			// Answered by another process (the daemon's API while a CLI drives the run).
 			rows, err := h.store().Approvals(ctx, storage.ApprovalFilter{RunID: h.run.ID, CallKey: c.Key})
+			if storage.Broken(err) {
+				// No answer could be recorded either: stop rather than wait for one.
+				return false, h.stopIfBroken(fmt.Errorf("approval of tool call %s of %s: %w", tc.Name, c.Key, err))
+			}
 			if err != nil {
-				continue
+				continue // a passing failure (the run's end cancels ctx): poll again
 			}
 			for _, r := range rows {
 				if r.ID == a.ID {

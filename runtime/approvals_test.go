@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -428,5 +429,43 @@ func TestCancelWhileAwaitingApproval(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ws, "note.txt")); err == nil {
 		t.Fatal("the parked write ran though the run was cancelled")
+	}
+}
+
+// corruptApprovals is a store whose approvals cannot be read once broken is set, as when
+// luft.db is damaged under a running run.
+type corruptApprovals struct {
+	storage.Store
+	broken atomic.Bool
+}
+
+func (c *corruptApprovals) Approvals(ctx context.Context, f storage.ApprovalFilter) ([]storage.Approval, error) {
+	if c.broken.Load() {
+		return nil, &storage.CorruptError{Dir: "state", File: "luft.db", Err: errors.New("database disk image is malformed")}
+	}
+	return c.Store.Approvals(ctx, f)
+}
+
+// A state dir that breaks while a call waits for an answer stops the run naming the
+// failure, rather than polling for an answer that could never be recorded.
+func TestApprovalWaitStopsOnABrokenStateDir(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	b := askBackend(t, te.url, ws)
+	e := askEnv(t, dir, b, 1, true)
+	st := &corruptApprovals{Store: e.st}
+	svc, err := New(Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("fake", b), Scheduler: e.sched,
+		Backoff: func(int) time.Duration { return 0 }, CancelPoll: 10 * time.Millisecond, AskApprovals: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", noteFlow)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent(t, r, event.ApprovalRequested)
+	st.broken.Store(true)
+	if res := waitRun(t, r); res.Status == StatusCompleted || !errors.Is(res.Err, storage.ErrCorruptState) {
+		t.Fatalf("run %s %v: want it stopped on the corrupt state dir", res.Status, res.Err)
 	}
 }
