@@ -76,16 +76,18 @@ func TestAPIApprove(t *testing.T) {
 		RunID string `json:"run_id"`
 	}
 	_ = json.Unmarshal([]byte(body), &started)
-	// The API shows the call once the run has asked for it.
+	// The question is journaled before its approval_requested event.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	evs, _, err := svc.Events(ctx, started.RunID, runtime.EventsOptions{Follow: true, Types: []string{event.ApprovalRequested}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-evs
-	var run RunJSON
+	if _, ok := <-evs; !ok {
+		t.Fatal("the run ended without asking for approval")
+	}
 	_, body = call(t, h, "GET", "/api/runs/"+started.RunID, "")
+	var run RunJSON
 	_ = json.Unmarshal([]byte(body), &run)
 	if run.Status != "awaiting_approval" || len(run.Pending) != 1 || run.Pending[0].Tool != "write_file" ||
 		!strings.Contains(run.Pending[0].Arguments, "n.txt") {
@@ -101,6 +103,8 @@ func TestAPIApprove(t *testing.T) {
 		{`{"allow":"yes"}`, 400, "not an approval"},
 		{`{"allow":true,"extra":1}`, 400, "unknown field"},
 		{`{"approval_id":"ap-nope","allow":true}`, 404, run.Pending[0].ID},
+		{`{"approval_id":"` + strings.Repeat("x", 100<<10) + `","allow":true}`, 400, "request body too large"},
+		{strings.Repeat("[", 100<<10), 400, "not an approval"},
 	} {
 		if code, body := call(t, h, "POST", path, tc.body); code != tc.code || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %s, want %d with %q", tc.body, code, body, tc.code, tc.want)

@@ -2,6 +2,7 @@ package lua
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -126,4 +127,38 @@ end`, kind: KindRuntime, errSub: "test.lua:3: converge: item 1 cannot be put in 
 		{name: "function item", src: `function main() converge({"a", print}) end`, kind: KindRuntime,
 			errSub: "test.lua:1: converge: item 2 cannot be put in a prompt:"},
 	})
+}
+
+// Every VM makes its prelude and converge functions from prototypes compiled once for
+// the process, so runs on many goroutines at once read the same prototypes: they must
+// only read them (run with -race).
+func TestSharedPrototypesAcrossConcurrentRuns(t *testing.T) {
+	prog, err := Compile("test.lua", "test.lua", []byte(`function main()
+  local ok, err = pcall(function() error("caught", 0) end)
+  local r = converge({"A"}, {max_rounds = 1})
+  report({ok = ok, err = err, n = #r.findings})
+end`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runs = 8
+	errs := make(chan error, runs)
+	for range runs {
+		go func() {
+			h := newFakeHost()
+			h.reply = convergeReplies
+			out, err := Run(t.Context(), Config{Host: h}, prog)
+			if err == nil {
+				if b, _ := json.Marshal(out.Report); string(b) != `{"err":"caught","n":1,"ok":false}` {
+					err = fmt.Errorf("report %s", b)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range runs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
 }

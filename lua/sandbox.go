@@ -297,10 +297,26 @@ func (v *vm) caught(L *glua.LState) int {
 		L.Error(e, 0)
 	}
 	if s, ok := e.(glua.LString); ok {
-		e = glua.LString(v.explain(scrubAddrs(string(s))))
+		e = glua.LString(v.explain(scrubAddrs(dropPreludePos(string(s)))))
 	}
 	L.Push(e)
 	return 1
+}
+
+// dropPreludePos drops a "<prelude>:N: " position from a caught message. A function pcall
+// calls directly (pcall(error, "x"), pcall(string.rep)) raises from the prelude's frame
+// that called it, a line of luft's own Lua the script cannot see; stock Lua gives no
+// position there.
+func dropPreludePos(msg string) string {
+	rest, ok := strings.CutPrefix(msg, "<prelude>:")
+	if !ok {
+		return msg
+	}
+	line, text, ok := strings.Cut(rest, ": ")
+	if !ok || line == "" || strings.Trim(line, "0123456789") != "" {
+		return msg
+	}
+	return text
 }
 
 // stockStringFuncs are the functions of gopher-lua's string module a script may use as

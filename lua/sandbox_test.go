@@ -66,6 +66,13 @@ end`, kind: KindLimit, errSub: "exceeded by string.gsub"},
 function main() f(1) end`, kind: KindLimit, errSub: "call depth limit (200 frames)"},
 		{name: "pcall nesting", src: `local function f() pcall(f) end
 function main() f() end`, kind: KindLimit, errSub: "pcall nesting limit (64)"},
+		{name: "pcall of error names no prelude line", src: `function main()
+  local _, a = pcall(error, "x")
+  local _, b = pcall(error, "y", 2)
+  local _, c = pcall(function() error("z") end)
+  local _, d = xpcall(error, function(m) return "got " .. m end, "w")
+  report({a, b, c, d})
+end`, want: `["x","y","test.lua:4: z","got w"]`},
 		{name: "limits cannot be caught", src: `function main()
   local ok = pcall(string.rep, "x", 1e9)
   report("caught")

@@ -66,8 +66,12 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 		case <-fired:
 			// Answered by another process (the daemon's API while a CLI drives the run).
 			rows, err := h.store().Approvals(ctx, storage.ApprovalFilter{RunID: h.run.ID, CallKey: c.Key})
+			if storage.Broken(err) {
+				// No answer could be recorded either: stop rather than wait for one.
+				return false, h.stopIfBroken(fmt.Errorf("approval of tool call %s of %s: %w", tc.Name, c.Key, err))
+			}
 			if err != nil {
-				continue
+				continue // a passing failure (the run's end cancels ctx): poll again
 			}
 			for _, r := range rows {
 				if r.ID == a.ID {
@@ -86,26 +90,13 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 	}
 }
 
-// matchApproval finds the approval asked for the tool call want repeats: by its id, else
-// by its tool and arguments in the same conversation and turn (a model asked again may
-// draw a fresh id).
+// matchApproval finds the approval asked for the tool call want repeats, as matchTool
+// finds the call itself: by its id, else by its tool and arguments in the same
+// conversation and turn (a model asked again may draw a fresh id).
 func matchApproval(known []storage.Approval, want storage.ToolCall) (storage.Approval, bool) {
-	var same *storage.Approval
-	for i, k := range known {
-		if k.Conversation != want.Conversation || k.Turn != want.Turn {
-			continue
-		}
-		if k.ToolCallID == want.ID {
-			return k, true
-		}
-		if same == nil && k.Tool == want.Name && k.ArgsHash == want.ArgsHash {
-			same = &known[i]
-		}
-	}
-	if same != nil {
-		return *same, true
-	}
-	return storage.Approval{}, false
+	return matchCall(known, want, func(a storage.Approval) storage.ToolCall {
+		return storage.ToolCall{Conversation: a.Conversation, Turn: a.Turn, ID: a.ToolCallID, Name: a.Tool, ArgsHash: a.ArgsHash}
+	})
 }
 
 // approvalID names the approval of one tool call: the same after a restart.

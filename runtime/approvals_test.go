@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -376,10 +377,12 @@ end`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitApprovalRequests(t, e.svc, r.ID, 2)
+	// Each question is journaled before its approval_requested event.
+	first := awaitEvent(t, r, event.ApprovalRequested)
+	awaitEventAfter(t, r, event.ApprovalRequested, first.Seq)
 	info, err := e.svc.Status(t.Context(), r.ID)
 	if err != nil || len(info.Pending) != 2 {
-		t.Fatalf("pending: %+v %v", info.Pending, err)
+		t.Fatalf("pending: %+v, %v", info.Pending, err)
 	}
 	_, err = e.svc.Approve(t.Context(), r.ID, "", true)
 	if !errors.Is(err, ErrApprovalAmbiguous) || !strings.Contains(err.Error(), info.Pending[0].ID) || !strings.Contains(err.Error(), info.Pending[1].ID) {
@@ -395,19 +398,74 @@ end`)})
 	}
 }
 
-// waitApprovalRequests returns once run id has recorded n approval_requested events.
-func waitApprovalRequests(t *testing.T, svc *Service, id string, n int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	evs, errc, err := svc.Events(ctx, id, EventsOptions{Follow: true, Types: []string{event.ApprovalRequested}})
+// Cancelling a run whose call waits for an answer ends the wait at once: the run ends
+// cancelled, the call leaves no listener behind, the question stays pending in the
+// journal (a resume asks it again), and a late answer is still taken without harm.
+func TestCancelWhileAwaitingApproval(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	e := askEnv(t, dir, askBackend(t, te.url, ws), 1, true)
+	r, err := e.svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", noteFlow)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range evs {
-		if n--; n == 0 {
-			return
-		}
+	req := awaitEvent(t, r, event.ApprovalRequested)
+	r.Cancel()
+	if res := waitRun(t, r); res.Status != StatusCancelled {
+		t.Fatalf("run %s %v: want cancelled", res.Status, res.Err)
 	}
-	t.Fatalf("the run's events ended with %d approval requests still to come: %v", n, <-errc)
+	e.svc.mu.Lock()
+	left := len(e.svc.approvals)
+	e.svc.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d approval listeners left after the run ended", left)
+	}
+	info, err := e.svc.Status(t.Context(), r.ID)
+	if err != nil || info.Status != storage.StatusCancelled || len(info.Pending) != 1 || info.Pending[0].ID != req.Data["approval_id"] {
+		t.Fatalf("status %s, pending %+v, %v: want cancelled with the question still pending", info.Status, info.Pending, err)
+	}
+	if _, err := e.svc.Approve(t.Context(), r.ID, "", false); err != nil {
+		t.Fatalf("answer after the run ended: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "note.txt")); err == nil {
+		t.Fatal("the parked write ran though the run was cancelled")
+	}
+}
+
+// corruptApprovals is a store whose approvals cannot be read once broken is set, as when
+// luft.db is damaged under a running run.
+type corruptApprovals struct {
+	storage.Store
+	broken atomic.Bool
+}
+
+func (c *corruptApprovals) Approvals(ctx context.Context, f storage.ApprovalFilter) ([]storage.Approval, error) {
+	if c.broken.Load() {
+		return nil, &storage.CorruptError{Dir: "state", File: "luft.db", Err: errors.New("database disk image is malformed")}
+	}
+	return c.Store.Approvals(ctx, f)
+}
+
+// A state dir that breaks while a call waits for an answer stops the run naming the
+// failure, rather than polling for an answer that could never be recorded.
+func TestApprovalWaitStopsOnABrokenStateDir(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	b := askBackend(t, te.url, ws)
+	e := askEnv(t, dir, b, 1, true)
+	st := &corruptApprovals{Store: e.st}
+	svc, err := New(Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("fake", b), Scheduler: e.sched,
+		Backoff: func(int) time.Duration { return 0 }, CancelPoll: 10 * time.Millisecond, AskApprovals: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", noteFlow)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitEvent(t, r, event.ApprovalRequested)
+	st.broken.Store(true)
+	if res := waitRun(t, r); res.Status == StatusCompleted || !errors.Is(res.Err, storage.ErrCorruptState) {
+		t.Fatalf("run %s %v: want it stopped on the corrupt state dir", res.Status, res.Err)
+	}
 }

@@ -92,20 +92,28 @@ func (h *host) toolJournal(c lua.Call, req agent.Request, hold func() (resume fu
 // turn and id, else one of the same conversation and turn with the same tool and
 // arguments.
 func matchTool(known []storage.ToolCall, want storage.ToolCall) (storage.ToolCall, bool) {
-	var same *storage.ToolCall
+	return matchCall(known, want, func(k storage.ToolCall) storage.ToolCall { return k })
+}
+
+// matchCall is matchTool over any record of a tool call: call says which tool call a
+// record is of (its conversation, turn, id, tool name and arguments' hash).
+func matchCall[T any](known []T, want storage.ToolCall, call func(T) storage.ToolCall) (T, bool) {
+	same := -1
 	for i, k := range known {
-		if k.Conversation != want.Conversation || k.Turn != want.Turn {
+		c := call(k)
+		if c.Conversation != want.Conversation || c.Turn != want.Turn {
 			continue
 		}
-		if k.ID == want.ID {
+		if c.ID == want.ID {
 			return k, true
 		}
-		if same == nil && k.Name == want.Name && k.ArgsHash == want.ArgsHash {
-			same = &known[i]
+		if same < 0 && c.Name == want.Name && c.ArgsHash == want.ArgsHash {
+			same = i
 		}
 	}
-	if same != nil {
-		return *same, true
+	if same >= 0 {
+		return known[same], true
 	}
-	return storage.ToolCall{}, false
+	var zero T
+	return zero, false
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // An approval is asked once per tool call (asking again returns the stored row, answered
@@ -68,6 +69,11 @@ func TestApprovals(t *testing.T) {
 	big.Arguments = strings.Repeat("x", 1<<20)
 	if got, err := s.AskApproval(ctx, big); err != nil || len(got.Arguments) != maxApprovalArgs {
 		t.Fatalf("big arguments: %d bytes, %v", len(got.Arguments), err)
+	}
+	wide := ask("r1", "ap4", "c4")
+	wide.Arguments = "x" + strings.Repeat("é", 1<<16) // the cut falls inside a character
+	if got, err := s.AskApproval(ctx, wide); err != nil || len(got.Arguments) != maxApprovalArgs-1 || !utf8.ValidString(got.Arguments) {
+		t.Fatalf("wide arguments: %d bytes, valid UTF-8 %v, %v", len(got.Arguments), utf8.ValidString(got.Arguments), err)
 	}
 	orphan := ask("r1", "ap3", "c3")
 	orphan.CallKey = "main/9"

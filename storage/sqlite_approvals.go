@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Approval statuses.
@@ -63,7 +64,11 @@ func (s *SQLite) AskApproval(ctx context.Context, a Approval) (Approval, error) 
 			a.RunID, a.ID, a.CallKey, a.Conversation, a.Tool, a.Turn)
 	}
 	if len(a.Arguments) > maxApprovalArgs {
-		a.Arguments = a.Arguments[:maxApprovalArgs]
+		n := maxApprovalArgs
+		for n > 0 && !utf8.RuneStart(a.Arguments[n]) {
+			n-- // whole characters only: the cut text is shown
+		}
+		a.Arguments = a.Arguments[:n]
 	}
 	a.Status, a.CreatedAt, a.DecidedAt = ApprovalPending, s.now(), time.Time{}
 	subject := a.RunID + " " + a.CallKey + " " + a.Tool

@@ -142,7 +142,7 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writableAroundProtected(cfg.Writable, writable, ws.real, cfg.Protected); err != nil {
+	if err := writableAroundProtected(cfg.Writable, writable, ws.real, ws.guard.protected); err != nil {
 		return nil, err
 	}
 
@@ -211,23 +211,16 @@ func writableDirs(ws workspace, dirs []string) ([]string, error) {
 // writableAroundProtected refuses a [tools] writable folder that would undo confinement:
 // one that holds the workspace (writable = ["/"], ["~"], [".."] let commands write
 // anywhere around it) or a protected path outside it (luft's state dir or the active
-// config kept elsewhere). The workspace itself is writable already.
+// config kept elsewhere). The workspace itself is writable already. protected are the
+// Guard's: absolute, links resolved.
 func writableAroundProtected(names, dirs []string, ws string, protected []string) error {
-	within := func(dir, p string) bool {
-		rel, err := filepath.Rel(dir, p)
-		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
-	}
 	for i, d := range dirs {
-		if d != ws && within(d, ws) {
+		if d != ws && Within(d, ws) {
 			return fmt.Errorf("tools: writable %q: %s holds the workspace %s, so commands could write anywhere around it: name a narrower folder in [tools] writable", names[i], d, ws)
 		}
 		for _, p := range protected {
-			if p == "" {
-				continue
-			}
-			rp := ResolveExisting(filepath.Clean(p))
-			if !within(ws, rp) && within(d, rp) {
-				return fmt.Errorf("tools: writable %q: %s holds %s, which commands must never change (luft's state or config): name a narrower folder in [tools] writable", names[i], d, rp)
+			if !Within(ws, p) && Within(d, p) {
+				return fmt.Errorf("tools: writable %q: %s holds %s, which commands must never change (luft's state or config): name a narrower folder in [tools] writable", names[i], d, p)
 			}
 		}
 	}

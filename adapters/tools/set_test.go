@@ -302,6 +302,21 @@ func TestWritableDirsHostile(t *testing.T) {
 	}
 }
 
+// A protected path given relative to the working folder (the default state dir is
+// ".luft") is refused inside a writable folder as an absolute one is.
+func TestWritableHoldsARelativeStateDir(t *testing.T) {
+	root := t.TempDir()
+	ws, st := filepath.Join(root, "ws"), filepath.Join(root, "st")
+	for _, d := range []string{ws, st} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(root)
+	_, err := New(Config{Workspace: ws, Writable: []string{"../st"}, Protected: []string{"st"}})
+	wantErr(t, err, `writable "../st"`, "never change", "narrower folder")
+}
+
 // A writable folder beside the workspace is fine, even with the state dir inside the
 // workspace (commands may write the workspace whole already).
 func TestWritableBesideTheWorkspace(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
 	"github.com/luft-run/luft/event"
 )
 
@@ -86,5 +87,29 @@ func TestPlainApprovalLines(t *testing.T) {
 	want := "  ⏸ main/1 waits for approval ap-1: write_file {\"path\": \"a.txt\"}\n  ▶ main/1 declined: write_file\n"
 	if b.String() != want {
 		t.Fatalf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// A model's arguments are shown, not obeyed: terminal control sequences in them are
+// cleaned out of the prompt, and a huge argument is cut to the footer's width.
+func TestApprovalPromptHostileArguments(t *testing.T) {
+	m := NewModel(Options{Now: func() time.Time { return t0 }, Cancel: func() {}, Width: 80,
+		Approve: func(string, bool) error { return nil }})
+	m.Update(EventsMsg(scenarioStart().evs))
+	args := "\x1b]0;owned\x07\x1b[2J{\"path\":\"a\u2028b\"}" + strings.Repeat("x", 1<<20)
+	m.Update(EventsMsg{{Type: event.ApprovalRequested, TS: t0, Data: map[string]any{"approval_id": "ap-1",
+		"call_key": "main/1", "tool": "write_file", "arguments": args}}})
+	foot := m.prompt()
+	if !strings.HasPrefix(foot, "approve write_file? y allow · n decline") {
+		t.Fatalf("prompt %q", foot)
+	}
+	if strings.ContainsAny(foot, "\x1b\x07\u2028\n") {
+		t.Fatalf("control characters reach the terminal: %q", foot)
+	}
+	if n := lipgloss.Width(foot); n > 80 {
+		t.Fatalf("prompt is %d columns wide on an 80-column terminal", n)
+	}
+	if v := m.View(); strings.Contains(v, "\x1b]0;") || strings.Contains(v, "\x07") || strings.Contains(v, "\x1b[2J") {
+		t.Fatalf("the view passes the model's escape sequences on: %q", v)
 	}
 }
