@@ -148,25 +148,12 @@ func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) error
 
 // serveMCPStandalone serves MCP on stdio with runs hosted in this process.
 func serveMCPStandalone(ctx context.Context, e *env, g *globalFlags) error {
-	dir, err := filepath.Abs(stateDir(e, g))
+	h, err := openHost(ctx, e, g)
 	if err != nil {
 		return err
 	}
-	g.stateDir = dir
-	cfg, err := loadConfig(e, g)
-	if err != nil {
-		return err
-	}
-	bset, err := openBackends(e, g, cfg, "")
-	if err != nil {
-		return err
-	}
-	defer bset.Close()
-	st, err := openStore(ctx, e, g, false)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+	defer h.Close()
+	dir, cfg, bset, st := h.dir, h.cfg, h.backends, h.store
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
 		func(o *runtime.Options) { o.Caller, o.AskApprovals = "mcp", true })
 	if err != nil {
