@@ -21,6 +21,7 @@ func TestAPIHostileInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	huge := `{"script":"` + strings.Repeat("x", 9<<20) + `"}`
+	deep := `{"script":"function main() end","args":` + strings.Repeat(`{"x":`, 70) + "1" + strings.Repeat("}", 70) + "}"
 	for _, tc := range []struct {
 		name, method, path, body string
 		code                     int
@@ -35,6 +36,7 @@ func TestAPIHostileInput(t *testing.T) {
 		{"start: a missing file", "POST", "/api/runs", `{"path":"/nonexistent/../x.lua"}`, 400, "read workflow"},
 		{"start: a folder", "POST", "/api/runs", `{"path":"/"}`, 400, "not a regular file"},
 		{"start: a device", "POST", "/api/runs", `{"path":"/dev/zero"}`, 400, "not a regular file"},
+		{"start: args nested too deep", "POST", "/api/runs", deep, 400, "deeper than the limit of 64 levels"},
 		{"start: timeout out of range", "POST", "/api/runs", `{"script":"function main() end","timeout_ns":1e400}`, 400, "not a start request"},
 		{"resume: body over 1 MiB", "POST", "/api/runs/" + id + "/resume", `{"caller":"` + strings.Repeat("x", 2<<20) + `"}`, 400, "request body too large"},
 		{"resume: not JSON", "POST", "/api/runs/" + id + "/resume", `{`, 400, "not a resume request"},
