@@ -20,10 +20,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// startLockFile serialises `luft mcp serve`'s check-then-start of the daemon: two clients
-// starting at once start one daemon.
-const startLockFile = "daemon-start.lock"
-
 // mcpSuspendWait bounds how long `luft mcp serve --standalone` waits for its runs to be
 // suspended when its client goes away.
 const mcpSuspendWait = 30 * time.Second
@@ -124,15 +120,11 @@ func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) error
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("mcp serve: create state dir %s: %w", dir, err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, startLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	release, err := daemon.LockStart(dir)
 	if err != nil {
-		return fmt.Errorf("mcp serve: open %s: %w", startLockFile, err)
+		return fmt.Errorf("mcp serve: %w", err)
 	}
-	defer lock.Close()
-	if err := lockStart(lock); err != nil {
-		return fmt.Errorf("mcp serve: lock %s: %w", lock.Name(), err)
-	}
-	defer unlockStart(lock)
+	defer release()
 	// Another client may have started it while this one waited for the lock.
 	if c, err := daemon.Dial(ctx, dir); err == nil {
 		c.Close()
