@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -86,16 +85,11 @@ func relayMCP(ctx context.Context, e *env, g *globalFlags) error {
 		Workdir: wd,
 		Log:     log.New(e.stderr, "luft mcp: ", log.LstdFlags),
 		Connect: func(ctx context.Context) (*http.Client, string, error) {
-			if err := ensureDaemon(ctx, e, g, dir); err != nil {
+			c, err := ensureDaemon(ctx, e, g, dir)
+			if err != nil {
 				return nil, "", err
 			}
-			sock := filepath.Join(dir, daemon.SocketFile)
-			return &http.Client{Transport: &http.Transport{
-				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					var d net.Dialer
-					return d.DialContext(ctx, "unix", sock)
-				},
-			}}, "http://luft/mcp", nil
+			return c.HTTP(), "http://luft/mcp", nil
 		},
 	}
 	sctx, stop := signalContext(ctx, e)
@@ -106,36 +100,31 @@ func relayMCP(ctx context.Context, e *env, g *globalFlags) error {
 	return nil
 }
 
-// ensureDaemon makes sure the state dir's daemon runs: it starts one when none answers,
-// under a lock so that two clients starting at once start one.
-func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) error {
+// ensureDaemon connects to the state dir's daemon, starting one when none answers, under
+// a lock so that two clients starting at once start one.
+func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) (*daemon.Client, error) {
 	c, err := daemon.Dial(ctx, dir)
-	if err == nil {
-		c.Close()
-		return nil
-	}
-	if !errors.Is(err, daemon.ErrNotRunning) {
-		return err
+	if err == nil || !errors.Is(err, daemon.ErrNotRunning) {
+		return c, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("mcp serve: create state dir %s: %w", dir, err)
+		return nil, fmt.Errorf("mcp serve: create state dir %s: %w", dir, err)
 	}
 	release, err := daemon.LockStart(dir)
 	if err != nil {
-		return fmt.Errorf("mcp serve: %w", err)
+		return nil, fmt.Errorf("mcp serve: %w", err)
 	}
 	defer release()
 	// Another client may have started it while this one waited for the lock.
 	if c, err := daemon.Dial(ctx, dir); err == nil {
-		c.Close()
-		return nil
+		return c, nil
 	}
 	info, err := spawnDaemon(e, g, &daemonFlags{grace: 10 * time.Second}, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(e.stderr, "luft mcp: started the luft daemon: pid %d, socket %s (log %s)\n", info.PID, info.Socket, filepath.Join(dir, daemon.LogFile))
-	return nil
+	return daemon.Dial(ctx, dir)
 }
 
 // serveMCPStandalone serves MCP on stdio with runs hosted in this process.
