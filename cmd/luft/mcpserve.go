@@ -19,6 +19,10 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// goneWait bounds how long luft mcp serve waits for a daemon that no longer answers to
+// release its lock before it starts another.
+const goneWait = 5 * time.Second
+
 // mcpSuspendWait bounds how long `luft mcp serve --standalone` waits for its runs to be
 // suspended when its client goes away.
 const mcpSuspendWait = 30 * time.Second
@@ -119,6 +123,13 @@ func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) (*dae
 	if c, err := daemon.Dial(ctx, dir); err == nil {
 		return c, nil
 	}
+	// A daemon that was killed can hold its lock a moment after its socket stopped
+	// answering (its threads are still exiting), and a new one would refuse to start: give
+	// it a few seconds to be gone. One that lives and holds the lock is reported by the
+	// spawn, as before.
+	gctx, cancel := context.WithTimeout(ctx, goneWait)
+	_ = daemon.WaitGone(gctx, dir)
+	cancel()
 	info, err := spawnDaemon(e, g, &daemonFlags{grace: 10 * time.Second}, dir)
 	if err != nil {
 		return nil, err
