@@ -71,6 +71,10 @@ func Dial(ctx context.Context, dir string) (*Client, error) {
 	return c, nil
 }
 
+// HTTP is the client's http.Client: every request goes to the daemon's socket, which Dial
+// checked (for a door that speaks its own protocol, such as /mcp).
+func (c *Client) HTTP() *http.Client { return c.http }
+
 // Close releases idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 

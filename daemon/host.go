@@ -9,6 +9,7 @@ import (
 
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -67,6 +68,9 @@ func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, err
 	}
 	if req.Script == "" && req.Path == "" {
 		return nil, &inputError{"give the workflow as script (its source) or path (a file the daemon can read)"}
+	}
+	if luaval.Deeper(req.Args, luaval.DefaultMaxDepth) {
+		return nil, &inputError{fmt.Sprintf("args nest objects and arrays deeper than the limit of %d levels", luaval.DefaultMaxDepth)}
 	}
 	if req.Script == "" {
 		if err := checkWorkflowFile(req.Path); err != nil {

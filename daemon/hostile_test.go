@@ -21,6 +21,7 @@ func TestAPIHostileInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	huge := `{"script":"` + strings.Repeat("x", 9<<20) + `"}`
+	deep := `{"script":"function main() end","args":` + strings.Repeat(`{"x":`, 70) + "1" + strings.Repeat("}", 70) + "}"
 	for _, tc := range []struct {
 		name, method, path, body string
 		code                     int
@@ -35,6 +36,7 @@ func TestAPIHostileInput(t *testing.T) {
 		{"start: a missing file", "POST", "/api/runs", `{"path":"/nonexistent/../x.lua"}`, 400, "read workflow"},
 		{"start: a folder", "POST", "/api/runs", `{"path":"/"}`, 400, "not a regular file"},
 		{"start: a device", "POST", "/api/runs", `{"path":"/dev/zero"}`, 400, "not a regular file"},
+		{"start: args nested too deep", "POST", "/api/runs", deep, 400, "deeper than the limit of 64 levels"},
 		{"start: timeout out of range", "POST", "/api/runs", `{"script":"function main() end","timeout_ns":1e400}`, 400, "not a start request"},
 		{"resume: body over 1 MiB", "POST", "/api/runs/" + id + "/resume", `{"caller":"` + strings.Repeat("x", 2<<20) + `"}`, 400, "request body too large"},
 		{"resume: not JSON", "POST", "/api/runs/" + id + "/resume", `{`, 400, "not a resume request"},
@@ -42,6 +44,11 @@ func TestAPIHostileInput(t *testing.T) {
 		{"resume: unknown run", "POST", "/api/runs/nope/resume", ``, 404, "nope"},
 		{"resume: the newest unfinished run, with none", "POST", "/api/runs/-/resume", ``, 404, "no unfinished run to resume"},
 		{"resume: a finished run", "POST", "/api/runs/" + id + "/resume", `{}`, 200, `"status":"completed"`},
+		{"approve: body over 64 KiB", "POST", "/api/runs/" + id + "/approve", `{"allow":true,"approval_id":"` + strings.Repeat("x", 70<<10) + `"}`, 400, "request body too large"},
+		{"approve: not JSON", "POST", "/api/runs/" + id + "/approve", `{"allow":`, 400, "not an approval"},
+		{"approve: a long approval id", "POST", "/api/runs/" + id + "/approve", `{"allow":false,"approval_id":"` + strings.Repeat("z", 4096) + `"}`, 404, "not 4096"},
+		{"approve: a run waiting for nothing", "POST", "/api/runs/" + id + "/approve", `{"allow":true}`, 404, "waits for no"},
+		{"approve: unknown run", "POST", "/api/runs/" + strings.Repeat("q", 4096) + "/approve", `{"allow":true}`, 404, "qqq"},
 		{"cancel: unknown run", "POST", "/api/runs/nope/cancel", ``, 404, "nope"},
 		{"report: unknown run", "GET", "/api/runs/nope/report", ``, 404, "nope"},
 		{"events: unknown run", "GET", "/api/runs/nope/events", ``, 404, "nope"},

@@ -158,12 +158,6 @@ workflow_status.`
 // MCPServer is the underlying mcp-go server (to add tools, or serve it in-process).
 func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
 
-// Service is the Service the tools read.
-func (s *Server) Service() *runtime.Service { return s.svc }
-
-// Host is what starts runs.
-func (s *Server) Host() Host { return s.host }
-
 // AddTool registers a tool. The handler's failures that the caller can fix should be
 // tool results made with ToolError; a returned error becomes a protocol error.
 func (s *Server) AddTool(t mcp.Tool, h server.ToolHandlerFunc) { s.mcp.AddTool(t, h) }

@@ -234,6 +234,7 @@ func TestSubagentArgumentErrors(t *testing.T) {
 		{"spawn", map[string]any{"prompt": "x", "backend": "nope"}, "nope"},
 		{"spawn", map[string]any{"prompt": "x", "tools": []any{"rm_rf"}}, `unknown tools "rm_rf"`},
 		{"spawn", map[string]any{"prompt": "x", "schema": map[string]any{"type": 7}}, "not a valid JSON Schema"},
+		{"spawn", map[string]any{"prompt": "x", "schema": nested(5000)}, "deeper than the limit of 64 levels"},
 		{"spawn", map[string]any{"prompt": "x", "agent_timeout_s": -1}, "agent_timeout_s"},
 		{"spawn", map[string]any{"prompt": "x", "color": "red"}, "unknown argument"},
 		{"spawn", map[string]any{"prompt": 7}, "must be a string"},

@@ -15,6 +15,7 @@ import (
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -365,6 +366,9 @@ func checkArgs(tool string, args map[string]any) error {
 	}
 	if n := event.Size(args); n > MaxArgsBytes {
 		return fmt.Errorf("%s: args are %d bytes as JSON, more than %d: pass large inputs as files the script reads", tool, n, MaxArgsBytes)
+	}
+	if luaval.Deeper(args, luaval.DefaultMaxDepth) {
+		return fmt.Errorf("%s: args nest objects and arrays deeper than the limit of %d levels", tool, luaval.DefaultMaxDepth)
 	}
 	return nil
 }

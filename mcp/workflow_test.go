@@ -194,6 +194,7 @@ func TestExecuteErrors(t *testing.T) {
 			{"wrong type", map[string]any{"script": 42}, []string{`"script" must be a string`}},
 			{"args not object", map[string]any{"script": helloScript, "args": []any{1}}, []string{`"args" must be an object`}},
 			{"huge args", map[string]any{"script": helloScript, "args": map[string]any{"x": strings.Repeat("a", MaxArgsBytes)}}, []string{"args are", "files"}},
+			{"deep args", map[string]any{"script": helloScript, "args": nested(5000)}, []string{"deeper than the limit of 64 levels"}},
 			{"unknown backend", map[string]any{"script": helloScript, "backend": "nope"}, []string{"nope"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) { fails(t, e.c, "workflow_execute", tc.args, tc.want...) })
@@ -243,6 +244,7 @@ func TestRunArgumentErrors(t *testing.T) {
 			{"workflow_list_runs", map[string]any{"cursor": "nope"}, "start again without cursor"},
 			{"workflow_list_files", map[string]any{"dir": "/no/such/dir"}, "is not a directory"},
 			{"workflow_validate", map[string]any{}, "give the workflow"},
+			{"workflow_validate", map[string]any{"script": helloScript, "args": nested(65)}, "deeper than the limit of 64 levels"},
 		} {
 			fails(t, e.c, tc.tool, tc.args, tc.want)
 		}
@@ -354,4 +356,13 @@ func TestValidate(t *testing.T) {
 			t.Errorf("by path: %+v", byPath)
 		}
 	})
+}
+
+// nested is a JSON object n+1 levels deep: {"x": {"x": ... {"x": 1}}}.
+func nested(n int) map[string]any {
+	v := map[string]any{"x": 1}
+	for range n {
+		v = map[string]any{"x": v}
+	}
+	return v
 }

@@ -248,33 +248,17 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	dir, err := filepath.Abs(stateDir(e, g))
+	h, err := openHost(ctx, e, g)
 	if err != nil {
 		return err
 	}
-	g.stateDir = dir
-	cfg, err := loadConfig(e, g)
-	if err != nil {
-		return err
-	}
-	bset, err := openBackends(e, g, cfg, "")
-	if err != nil {
-		return err
-	}
-	defer bset.Close()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("daemon: create state dir %s: %w", dir, err)
-	}
+	defer h.Close()
+	dir, cfg, bset, st := h.dir, h.cfg, h.backends, h.store
 	logw, err := daemon.OpenLog(filepath.Join(dir, daemon.LogFile), daemonLogMax)
 	if err != nil {
 		return err
 	}
 	defer logw.Close()
-	st, err := openStore(ctx, e, g, false)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	gate := daemon.NewGate()
 	var sched scheduler.Scheduler
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,9 +19,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// startLockFile serialises `luft mcp serve`'s check-then-start of the daemon: two clients
-// starting at once start one daemon.
-const startLockFile = "daemon-start.lock"
+// goneWait bounds how long luft mcp serve waits for a daemon that no longer answers to
+// release its lock before it starts another.
+const goneWait = 5 * time.Second
 
 // mcpSuspendWait bounds how long `luft mcp serve --standalone` waits for its runs to be
 // suspended when its client goes away.
@@ -90,16 +89,11 @@ func relayMCP(ctx context.Context, e *env, g *globalFlags) error {
 		Workdir: wd,
 		Log:     log.New(e.stderr, "luft mcp: ", log.LstdFlags),
 		Connect: func(ctx context.Context) (*http.Client, string, error) {
-			if err := ensureDaemon(ctx, e, g, dir); err != nil {
+			c, err := ensureDaemon(ctx, e, g, dir)
+			if err != nil {
 				return nil, "", err
 			}
-			sock := filepath.Join(dir, daemon.SocketFile)
-			return &http.Client{Transport: &http.Transport{
-				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					var d net.Dialer
-					return d.DialContext(ctx, "unix", sock)
-				},
-			}}, "http://luft/mcp", nil
+			return c.HTTP(), "http://luft/mcp", nil
 		},
 	}
 	sctx, stop := signalContext(ctx, e)
@@ -110,63 +104,48 @@ func relayMCP(ctx context.Context, e *env, g *globalFlags) error {
 	return nil
 }
 
-// ensureDaemon makes sure the state dir's daemon runs: it starts one when none answers,
-// under a lock so that two clients starting at once start one.
-func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) error {
+// ensureDaemon connects to the state dir's daemon, starting one when none answers, under
+// a lock so that two clients starting at once start one.
+func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) (*daemon.Client, error) {
 	c, err := daemon.Dial(ctx, dir)
-	if err == nil {
-		c.Close()
-		return nil
-	}
-	if !errors.Is(err, daemon.ErrNotRunning) {
-		return err
+	if err == nil || !errors.Is(err, daemon.ErrNotRunning) {
+		return c, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("mcp serve: create state dir %s: %w", dir, err)
+		return nil, fmt.Errorf("mcp serve: create state dir %s: %w", dir, err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, startLockFile), os.O_CREATE|os.O_RDWR, 0o600)
+	release, err := daemon.LockStart(dir)
 	if err != nil {
-		return fmt.Errorf("mcp serve: open %s: %w", startLockFile, err)
+		return nil, fmt.Errorf("mcp serve: %w", err)
 	}
-	defer lock.Close()
-	if err := lockStart(lock); err != nil {
-		return fmt.Errorf("mcp serve: lock %s: %w", lock.Name(), err)
-	}
-	defer unlockStart(lock)
+	defer release()
 	// Another client may have started it while this one waited for the lock.
 	if c, err := daemon.Dial(ctx, dir); err == nil {
-		c.Close()
-		return nil
+		return c, nil
 	}
+	// A daemon that was killed can hold its lock a moment after its socket stopped
+	// answering (its threads are still exiting), and a new one would refuse to start: give
+	// it a few seconds to be gone. One that lives and holds the lock is reported by the
+	// spawn, as before.
+	gctx, cancel := context.WithTimeout(ctx, goneWait)
+	_ = daemon.WaitGone(gctx, dir)
+	cancel()
 	info, err := spawnDaemon(e, g, &daemonFlags{grace: 10 * time.Second}, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(e.stderr, "luft mcp: started the luft daemon: pid %d, socket %s (log %s)\n", info.PID, info.Socket, filepath.Join(dir, daemon.LogFile))
-	return nil
+	return daemon.Dial(ctx, dir)
 }
 
 // serveMCPStandalone serves MCP on stdio with runs hosted in this process.
 func serveMCPStandalone(ctx context.Context, e *env, g *globalFlags) error {
-	dir, err := filepath.Abs(stateDir(e, g))
+	h, err := openHost(ctx, e, g)
 	if err != nil {
 		return err
 	}
-	g.stateDir = dir
-	cfg, err := loadConfig(e, g)
-	if err != nil {
-		return err
-	}
-	bset, err := openBackends(e, g, cfg, "")
-	if err != nil {
-		return err
-	}
-	defer bset.Close()
-	st, err := openStore(ctx, e, g, false)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+	defer h.Close()
+	dir, cfg, bset, st := h.dir, h.cfg, h.backends, h.store
 	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
 		func(o *runtime.Options) { o.Caller, o.AskApprovals = "mcp", true })
 	if err != nil {

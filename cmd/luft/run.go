@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -160,35 +159,12 @@ func parseArgs(s string) (any, error) {
 	case map[string]any, []any:
 		// Scripts get args as Lua tables, converted under the JSON depth limit: refuse
 		// here what the conversion would refuse.
-		if deeper(v, luaval.DefaultMaxDepth) {
+		if luaval.Deeper(v, luaval.DefaultMaxDepth) {
 			return nil, usageErr("invalid --args: nested deeper than the limit of %d levels of objects and arrays", luaval.DefaultMaxDepth)
 		}
 		return v, nil
 	}
 	return nil, usageErr("invalid --args: must be a JSON object or array, got %s", s)
-}
-
-// deeper reports whether decoded JSON nests objects and arrays more than limit levels
-// (the outermost is level 1).
-func deeper(v any, limit int) bool {
-	var kids []any
-	switch x := v.(type) {
-	case map[string]any:
-		kids = slices.Collect(maps.Values(x))
-	case []any:
-		kids = x
-	default:
-		return false
-	}
-	if limit <= 0 {
-		return true
-	}
-	for _, k := range kids {
-		if deeper(k, limit-1) {
-			return true
-		}
-	}
-	return false
 }
 
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {

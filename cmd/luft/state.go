@@ -95,3 +95,46 @@ func runRefError(err error) error {
 	}
 	return err
 }
+
+// host is what a process that hosts runs opens (the daemon, a standalone MCP server):
+// the absolute state dir, the config, the backends and the store.
+type host struct {
+	dir      string
+	cfg      config.Config
+	backends *setup.Backends
+	store    *storage.SQLite
+}
+
+// openHost opens the state dir's config, backends and store, making the state dir absolute
+// (in g too, so later lookups agree) and private to the user.
+func openHost(ctx context.Context, e *env, g *globalFlags) (*host, error) {
+	dir, err := filepath.Abs(stateDir(e, g))
+	if err != nil {
+		return nil, err
+	}
+	g.stateDir = dir
+	cfg, err := loadConfig(e, g)
+	if err != nil {
+		return nil, err
+	}
+	bset, err := openBackends(e, g, cfg, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		bset.Close()
+		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
+	}
+	st, err := openStore(ctx, e, g, false)
+	if err != nil {
+		bset.Close()
+		return nil, err
+	}
+	return &host{dir: dir, cfg: cfg, backends: bset, store: st}, nil
+}
+
+// Close closes the store, then the backends.
+func (h *host) Close() {
+	h.store.Close()
+	h.backends.Close()
+}
