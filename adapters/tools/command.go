@@ -19,15 +19,23 @@ import (
 
 type runCommand struct{ e *env }
 
-// confinement tells the model what a command may change, so a refused write is no
-// surprise.
-func confinement() string {
-	if _, err := sandboxStatus(); err != nil {
+// confinementText tells the model what a command may read, change and reach, so a
+// refused read, write or connection is no surprise.
+func (t *runCommand) confinementText() string {
+	if t.e.confineCheck() != nil || t.e.conf.unconfined && sandbox.Check(sandbox.Policy{}) != nil {
 		return "The command gets a minimal environment (no credentials) and $TMPDIR, a private temporary folder."
 	}
+	net := "It cannot open network connections"
+	switch {
+	case t.e.conf.anyPort:
+		net = "It may open network connections"
+	case len(t.e.conf.ports) > 0:
+		net = fmt.Sprintf("It may open TCP connections only to the ports %v", t.e.conf.ports)
+	}
 	return "The command may change files only inside the workspace, $TMPDIR (a private temporary folder, " +
-		"removed afterwards) and $XDG_CACHE_HOME (the workspace's cache folder); writes elsewhere are refused by the kernel. " +
-		"It gets a minimal environment (no credentials)."
+		"removed afterwards) and $XDG_CACHE_HOME (the workspace's cache folder), and read only those, the system's folders " +
+		"and the toolchains'; anything else is refused by the kernel (\"Permission denied\"). " + net +
+		". It gets a minimal environment (no credentials)."
 }
 
 func (t *runCommand) Spec() Spec {
@@ -47,7 +55,7 @@ func (t *runCommand) Spec() Spec {
 			"arguments in args, or the whole command line in command (words split on spaces, quotes group "+
 			"words). Only commands that start with an allowed prefix run, compared word by word%s. Allowed: %s. "+
 			"Returns the combined stdout and stderr (capped at %s, keeping the start and the end) and a "+
-			"last line \"[exit N]\". Times out after %s. %s", asked, allowed, size(t.e.lim.outputBytes), t.e.timeout, confinement()),
+			"last line \"[exit N]\". Times out after %s. %s", asked, allowed, size(t.e.lim.outputBytes), t.e.timeout, t.confinementText()),
 		Parameters: object(map[string]any{
 			"command": prop("string", "The program to run (e.g. \"go\"), or a whole command line such as \"go test ./...\"."),
 			"args": map[string]any{
@@ -107,6 +115,9 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 			name, joinWords(argv), t.allowList())
 	}
 
+	if err := t.e.confineCheck(); err != nil {
+		return "", fmt.Errorf("%s: `%s` was not run: %v", name, joinWords(argv), err)
+	}
 	path, err := t.lookPath(argv[0])
 	if err != nil {
 		return "", err
@@ -121,19 +132,23 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 
 	runCtx, cancel := context.WithTimeout(ctx, t.e.timeout)
 	defer cancel()
-	write := append([]string{t.e.ws.real, tmp}, t.e.writable...)
+	// A command that prints without end (yes, a runaway loop) is stopped once it has
+	// printed far more than could be shown, instead of burning its whole timeout.
+	flood, floodCancel := context.WithCancelCause(runCtx)
+	defer floodCancel(nil)
 	set := map[string]string{"TMPDIR": tmp}
-	if cache := t.e.commandCache(); cache != "" {
-		write = append(write, cache)
+	cache := t.e.commandCache()
+	if cache != "" {
 		set["XDG_CACHE_HOME"] = cache
 	}
-	cmd, err := sandbox.Command(runCtx, sandbox.Policy{Write: write}, path, argv)
+	cmd, err := sandbox.Command(flood, t.e.policy(path, tmp, cache), path, argv)
 	if err != nil {
-		return "", fmt.Errorf("%s: %v", name, err)
+		return "", fmt.Errorf("%s: `%s` was not run: %v", name, joinWords(argv), err)
 	}
 	cmd.Dir = t.e.ws.dir
 	cmd.Env = ChildEnv(os.Environ(), t.e.envPass, set)
-	out := &capWriter{headMax: t.e.lim.outputBytes / 2, tailMax: t.e.lim.outputBytes - t.e.lim.outputBytes/2}
+	out := &capWriter{headMax: t.e.lim.outputBytes / 2, tailMax: t.e.lim.outputBytes - t.e.lim.outputBytes/2,
+		stopAt: t.e.lim.outputStop, stop: func() { floodCancel(errFlood) }}
 	cmd.Stdout, cmd.Stderr = out, out // the same comparable writer: exec serialises the writes
 	// Grandchildren (a test binary under go test) may hold the output pipe open after the
 	// process is killed; WaitDelay keeps them from holding the call open too.
@@ -146,6 +161,8 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 	switch {
 	case ctx.Err() != nil:
 		return "", fmt.Errorf("%s: `%s`: %w", name, joinWords(argv), ctx.Err())
+	case errors.Is(context.Cause(flood), errFlood):
+		status = fmt.Sprintf("[stopped after printing more than %s: the process was killed; print less, e.g. send the output to a file in the workspace and read parts of it]", size(int(t.e.lim.outputStop)))
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
 		status = fmt.Sprintf("[timed out after %s: the process was killed]", t.e.timeout)
 	case err == nil:
@@ -355,11 +372,21 @@ type capWriter struct {
 	headMax, tailMax int
 	head, tail       []byte
 	total            int64
+	stopAt           int64  // past this many bytes, stop is called once (0: never)
+	stop             func() // stops the command
+	stopped          bool
 }
+
+// errFlood is the cause of a command stopped for printing too much.
+var errFlood = errors.New("the command printed too much")
 
 func (w *capWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	w.total += int64(n)
+	if w.stopAt > 0 && w.total > w.stopAt && !w.stopped && w.stop != nil {
+		w.stopped = true
+		w.stop()
+	}
 	if room := w.headMax - len(w.head); room > 0 {
 		k := min(room, len(p))
 		w.head = append(w.head, p[:k]...)

@@ -42,6 +42,17 @@ type Config struct {
 	// temporary folder (a build cache, say). "~/" is the home folder; a relative path is
 	// taken from the workspace. Each must exist.
 	Writable []string
+	// Readable are folders and files commands may read besides the workspace, the
+	// system's folders, their program's folder and the tool caches ("~/" is the home
+	// folder; a relative path is taken from the workspace). Naming one of Secrets, or a
+	// path inside one, lets commands read it.
+	Readable []string
+	// Network are the TCP ports commands may connect to ("443"), or "all"; none by
+	// default.
+	Network []string
+	// Unconfined lets commands run where the kernel cannot confine them (no Landlock, or
+	// one too old to restrict the network); without it run_command is refused there.
+	Unconfined bool
 }
 
 // DefaultCommandTimeout bounds a run_command call when Config.CommandTimeout is 0.
@@ -56,6 +67,7 @@ const (
 	maxSearchOutput = 64 << 10 // search_files output
 	maxSearchFile   = 4 << 20  // files larger than this are not searched
 	maxOutputBytes  = 64 << 10 // run_command output (head and tail)
+	maxOutputStop   = 64 << 20 // run_command output past which the command is stopped
 	binarySniff     = 8000     // bytes inspected for a NUL, as git does
 )
 
@@ -68,6 +80,7 @@ type limits struct {
 	searchOutput int
 	searchFile   int64
 	outputBytes  int
+	outputStop   int64
 }
 
 func defaultLimits() limits {
@@ -79,6 +92,7 @@ func defaultLimits() limits {
 		searchOutput: maxSearchOutput,
 		searchFile:   maxSearchFile,
 		outputBytes:  maxOutputBytes,
+		outputStop:   maxOutputStop,
 	}
 }
 
@@ -91,6 +105,7 @@ type env struct {
 	envPass  []string // Config.Env
 	writable []string // Config.Writable, absolute and resolved
 	approval Approval // the policy: under ask, a command not allowed may run once approved
+	conf     confinement
 }
 
 // Set is the registry of tools agents may be given. It is built once by New and
@@ -146,7 +161,12 @@ func New(cfg Config, extra ...Tool) (*Set, error) {
 		return nil, err
 	}
 
-	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits(), envPass: cfg.Env, writable: writable, approval: approval}
+	conf, err := newConfinement(ws, cfg, ws.guard.protected)
+	if err != nil {
+		return nil, err
+	}
+
+	e := &env{ws: ws, allow: allow, timeout: timeout, lim: defaultLimits(), envPass: cfg.Env, writable: writable, approval: approval, conf: conf}
 	s := &Set{
 		env:         e,
 		tools:       map[string]Tool{},
@@ -227,20 +247,36 @@ func writableAroundProtected(names, dirs []string, ws string, protected []string
 	return nil
 }
 
-// sandboxStatus is sandbox.Status; tests replace it to see a kernel without Landlock.
-var sandboxStatus = sandbox.Status
+// sandboxCheck is sandbox.Check; tests replace it to see a kernel without Landlock.
+var sandboxCheck = sandbox.Check
 
-// Warnings are what a user should know about this Set before agents use it: that
-// commands cannot be confined here (see package sandbox), when commands are allowed.
+// confineCheck reports why this Set's commands cannot run confined (nil: they can, or
+// [tools] unconfined lets them run without).
+func (e *env) confineCheck() error {
+	p := e.policy("", e.ws.real, "")
+	return sandboxCheck(p)
+}
+
+// Warnings are what a user should know about this Set before agents use it, when
+// commands are allowed: that they will be refused, since the kernel cannot confine them
+// (see package sandbox), or that they run unconfined, as [tools] unconfined asked.
 func (s *Set) Warnings() []string {
 	if len(s.env.allow) == 0 {
 		return nil
 	}
-	if _, err := sandboxStatus(); err != nil {
-		return []string{fmt.Sprintf("run_command: commands cannot be confined to the workspace (%v); "+
-			"allowed commands can write wherever your user can (they still get a minimal environment without credentials)", err)}
+	p := s.env.policy("", s.env.ws.real, "")
+	p.Unconfined = false
+	err := sandboxCheck(p)
+	switch {
+	case err == nil:
+		return nil
+	case s.env.conf.unconfined:
+		return []string{fmt.Sprintf("run_command: commands cannot be confined here (%v); [tools] unconfined = true lets them run anyway: "+
+			"they can read and write whatever your user can (they still get a minimal environment without credentials, and no capabilities)",
+			strings.TrimPrefix(err.Error(), sandbox.ErrCannotConfine.Error()+": "))}
+	default:
+		return []string{fmt.Sprintf("run_command: allowed commands will be refused: %v", err)}
 	}
-	return nil
 }
 
 // Names returns the names of every tool in the set, sorted.

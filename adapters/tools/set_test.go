@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/luft-run/luft/adapters/tools/sandbox"
 )
 
 // fakeTool is an extra tool that counts its calls.
@@ -246,24 +249,36 @@ func TestDecodeArgs(t *testing.T) {
 }
 
 // TestWarnings: a kernel that cannot confine commands is reported once, and only when
-// commands are allowed; the model is not promised a confinement that is not there.
+// commands are allowed; commands are then refused unless [tools] unconfined says
+// otherwise, and the model is not promised a confinement that is not there.
 func TestWarnings(t *testing.T) {
 	ws := t.TempDir()
-	real := sandboxStatus
-	t.Cleanup(func() { sandboxStatus = real })
-	sandboxStatus = func() (int, error) { return 0, errors.New("this kernel offers no Landlock") }
-	w := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}}).Warnings()
-	if len(w) != 1 || !strings.Contains(w[0], "cannot be confined") || !strings.Contains(w[0], "no Landlock") {
+	real := sandboxCheck
+	t.Cleanup(func() { sandboxCheck = real })
+	sandboxCheck = func(p sandbox.Policy) error {
+		if p.Unconfined {
+			return nil
+		}
+		return fmt.Errorf("%w: this kernel offers no Landlock; set [tools] unconfined = true", sandbox.ErrCannotConfine)
+	}
+	s := newSet(t, Config{Workspace: ws, AllowCommands: []string{"echo"}})
+	if w := s.Warnings(); len(w) != 1 || !strings.Contains(w[0], "will be refused") || !strings.Contains(w[0], "no Landlock") {
 		t.Errorf("warnings without Landlock: %q", w)
 	}
-	s := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}})
 	if d := s.tools["run_command"].Spec().Description; strings.Contains(d, "refused by the kernel") {
 		t.Errorf("the description promises confinement: %s", d)
+	}
+	_, err := call(t, s, "run_command", `{"command": "echo hi"}`)
+	wantErr(t, err, "was not run", "unconfined = true")
+
+	u := newSet(t, Config{Workspace: ws, AllowCommands: []string{"echo"}, Unconfined: true})
+	if w := u.Warnings(); len(w) != 1 || !strings.Contains(w[0], "unconfined = true lets them run") {
+		t.Errorf("warnings when unconfined: %q", w)
 	}
 	if w := newSet(t, Config{Workspace: ws}).Warnings(); len(w) != 0 {
 		t.Errorf("warnings with no commands allowed: %q", w)
 	}
-	sandboxStatus = func() (int, error) { return 7, nil }
+	sandboxCheck = func(sandbox.Policy) error { return nil }
 	if w := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}}).Warnings(); len(w) != 0 {
 		t.Errorf("warnings with Landlock: %q", w)
 	}
