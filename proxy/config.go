@@ -11,7 +11,8 @@ import (
 // [backends.NAME] of type openai, and the "openai" backend OPENAI_BASE_URL makes when
 // no entry has that name — and the name of the default one (default_backend, or the
 // only one). A backend's key is luft's only when its entry names one (api_key_env):
-// otherwise the client's own Authorization goes upstream.
+// otherwise the client's own Authorization goes upstream — to that backend, or to a
+// fallback at the same host, never to a fallback at another host (see Upstream.APIKey).
 func FromConfig(cfg config.Config, getenv func(string) string) (ups []Upstream, def string) {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Backends)) {
 		b := cfg.Backends[name]

@@ -29,10 +29,17 @@
 // a turn joined in the x-luft-run header.
 //
 // Auth. The client's Authorization header goes upstream unless the backend's config
-// names a key (api_key_env), which then replaces it. When Options.Token is set (a proxy
-// listening beyond loopback), each request must carry it as x-luft-token (or as
-// Authorization: Bearer, which is then not sent upstream). Keys and tokens are never
-// logged nor forwarded to anyone but the upstream they belong to.
+// names a key (api_key_env), which then replaces it. A client's credentials are meant
+// for the upstream its request names, at the origins (scheme, host and port) of that
+// upstream's base URL and replicas: a turn the scheduler routes to a fallback at another
+// origin carries only the client's descriptive headers (Content-Type, User-Agent,
+// X-Stainless-*, x-luft-* and the like: see forwardOtherHost) and the fallback's own
+// key, and when the fallback has none it is not sent: the client gets a 502
+// fallback_without_key naming the fallback and api_key_env. A fallback at one of the
+// upstream's origins gets the client's headers as the upstream does. When
+// Options.Token is set (a proxy listening beyond loopback), each request must carry it
+// as x-luft-token (or as Authorization: Bearer, which is then not sent upstream). Keys
+// and tokens are never logged nor forwarded to anyone but the upstream they belong to.
 //
 // Hostile input is refused with an OpenAI-style error body: bodies over Options.MaxBody
 // (413), malformed JSON or a request without model or messages (400), an unknown model

@@ -82,7 +82,7 @@ func TestUpstream429RetriedInsideLuft(t *testing.T) {
 }
 
 // TestFallbackUpstream: while the lane's circuit is open its turns go to the fallback
-// backend, with the fallback's model in the body.
+// backend (at another host, with its own key), with the fallback's model in the body.
 func TestFallbackUpstream(t *testing.T) {
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(503)
@@ -101,7 +101,7 @@ func TestFallbackUpstream(t *testing.T) {
 		Lanes: map[string]scheduler.LaneConfig{"main/m": {Fallback: "spare/m2"}}}, nil)
 	_, front := serve(t, Options{Upstreams: []Upstream{
 		{Name: "main", BaseURL: down.URL + "/v1", Model: "m", Fallback: "spare"},
-		{Name: "spare", BaseURL: backup.URL + "/v1", Model: "m2"},
+		{Name: "spare", BaseURL: backup.URL + "/v1", Model: "m2", APIKey: "sk-spare"},
 	}, Scheduler: sched})
 	resp, b := postChat(t, front, hello2)
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "from backup") || gotModel != "m2" {

@@ -29,11 +29,15 @@ type Upstream struct {
 	Replicas []string // further base URLs serving the same model
 	Model    string   // the model it serves; "" = whatever model a request names
 	// APIKey, when set, is luft's key for the backend: it replaces the client's
-	// Authorization header.
+	// Authorization header. A fallback at another host than the upstream a client
+	// addressed gets none of the client's credentials: without an APIKey, turns routed
+	// there fail.
 	APIKey   string
 	Fallback string // the backend that takes this one's turns while its circuit is open
 	// Prices in currency units per million tokens, for the runs' cost.
 	PriceInPerMTok, PriceOutPerMTok float64
+
+	origins map[string]bool // of BaseURL and Replicas: where the client's credentials may go
 }
 
 // RunHost is what the proxy needs of the runtime for its runs to show as running in
@@ -176,6 +180,7 @@ func New(opts Options) (*Proxy, error) {
 			}
 			u.Replicas[j] = strings.TrimRight(u.Replicas[j], "/")
 		}
+		u.origins = origins(&u)
 		p.ups[u.Name] = &u
 	}
 	// Upstreams by name order, so two that serve one model resolve the same way every time;
@@ -194,6 +199,13 @@ func New(opts Options) (*Proxy, error) {
 			if _, ok := p.ups[u.Fallback]; !ok {
 				return nil, fmt.Errorf("proxy: upstream %q: fallback %q is not an OpenAI-compatible backend", u.Name, u.Fallback)
 			}
+		}
+	}
+	// Said at start, not first when the upstream fails: such a fallback refuses its turns.
+	for _, name := range slices.Sorted(maps.Keys(p.ups)) {
+		if u, f := p.ups[name], p.ups[p.ups[name].Fallback]; f != nil && f.APIKey == "" && !within(f.origins, u.origins) {
+			p.log.Printf("upstream %q: its fallback %q is at another host and has no key of its own (api_key_env in [backends.%s]): "+
+				"the turns it takes will fail, since the client's credentials are not sent to another host", u.Name, f.Name, f.Name)
 		}
 	}
 	if opts.Default != "" {

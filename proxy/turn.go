@@ -257,7 +257,15 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 		end.attempts++
 		up, replica, model := t.target(permit)
 		end.backend = up.Name
-		resp, err := t.send(ctx, up, replica, model)
+		hdr, err := t.header(up, replica)
+		if err != nil {
+			// Not the fallback's failure: its lane's health and budget are left as they were.
+			permit.Done(scheduler.Outcome{Err: err})
+			writeError(t.w, http.StatusBadGateway, "upstream_error", "fallback_without_key", err.Error())
+			end.status, end.errMsg = string(agent.StatusError), err.Error()
+			return end
+		}
+		resp, err := t.send(ctx, up, replica, model, hdr)
 		if err != nil {
 			o := scheduler.Outcome{Err: &sendError{backend: up.Name, err: err}}
 			if ctx.Err() != nil {
@@ -411,8 +419,9 @@ func baseOf(up *Upstream, replica int) string {
 	return up.BaseURL
 }
 
-// send makes one upstream request with the client's body and headers.
-func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string) (*http.Response, error) {
+// send makes one upstream request with the client's body (its model set to model)
+// and hdr.
+func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string, hdr http.Header) (*http.Response, error) {
 	body := t.body
 	if model != t.model {
 		b, err := withModel(body, model)
@@ -425,18 +434,7 @@ func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string
 	if err != nil {
 		return nil, err
 	}
-	for k, vv := range t.r.Header {
-		if skipRequestHeader(k) {
-			continue
-		}
-		req.Header[k] = vv
-	}
-	switch auth := t.r.Header.Get("Authorization"); {
-	case up.APIKey != "":
-		req.Header.Set("Authorization", "Bearer "+up.APIKey)
-	case t.p.opts.Secret != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == t.p.opts.Secret:
-		req.Header.Del("Authorization") // luft's own token never leaves
-	}
+	req.Header = hdr
 	return t.p.client.Do(req)
 }
 

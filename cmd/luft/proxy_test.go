@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +94,127 @@ func TestDaemonServesProxy(t *testing.T) {
 	out := waitFor("the left run ended", func(s string) bool { return strings.Contains(s, "completed") }, "status", left)
 	if !strings.Contains(out, "proxy that hosted it stopped") {
 		t.Errorf("the ended run does not say why:\n%s", out)
+	}
+}
+
+// TestProxyServeFallbackCredentials: through luft proxy serve, a backend that fails
+// hands its turns to its fallback at another host (another port on loopback). The
+// client's credentials, meant for the failing backend, never reach the fallback: one
+// with api_key_env gets luft's key for it, one without is not sent the turn and the
+// client gets an OpenAI-style error naming it and the setting, as the proxy warned at
+// start.
+func TestProxyServeFallbackCredentials(t *testing.T) {
+	t.Parallel()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer down.Close()
+	fake := func(model string) (*testkit.Server, string) {
+		s := testkit.NewServer(testkit.NewEngine(testkit.Config{Models: []string{model}}))
+		s.RecordHeaders = true
+		base, err := s.Start("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, base
+	}
+	b, bBase := fake("mb")
+	d, dBase := fake("md")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "luft.toml")
+	writeFiles(t, dir, map[string]string{"luft.toml": `
+[backends.a]
+type = "openai"
+base_url = "` + down.URL + `/v1"
+model = "ma"
+fallback = "b"
+[backends.b]
+type = "openai"
+base_url = "` + bBase + `"
+model = "mb"
+api_key_env = "B_KEY"
+[backends.c]
+type = "openai"
+base_url = "` + down.URL + `/v1"
+model = "mc"
+fallback = "d"
+[backends.d]
+type = "openai"
+base_url = "` + dBase + `"
+model = "md"
+`})
+	p := startLuft(t, []string{"B_KEY=sk-luft-for-b"}, "--config", cfg, "--state-dir", filepath.Join(dir, "st"),
+		"proxy", "serve", "--listen", "127.0.0.1:0")
+	line := p.waitStdout("luft proxy listening on ")
+	url := strings.TrimSuffix(strings.Fields(strings.TrimPrefix(line, "luft proxy listening on "))[0], "/v1")
+	turn := func(model string) (int, string) {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
+		req.Header.Set("Authorization", "Bearer sk-client-for-a")
+		req.Header.Set("OpenAI-Organization", "org-client-for-a")
+		req.Header.Set("x-api-key", "client-for-a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return 0, ""
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	// Enough turns at once to open each failing lane's circuit (5 failures); their
+	// retries then go to the fallback.
+	const turns = 6
+	type answer struct {
+		model, body string
+		code        int
+	}
+	answers := make(chan answer, 2*turns)
+	for i := 0; i < turns; i++ {
+		for _, m := range []string{"ma", "mc"} {
+			go func() {
+				code, body := turn(m)
+				answers <- answer{m, body, code}
+			}()
+		}
+	}
+	for i := 0; i < 2*turns; i++ {
+		a := <-answers
+		switch {
+		case a.model == "ma" && a.code != 200:
+			t.Errorf("turn for a (fallback b has its key): HTTP %d %s", a.code, a.body)
+		case a.model == "mc" && (a.code != 502 || !strings.Contains(a.body, `"fallback_without_key"`) ||
+			!strings.Contains(a.body, `its fallback \"d\"`) || !strings.Contains(a.body, `api_key_env in [backends.d]`)):
+			t.Errorf("turn for c (fallback d has no key): HTTP %d %s", a.code, a.body)
+		}
+	}
+	seen := b.RequestHeaders()
+	if len(seen) != turns {
+		t.Errorf("b got %d turns, want %d", len(seen), turns)
+	}
+	for i, h := range seen {
+		if h.Get("Authorization") != "Bearer sk-luft-for-b" {
+			t.Errorf("b's turn %d came with Authorization %q, want luft's key for b", i+1, h.Get("Authorization"))
+		}
+		for k, vv := range h {
+			if strings.Contains(strings.Join(vv, " "), "for-a") {
+				t.Errorf("b's turn %d: the client's credential for a crossed: %s: %s", i+1, k, vv)
+			}
+		}
+	}
+	if n := len(d.RequestHeaders()); n != 0 {
+		t.Errorf("d got %d turns; want none", n)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exitCode(); code != 0 {
+		t.Errorf("proxy exit %d", code)
+	}
+	errOut := p.err.text()
+	if !strings.Contains(errOut, `upstream "c": its fallback "d" is at another host and has no key of its own`) {
+		t.Errorf("no warning about d at start; stderr:\n%s", errOut)
+	}
+	if strings.Contains(errOut, "for-a") || strings.Contains(errOut, "for-b") {
+		t.Errorf("a key reached the proxy's log:\n%s", errOut)
 	}
 }

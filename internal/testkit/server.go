@@ -28,13 +28,17 @@ import (
 type Server struct {
 	// AllowNonLoopback lets Start bind an address that is not a loopback address.
 	AllowNonLoopback bool
+	// RecordHeaders keeps the headers of every chat request (RequestHeaders), for tests
+	// of what a client or a proxy sends upstream. Set it before Start.
+	RecordHeaders bool
 
 	engine *Engine
 	mux    *http.ServeMux
 
-	mu  sync.Mutex
-	srv *http.Server
-	url string
+	mu      sync.Mutex
+	srv     *http.Server
+	url     string
+	headers []http.Header // of each chat request, in order of arrival
 }
 
 // NewServer returns a server for the engine; call Start, or mount Handler yourself.
@@ -114,6 +118,18 @@ func (s *Server) ReplicaURL(i int) string {
 	return strings.TrimSuffix(u, "/v1") + "/replicas/" + strconv.Itoa(i) + "/v1"
 }
 
+// RequestHeaders returns the headers of every chat completions request the server got
+// while RecordHeaders was set, in order of arrival.
+func (s *Server) RequestHeaders() []http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]http.Header, len(s.headers))
+	for i, h := range s.headers {
+		out[i] = h.Clone()
+	}
+	return out
+}
+
 // Close stops the server at once; requests in flight are abandoned.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -166,6 +182,11 @@ func (s *Server) callOptions(r *http.Request, req *ChatRequest) ([]CallOption, e
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	if s.RecordHeaders {
+		s.mu.Lock()
+		s.headers = append(s.headers, r.Header.Clone())
+		s.mu.Unlock()
+	}
 	var req ChatRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
 	if err := dec.Decode(&req); err != nil {

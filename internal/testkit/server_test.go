@@ -472,3 +472,29 @@ func TestWireStrictness(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPRecordHeaders: with RecordHeaders the server keeps each chat request's headers,
+// in order; without it, none.
+func TestHTTPRecordHeaders(t *testing.T) {
+	for _, record := range []bool{false, true} {
+		s := NewServer(NewEngine(Config{Models: []string{"m1"}}))
+		s.RecordHeaders = record
+		base, err := s.Start("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		for _, who := range []string{"a", "b"} {
+			if resp, b := post(t, base+"/chat/completions", `{"model":"m1","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, "x-luft-caller", who); resp.StatusCode != 200 {
+				t.Fatalf("HTTP %d %s", resp.StatusCode, b)
+			}
+		}
+		got := s.RequestHeaders()
+		switch {
+		case !record && len(got) != 0:
+			t.Errorf("headers kept without RecordHeaders: %v", got)
+		case record && (len(got) != 2 || got[0].Get("x-luft-caller") != "a" || got[1].Get("x-luft-caller") != "b" || got[0].Get("Authorization") != "Bearer sk-test"):
+			t.Errorf("recorded headers %v", got)
+		}
+	}
+}
