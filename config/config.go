@@ -74,6 +74,9 @@ type Tools struct {
 	CommandTimeout time.Duration // run_command; 0 = the tool's default
 	Env            []string      // names of luft's environment variables commands also get
 	Writable       []string      // folders commands may write besides the workspace
+	Readable       []string      // folders and files commands may read besides the defaults
+	Network        []string      // TCP ports commands may connect to ("443"), or "all"; none by default
+	Unconfined     bool          // run commands even where the kernel cannot confine them
 }
 
 // StructuredOutputs are the valid values of a backend's structured_output.
@@ -254,6 +257,9 @@ type rawTools struct {
 	CommandTimeout string   `toml:"command_timeout"`
 	Env            []string `toml:"env"`
 	Writable       []string `toml:"writable"`
+	Readable       []string `toml:"readable"`
+	Network        []any    `toml:"network"`
+	Unconfined     bool     `toml:"unconfined"`
 }
 
 type rawMCP struct {
@@ -309,8 +315,16 @@ func Parse(path string, data []byte) (Config, error) {
 	c := Config{Path: path, DefaultBackend: raw.DefaultBackend, PlannerModel: raw.PlannerModel, Tools: Tools{
 		Workspace: raw.Tools.Workspace, AllowCommands: raw.Tools.AllowCommands,
 		Approval: raw.Tools.Approval, Destructive: raw.Tools.Destructive,
-		Env: raw.Tools.Env, Writable: raw.Tools.Writable,
+		Env: raw.Tools.Env, Writable: raw.Tools.Writable, Readable: raw.Tools.Readable, Unconfined: raw.Tools.Unconfined,
 	}}
+	for _, n := range raw.Tools.Network {
+		port, err := networkEntry(n)
+		if err != nil {
+			v.errf(toml.Key{"tools", "network"}, "%v", err)
+			continue
+		}
+		c.Tools.Network = append(c.Tools.Network, port)
+	}
 	if a := raw.Tools.Approval; a != "" && !slices.Contains(Approvals, a) {
 		v.errf(toml.Key{"tools", "approval"}, "unknown policy %q (one of %s)", a, strings.Join(Approvals, ", "))
 	}
@@ -571,4 +585,26 @@ func (v *validator) limits(raw rawLimits) Limits {
 		MaxEvents:      int(check("max_events", raw.MaxEvents, minEvents, maxEvents, "events")),
 		MaxEventsBytes: check("max_events_bytes", raw.MaxEventsBytes, minLimitBytes, maxEventsBytes, "bytes"),
 	}
+}
+
+// networkEntry reads one [tools] network entry: a TCP port (443 or "443") or "all".
+func networkEntry(v any) (string, error) {
+	bad := fmt.Errorf("%v is not a TCP port (give port numbers such as 443, or \"all\" to let commands connect anywhere)", v)
+	switch x := v.(type) {
+	case int64:
+		if x < 1 || x > 65535 {
+			return "", bad
+		}
+		return strconv.FormatInt(x, 10), nil
+	case string:
+		if x == "all" || x == "*" {
+			return "all", nil
+		}
+		n, err := strconv.ParseUint(x, 10, 16)
+		if err != nil || n == 0 {
+			return "", fmt.Errorf("%q is not a TCP port (give port numbers such as 443, or \"all\" to let commands connect anywhere)", x)
+		}
+		return x, nil
+	}
+	return "", bad
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -282,6 +283,24 @@ func TestProxyTable(t *testing.T) {
 	} {
 		if _, err := Parse("luft.toml", []byte(data)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want %s", data, err, want)
+		}
+	}
+}
+
+// [tools] readable, network and unconfined: ports as numbers or strings, "all"; a port
+// out of range or a word is refused on its line.
+func TestToolsConfinement(t *testing.T) {
+	c, err := Parse("luft.toml", []byte("[tools]\nreadable = [\"~/data\", \"/srv/x\"]\nnetwork = [443, \"8080\", \"all\"]\nunconfined = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Tools.Readable, []string{"~/data", "/srv/x"}) || !slices.Equal(c.Tools.Network, []string{"443", "8080", "all"}) || !c.Tools.Unconfined {
+		t.Fatalf("tools = %+v", c.Tools)
+	}
+	for _, bad := range []string{"[0]", "[70000]", "[\"https\"]", "[\"-1\"]", "[1.5]", "[true]"} {
+		_, err := Parse("luft.toml", []byte("[tools]\nnetwork = "+bad+"\n"))
+		if err == nil || !strings.Contains(err.Error(), "not a TCP port") || !strings.Contains(err.Error(), "tools.network") && !strings.Contains(err.Error(), "network") {
+			t.Errorf("network = %s: %v, want a refusal naming it", bad, err)
 		}
 	}
 }

@@ -128,7 +128,7 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 		}
 	}
 	if !overHTTP {
-		return mux
+		return refusePeers(mux)
 	}
 	web := dashboard()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -207,7 +207,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.opts.Mounts != nil {
 		d.mounts = d.opts.Mounts(d)
 	}
-	servers := []*http.Server{{Handler: d.handler(false), ReadHeaderTimeout: 10 * time.Second}}
+	servers := []*http.Server{{Handler: d.handler(false), ReadHeaderTimeout: 10 * time.Second, ConnContext: peerContext}}
 	listeners := []net.Listener{ul}
 	if tl != nil {
 		servers = append(servers, &http.Server{Handler: d.handler(true), ReadHeaderTimeout: 10 * time.Second})

@@ -35,7 +35,8 @@ func CatalogOf(set *tools.Set, approval string, servers []ServerInfo) ToolCatalo
 func CatalogFromConfig(cfg config.Config) (ToolCatalog, error) {
 	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
 		Approval: tools.Approval(cfg.Tools.Approval), CommandTimeout: cfg.Tools.CommandTimeout,
-		Env: cfg.Tools.Env, Writable: cfg.Tools.Writable}
+		Env: cfg.Tools.Env, Writable: cfg.Tools.Writable,
+		Readable: cfg.Tools.Readable, Network: cfg.Tools.Network, Unconfined: cfg.Tools.Unconfined}
 	for _, n := range cfg.Tools.Destructive {
 		if !strings.Contains(n, "__") { // an upstream tool's name is known once its server runs
 			tc.Destructive = append(tc.Destructive, n)

@@ -35,7 +35,8 @@ type toolset struct {
 func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
 		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout,
-		Protected: protected, Env: cfg.Tools.Env, Writable: cfg.Tools.Writable}
+		Protected: protected, Env: cfg.Tools.Env, Writable: cfg.Tools.Writable,
+		Readable: cfg.Tools.Readable, Network: cfg.Tools.Network, Unconfined: cfg.Tools.Unconfined}
 	ts := &toolset{cfg: tc, servers: map[string]mcptools.Server{}, started: map[string]bool{}}
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		s := cfg.MCPServers[name]
