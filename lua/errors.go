@@ -1,8 +1,13 @@
 package lua
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
+	"unicode/utf8"
+
+	glua "github.com/yuin/gopher-lua"
 )
 
 // ErrorKind classifies why a script stopped, so callers can map it to an exit code without
@@ -53,4 +58,94 @@ func ErrorKindOf(err error) ErrorKind {
 		return se.Kind
 	}
 	return ""
+}
+
+// maxErrorObjectText is the most of an error object's rendering (its __tostring or its
+// JSON) an error message carries: enough to read, never a flood through every view of
+// the run.
+const maxErrorObjectText = 4096
+
+// errorTostringTimeout bounds an error object's __tostring. It runs after the raising
+// code has stopped, while the run waits for it, so a loop in it must not hold the run.
+const errorTostringTimeout = 100 * time.Millisecond
+
+// errorText is the text of a value raised with error(): what its __tostring returns, else
+// a table's message field, else the table as JSON (never its address, which differs from
+// run to run), else the value's string form. A table's rendering is cut to
+// maxErrorObjectText bytes.
+func (v *vm) errorText(obj glua.LValue) string {
+	tbl, ok := obj.(*glua.LTable)
+	if !ok {
+		if s, isStr := obj.(glua.LString); isStr {
+			return scrubAddrs(string(s))
+		}
+		return refName(obj)
+	}
+	if s, ok := v.errorTostring(tbl); ok {
+		return clipErrorText(s)
+	}
+	if m := tbl.RawGetString("message"); m != glua.LNil {
+		if s, isStr := m.(glua.LString); isStr {
+			return scrubAddrs(string(s))
+		}
+		return refName(m)
+	}
+	if b, err := v.codec.Encode(tbl, ""); err == nil {
+		return clipErrorText(string(b))
+	}
+	return refName(obj)
+}
+
+// errorTostring calls an error object's __tostring and reports whether it gave a string
+// or a number. The call is contained: it runs on a thread of its own with a short
+// deadline (and the run's memory and string limits), it cannot reach a running task (so
+// no primitive may wait in it), and whatever goes wrong in it (an error, a limit, a
+// panic inside the VM) only means the object is shown another way.
+func (v *vm) errorTostring(tbl *glua.LTable) (s string, ok bool) {
+	mt, _ := tbl.Metatable.(*glua.LTable)
+	if mt == nil {
+		return "", false
+	}
+	fn, isFn := mt.RawGetString("__tostring").(*glua.LFunction)
+	if !isFn || v.ctx.Err() != nil {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(v.ctx, errorTostringTimeout)
+	th, cancelTh := v.L.NewThread()
+	th.SetContext(ctx)
+	current, fatal := v.current, v.fatal
+	v.current = nil
+	defer func() {
+		if r := recover(); r != nil {
+			s, ok = "", false
+		}
+		v.current, v.fatal = current, fatal
+		cancelTh()
+		cancel()
+	}()
+	th.Push(fn)
+	th.Push(tbl)
+	if err := th.PCall(1, 1, nil); err != nil {
+		return "", false
+	}
+	switch r := th.Get(-1).(type) {
+	case glua.LString:
+		return scrubAddrs(string(r)), true
+	case glua.LNumber:
+		return r.String(), true
+	}
+	return "", false
+}
+
+// clipErrorText cuts s to maxErrorObjectText bytes on a rune boundary, saying how much
+// is left out.
+func clipErrorText(s string) string {
+	if len(s) <= maxErrorObjectText {
+		return s
+	}
+	n := maxErrorObjectText
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + fmt.Sprintf("… (%d bytes more)", len(s)-n)
 }

@@ -468,29 +468,6 @@ func (v *vm) errMessage(err error) string {
 	return err.Error()
 }
 
-// errorText is the text of a value raised with error(): a table's message field, else the
-// table as JSON (never its address, which differs from run to run), else the value's
-// string form.
-func (v *vm) errorText(obj glua.LValue) string {
-	tbl, ok := obj.(*glua.LTable)
-	if !ok {
-		if s, isStr := obj.(glua.LString); isStr {
-			return scrubAddrs(string(s))
-		}
-		return refName(obj)
-	}
-	if m := tbl.RawGetString("message"); m != glua.LNil {
-		if s, isStr := m.(glua.LString); isStr {
-			return scrubAddrs(string(s))
-		}
-		return refName(m)
-	}
-	if b, err := v.codec.Encode(tbl, ""); err == nil {
-		return string(b)
-	}
-	return refName(obj)
-}
-
 type stageDef struct {
 	label string
 	fn    *glua.LFunction

@@ -42,7 +42,7 @@ func newApproveCmd(e *env, g *globalFlags) *cobra.Command {
 				if asJSON {
 					return writeJSON(e.stdout, map[string]any{"run_id": ap.RunID, "approval_id": ap.ID, "tool": ap.Tool, "status": ap.Status})
 				}
-				fmt.Fprintf(e.stdout, "%s %s of run %s: %s\n", ap.Tool, ap.ID, ap.RunID, ap.Status)
+				fmt.Fprintf(e.stdout, "%s %s of run %s: %s\n", e.outLine(ap.Tool), ap.ID, ap.RunID, ap.Status)
 				return nil
 			})
 		},

@@ -175,29 +175,29 @@ func printCheck(e *env, id string, r adapters.CheckReport) {
 	if r.Reachable {
 		fmt.Fprintf(w, "  reachable    yes (%d ms)\n", r.Latency.Milliseconds())
 	} else {
-		fmt.Fprintf(w, "  reachable    no: %s\n", r.Error)
+		fmt.Fprintf(w, "  reachable    no: %s\n", e.outLine(r.Error))
 	}
 	switch {
 	case r.ModelListed != nil && *r.ModelListed:
 		fmt.Fprintf(w, "  model        %s: listed\n", r.Model)
 	case r.ModelListed != nil:
-		fmt.Fprintf(w, "  model        %s: NOT listed (the endpoint lists: %s)\n", r.Model, dash(strings.Join(r.Models, ", ")))
+		fmt.Fprintf(w, "  model        %s: NOT listed (the endpoint lists: %s)\n", r.Model, e.outLine(dash(strings.Join(r.Models, ", "))))
 	case r.Reachable && r.Model == "":
-		fmt.Fprintf(w, "  model        none configured (agents must name one: agent{model=...}); listed: %s\n", dash(strings.Join(r.Models, ", ")))
+		fmt.Fprintf(w, "  model        none configured (agents must name one: agent{model=...}); listed: %s\n", e.outLine(dash(strings.Join(r.Models, ", "))))
 	}
 	if len(r.RateLimits) > 0 {
 		fmt.Fprintln(w, "  rate limits")
 		for _, k := range slices.Sorted(maps.Keys(r.RateLimits)) {
-			fmt.Fprintf(w, "    %s: %s\n", k, r.RateLimits[k])
+			fmt.Fprintf(w, "    %s: %s\n", e.outLine(k), e.outLine(r.RateLimits[k]))
 		}
 	} else if r.Reachable {
 		fmt.Fprintln(w, "  rate limits  none seen")
 	}
 	if r.Refused != "" {
-		fmt.Fprintf(w, "  refused      %s\n", r.Refused)
+		fmt.Fprintf(w, "  refused      %s\n", e.outLine(r.Refused))
 	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(w, "  note: %s\n", n)
+		fmt.Fprintf(w, "  note: %s\n", e.outLine(n))
 	}
 }
 

@@ -67,7 +67,7 @@ func confirmScript(e *env, f *runFlags, name string, src []byte) error {
 	if !f.yes && e.stdinTTY == nil {
 		return usageErr("--confirm needs a terminal to ask on; add --yes to run without asking")
 	}
-	fmt.Fprintf(e.stderr, "── %s ──\n%s", name, src)
+	fmt.Fprintf(e.stderr, "── %s ──\n%s", e.errLine(name), e.errText(string(src)))
 	if len(src) > 0 && src[len(src)-1] != '\n' {
 		fmt.Fprintln(e.stderr)
 	}

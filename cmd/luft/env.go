@@ -17,6 +17,9 @@ type env struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	stderrTTY bool
+	// stdoutTTY is set when stdout is a terminal (whatever TERM says): text the run
+	// produced is then made harmless before it is printed there (see terminal.go).
+	stdoutTTY bool
 	// termWidth is the terminal's width in columns (see width).
 	termWidth func() int
 	// stdinTTY is the terminal keys come from (stdin when it is one), or nil.
@@ -47,6 +50,7 @@ func osEnv() *env {
 		stdout:    os.Stdout,
 		stderr:    os.Stderr,
 		stderrTTY: tty,
+		stdoutTTY: term.IsTerminal(int(os.Stdout.Fd())),
 		getenv:    os.Getenv,
 		now:       time.Now,
 		notify: func(c chan<- os.Signal) func() {

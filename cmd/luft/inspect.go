@@ -146,7 +146,7 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 				fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tWORKFLOW")
 				for _, r := range runs {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Status, r.CreatedAt.Local().Format("2006-01-02 15:04:05"),
-						r.Agents.OK+r.Agents.Failed+r.Agents.Cached, r.Usage.Input+r.Usage.Output, r.Workflow)
+						r.Agents.OK+r.Agents.Failed+r.Agents.Cached, r.Usage.Input+r.Usage.Output, e.outLine(r.Workflow))
 				}
 				return w.Flush()
 			})
@@ -183,7 +183,7 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "run\t%s\n", j.ID)
-				fmt.Fprintf(w, "workflow\t%s\n", j.Workflow)
+				fmt.Fprintf(w, "workflow\t%s\n", e.outLine(j.Workflow))
 				fmt.Fprintf(w, "status\t%s\n", status)
 				fmt.Fprintf(w, "attempt\t%d\n", j.Attempt)
 				fmt.Fprintf(w, "started\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
@@ -196,20 +196,20 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 					fmt.Fprintf(w, "cost\t$%.4f\n", j.Cost)
 				}
 				if j.Error != "" {
-					fmt.Fprintf(w, "error\t%s\n", j.Error)
+					fmt.Fprintf(w, "error\t%s\n", e.outText(j.Error))
 				}
 				if j.ResumeWith != "" {
 					fmt.Fprintf(w, "resume\t%s\n", j.ResumeWith)
 				}
 				for _, a := range j.Pending {
-					fmt.Fprintf(w, "approval\t%s: %s %s (call %s) waits for an answer\n", a.ID, a.Tool, clipArgs(a.Arguments), a.CallKey)
+					fmt.Fprintf(w, "approval\t%s: %s %s (call %s) waits for an answer\n", a.ID, e.outLine(a.Tool), e.outLine(clipArgs(a.Arguments)), e.outLine(a.CallKey))
 				}
 				if err := w.Flush(); err != nil {
 					return err
 				}
 				if len(j.Phases) > 0 {
 					fmt.Fprintln(e.stdout, "\nphases:")
-					printPhases(e.stdout, j.Phases)
+					printPhases(e, j.Phases)
 				}
 				// The board of the live view, folded from the stored events: what runs,
 				// what waits and why, the latest log lines.
@@ -232,7 +232,7 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 					var v any
 					if json.Unmarshal(j.Report, &v) == nil {
 						if text, err := reportText(v); err == nil {
-							fmt.Fprintf(e.stdout, "\nreport:\n%s", text)
+							fmt.Fprintf(e.stdout, "\nreport:\n%s", e.outText(text))
 						}
 					}
 				}
@@ -244,11 +244,11 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 	return cmd
 }
 
-func printPhases(w io.Writer, phases []phaseJSON) {
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+func printPhases(e *env, phases []phaseJSON) {
+	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  #\tPHASE\tSTATUS\tPLANNED\tOK\tFAILED")
 	for _, p := range phases {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\n", p.ID, p.Label, p.Status, p.Planned, p.OK, p.Failed)
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\n", p.ID, e.outLine(p.Label), p.Status, p.Planned, p.OK, p.Failed)
 	}
 	_ = tw.Flush()
 }
@@ -306,14 +306,14 @@ func newPhasesCmd(e *env, g *globalFlags) *cobra.Command {
 							seen = a.Status
 						}
 					}
-					fmt.Fprintf(e.stdout, "  %d. %s — %s [%s]\n", i+1, label, desc, seen)
+					fmt.Fprintf(e.stdout, "  %d. %s — %s [%s]\n", i+1, e.outLine(label), e.outLine(desc), seen)
 				}
 				fmt.Fprintln(e.stdout, "actual:")
 				if len(actual) == 0 {
 					fmt.Fprintln(e.stdout, "  (no phase started)")
 					return nil
 				}
-				printPhases(e.stdout, actual)
+				printPhases(e, actual)
 				return nil
 			})
 		},

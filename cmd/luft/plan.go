@@ -70,27 +70,29 @@ func planTask(ctx context.Context, e *env, f *runFlags, pl *planner.Planner) (*p
 		return nil, usageErr("%v", err)
 	}
 	if chatty {
-		showPlan(e.stderr, plan)
+		showPlan(e, plan)
 	}
 	return plan, nil
 }
 
-// showPlan prints the plan's phases and what validation found.
-func showPlan(w io.Writer, p *planner.Plan) {
+// showPlan prints the plan's phases and what validation found on stderr. The planner's
+// reasons and phases are model text.
+func showPlan(e *env, p *planner.Plan) {
+	w := e.stderr
 	attempts := max(len(p.Calls), 1)
-	fmt.Fprintf(w, "luft: plan by %s (%d attempt%s, dry run: %d agent calls)\n", p.Planner, attempts, plural(attempts), p.Check.Calls)
+	fmt.Fprintf(w, "luft: plan by %s (%d attempt%s, dry run: %d agent calls)\n", e.errLine(p.Planner), attempts, plural(attempts), p.Check.Calls)
 	if p.Check.Reasons != "" {
-		fmt.Fprintf(w, "  why: %s\n", p.Check.Reasons)
+		fmt.Fprintf(w, "  why: %s\n", e.errLine(p.Check.Reasons))
 	}
 	for i, ph := range p.Check.Phases {
 		if ph.Description != "" {
-			fmt.Fprintf(w, "  %d. %s — %s\n", i+1, ph.Label, ph.Description)
+			fmt.Fprintf(w, "  %d. %s — %s\n", i+1, e.errLine(ph.Label), e.errLine(ph.Description))
 		} else {
-			fmt.Fprintf(w, "  %d. %s\n", i+1, ph.Label)
+			fmt.Fprintf(w, "  %d. %s\n", i+1, e.errLine(ph.Label))
 		}
 	}
 	for _, warn := range p.Check.Warnings {
-		fmt.Fprintf(w, "  warning: %s\n", warn)
+		fmt.Fprintf(w, "  warning: %s\n", e.errLine(warn))
 	}
 }
 
@@ -147,7 +149,7 @@ func autoFix(ctx context.Context, e *env, f *runFlags, svc *runtime.Service, pl 
 	res runtime.Result, src []byte, round int) (*runtime.Run, []byte, error) {
 	chatty := !f.quiet && !f.json
 	if chatty {
-		fmt.Fprintf(e.stderr, "luft: auto-fix %d/%d: asking %s to repair: %v\n", round, maxFixes, pl.Name(), res.Err)
+		fmt.Fprintf(e.stderr, "luft: auto-fix %d/%d: asking %s to repair: %s\n", round, maxFixes, pl.Name(), e.errText(res.Err.Error()))
 	}
 	fix, err := pl.Fix(ctx, planner.Failure{Script: src, Error: res.Err.Error(), Line: failingLine(res.Err)})
 	if err != nil {
@@ -252,7 +254,8 @@ the offline template planner; --planner-model or --backend plans with a model.`,
 				return err
 			}
 			if f.output == "" {
-				_, err := e.stdout.Write(plan.Script)
+				// A planned script is model text: exact through a pipe, harmless on a terminal.
+				_, err := io.WriteString(e.stdout, e.outText(string(plan.Script)))
 				return err
 			}
 			if err := os.WriteFile(f.output, plan.Script, 0o644); err != nil {
@@ -328,7 +331,7 @@ func (x *fixing) loop(ctx context.Context, e *env, g *globalFlags, f *runFlags, 
 	for round := 1; round <= maxFixes && fixable(x.res) && !x.stuck; round++ {
 		next, fixed, err := autoFix(ctx, e, f, svc, pl, x.res, src, round)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "luft: auto-fix: %v\n", err)
+			fmt.Fprintf(e.stderr, "luft: auto-fix: %s\n", e.errText(err.Error()))
 			return nil
 		}
 		src, x.run = fixed, next

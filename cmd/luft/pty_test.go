@@ -113,6 +113,12 @@ func skipUnlessPTY(t *testing.T) {
 // startPTY runs luft with args in dir, stdin and stderr on a new 120×40 terminal.
 func startPTY(t *testing.T, dir string, env []string, args ...string) *ptyRun {
 	t.Helper()
+	return startTerminal(t, dir, env, false, args...)
+}
+
+// startTerminal is startPTY, with stdout on the terminal too when stdoutToo is set.
+func startTerminal(t *testing.T, dir string, env []string, stdoutToo bool, args ...string) *ptyRun {
+	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
 		t.Skipf("no pseudo-terminal: %v", err)
@@ -125,8 +131,12 @@ func startPTY(t *testing.T, dir string, env []string, args ...string) *ptyRun {
 	r.cmd = exec.Command(luftBinary(t), args...)
 	r.cmd.Dir = dir
 	r.cmd.Env = env
-	// stdout stays a pipe so the report can be read apart from the board.
+	// stdout stays a pipe so the report can be read apart from the board, unless the
+	// test wants what a person sees of the report too.
 	r.cmd.Stdin, r.cmd.Stdout, r.cmd.Stderr = tty, &r.stdout, tty
+	if stdoutToo {
+		r.cmd.Stdout = tty
+	}
 	// The terminal is the controlling terminal of a new session (fd 0 in the child), as a
 	// shell would set it up.
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}

@@ -309,8 +309,9 @@ func (r *renderer) finish(res runtime.Result) error {
 			return &exitError{code: exitFailed, err: err}
 		}
 		// stdout first: a report file that cannot be written must not lose the report.
+		// The file gets the exact text, a terminal a harmless one.
 		if !r.f.json {
-			fmt.Fprint(r.e.stdout, text)
+			fmt.Fprint(r.e.stdout, r.e.outText(text))
 		}
 		if r.f.output != "" {
 			if err := os.WriteFile(r.f.output, []byte(text), 0o644); err != nil {
@@ -321,7 +322,7 @@ func (r *renderer) finish(res runtime.Result) error {
 	if err := errorExit(res); err != nil {
 		if r.mode == modeQuiet || r.mode == modeJSON {
 			// Errors are still shown in quiet and JSON modes.
-			fmt.Fprintf(r.e.stderr, "luft: %s\n", statusMessage(res, r.g.stateDir))
+			fmt.Fprintf(r.e.stderr, "luft: %s\n", r.e.errText(statusMessage(res, r.g.stateDir)))
 		}
 		return err
 	}

@@ -103,7 +103,7 @@ func execute(e *env, args []string) int {
 	if err != nil {
 		var ee *exitError
 		if !errors.As(err, &ee) || !ee.quiet {
-			fmt.Fprintf(e.stderr, "luft: %v\n", err)
+			fmt.Fprintf(e.stderr, "luft: %s\n", e.errText(err.Error()))
 		}
 		if code == exitUsage && (isCobraUsage(err) || errors.As(err, &ee) && ee.usage) {
 			fmt.Fprintln(e.stderr, "Run 'luft --help' for usage.")

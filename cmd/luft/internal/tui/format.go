@@ -187,6 +187,14 @@ func cleanText(s string) string {
 	return b.String()
 }
 
+// Clean is cleanText for the CLI's own output on a terminal (a report, an error, a
+// script shown before it runs): the same filter as every view of this package.
+func Clean(s string) string { return cleanText(s) }
+
+// CleanLine is oneLine for the CLI's own output on a terminal: a table cell or a line of
+// its own.
+func CleanLine(s string) string { return oneLine(s) }
+
 // oneLine is cleanText on one line: newlines become spaces and the ends are trimmed.
 func oneLine(s string) string {
 	s = clipLine(s)

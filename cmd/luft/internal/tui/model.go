@@ -194,7 +194,7 @@ func (m *Model) apply(ev event.Event) tea.Cmd {
 			id, _ := ev.Data["approval_id"].(string)
 			tool, _ := ev.Data["tool"].(string)
 			args, _ := ev.Data["arguments"].(string)
-			m.asking = append(m.asking, asked{id: id, tool: tool, args: args})
+			m.asking = append(m.asking, asked{id: id, tool: oneLine(tool), args: args})
 		}
 	case event.ApprovalDecided:
 		id, _ := ev.Data["approval_id"].(string)
