@@ -41,18 +41,20 @@
 //   - the kernel confines it (package sandbox, Landlock on Linux): it may write only in
 //     the workspace, a private $TMPDIR removed after the call, the workspace's command
 //     cache ($XDG_CACHE_HOME, <user cache>/luft/commands/<hash of the workspace>, kept
-//     between calls so `go test` need not rebuild everything) and [tools] writable; a
-//     write elsewhere (`git log --output=/elsewhere`, a test that edits ~/.bashrc)
-//     fails with "permission denied", and so does signalling luft. Reading is not
-//     confined: `ls /etc` or `cat ~/.ssh/config` work if allowed. Inside the workspace
-//     everything is writable to a command — .git, a luft.toml, and the state dir when
-//     it lies in the workspace — since Landlock grants folders whole and cannot carve
-//     names out of one: the Guard protects against file tools, not against an allowed
-//     command. A hook or fsmonitor planted that way runs confined, with the same
-//     minimal environment, when a later command runs git; a luft.toml planted at the
-//     workspace's top is read by a later `luft` started there. Allow only commands you
-//     would let write the workspace. Without Landlock, Set.Warnings says so and
-//     commands run unconfined;
+//     between calls so `go test` need not rebuild everything) and [tools] writable; it
+//     may read only those, the system's folders, its program's folder, PATH's folders,
+//     the toolchains' (toolCaches) and [tools] readable; it may connect to no TCP port
+//     but those [tools] network names. luft's protected paths (state dir, config) and
+//     the user's credentials (Secrets) are hidden from it even inside a readable folder
+//     (in its own mount namespace), so the default .luft inside the workspace is out of
+//     its reach. It holds no capability, so it reads no process's environment or
+//     memory, and luft's daemon refuses it on its socket. Inside the workspace the rest
+//     is writable to a command — .git, say — since Landlock grants folders whole: the
+//     Guard protects against file tools, not against an allowed command. A hook or
+//     fsmonitor planted that way runs confined, with the same minimal environment, when
+//     a later command runs git. Allow only commands you would let write the workspace.
+//     Where the kernel cannot confine as the policy says (sandbox.Check), run_command is
+//     refused, unless [tools] unconfined lets commands run without;
 //   - its environment is ChildEnv's: BaseEnv (PATH, HOME, USER, LOGNAME, LANG, LC_*,
 //     TERM, TZ, TMPDIR) and the names [tools] env gives; no API key or token of luft's
 //     reaches it.

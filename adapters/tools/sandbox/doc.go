@@ -1,40 +1,50 @@
 // Package sandbox confines the processes run_command starts with the kernel: on Linux
 // with Landlock, a command may write only inside the folders its Policy names (the
-// workspace and a private temporary folder) and /dev/null; it may read and execute
-// what luft's user can.
+// workspace and a private temporary folder) and /dev/null; it may read and execute only
+// the system's folders (SystemReadable) and what the Policy names; it may connect to no
+// TCP port the Policy does not name; paths the Policy hides (luft's state dir and
+// config, the user's credentials) are out of its reach even inside a folder it may
+// write; and it holds no capability.
 //
 // Landlock restricts the process that asks for it and everything it starts, for good.
 // luft itself must stay unrestricted (it writes its state dir, starts agents, serves a
 // daemon), so the rules are applied in the child: Command does not run the program
 // directly but re-executes luft's own binary (/proc/self/exe) with a marker argument;
 // this package's init sees the marker before anything else of the program runs, applies
-// the Policy's rules to that fresh process and then replaces it with the real program
-// (execve keeps the rules, and so does every process the program starts). Any binary
-// that links this package — luft, and the test binaries of the packages that run
-// commands — therefore answers the marker, so no caller needs a hook in its main.
+// the Policy to that fresh process and then replaces it with the real program (execve
+// keeps the rules, and so does every process the program starts). Any binary that links
+// this package — luft, and the test binaries of the packages that run commands —
+// therefore answers the marker, so no caller needs a hook in its main.
 //
-// What the rules cover, with go-landlock's best-effort mode on the kernel's ABI:
+// The helper, in order:
 //
-//   - ABI 1 and up: creating, writing, removing and renaming files and folders outside
-//     the writable folders is refused (EACCES/EPERM), whoever asks — the program, a
-//     script it runs, a test binary under `go test`, a git hook;
-//   - ABI 3: truncating files outside them too; ABI 5: ioctl on devices;
-//   - ABI 6: signals to processes outside the sandbox (luft among them) and abstract
-//     UNIX sockets of outside processes are refused;
-//   - ABI 9: connecting to UNIX sockets outside (a docker or ssh-agent socket).
+//  1. runs in a user and mount namespace of its own (the same user, mapped to itself),
+//     where it lays an empty read-only tmpfs over each hidden folder and /dev/null on a
+//     nodev mount over each hidden file: the command can neither read, change, move nor
+//     remove them, and nothing outside the namespace changes. A root luft starts it so
+//     directly; another user's luft is not dumpable (Harden), and a user without
+//     CAP_SYS_PTRACE cannot write a non-dumpable child's ID maps, so a first helper,
+//     dumpable again after its own exec, starts the namespaced one (Policy.Hop);
+//  2. sets RLIMIT_NPROC (counted in its user namespace: the command's processes only;
+//     the kernel never applies it to root), RLIMIT_FSIZE and RLIMIT_CORE;
+//  3. applies Landlock with go-landlock's best effort on the kernel's ABI: ABI 1–3
+//     reads, writes, truncation; ABI 4 TCP connect; ABI 5 device ioctl; ABI 6 signals to
+//     and abstract UNIX sockets of processes outside the sandbox. Landlock also refuses a
+//     confined process ptrace-level access (/proc/PID/environ, /proc/PID/mem) to any
+//     process outside it, unless it holds CAP_SYS_PTRACE;
+//  4. sets no_new_privs and drops every capability (bounding, ambient, inheritable,
+//     permitted, effective), so a command of a root luft has none either and no setuid
+//     program gives one back;
+//  5. execs the program.
 //
-// Reading stays open: an allowed command can read what luft's user can read (ls or cat
-// of a path outside the workspace works). TCP networking is not restricted. The rules
-// are set with no_new_privs, so no setuid program can shed them.
+// Check says when this cannot be had: no Landlock, an ABI below MinABI (no TCP rules),
+// or a path to hide and no user namespace. Command then refuses, unless the Policy is
+// Unconfined: the helper still drops capabilities, sets no_new_privs and the limits.
 //
 // Landlock judges a write by the path it is made through. A confined command cannot make
 // a hard link to an outside file (linking across the rule's boundary is refused), but a
 // hard link already in a writable folder before the command starts is written through:
 // the outside file changes. The file tools' Guard refuses files with more than one link;
-// the sandbox cannot.
-//
-// Kernels without Landlock (before 5.13, or with it disabled at boot) and other systems
-// cannot confine: Status says why, and commands then run unconfined — the allow-list and
-// the minimal environment are all that stands between a command and the user's files.
-// luft warns once per process when commands are allowed and cannot be confined.
+// the sandbox cannot. Connecting to a UNIX socket by path is not covered by Landlock
+// before ABI 9, which is why luft's daemon checks who connects to its socket.
 package sandbox
