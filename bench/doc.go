@@ -10,6 +10,7 @@
 //	go run ./bench/mcpload           # 50 MCP sessions × 10 sub-agents through a daemon process: wall time, its RSS
 //	go run ./bench/proxy             # own-loop agents through luft's proxy vs straight at a hosted API
 //	go run ./bench/proxyoverhead     # latency and time to first byte the proxy adds, 200 open streams
+//	go run ./bench/confine           # what confining a run_command call costs, beside a direct exec
 //
 // fanout, resume, tuiview, mcp and mcpload measure wall time and are never run by `go test`. hosted
 // runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,

@@ -24,7 +24,7 @@
 //     remove them, and nothing outside the namespace changes. A root luft starts it so
 //     directly; another user's luft is not dumpable (Harden), and a user without
 //     CAP_SYS_PTRACE cannot write a non-dumpable child's ID maps, so a first helper,
-//     dumpable again after its own exec, starts the namespaced one (Policy.Hop);
+//     dumpable again after its own exec, starts the namespaced one (request.Hop);
 //  2. sets RLIMIT_NPROC (counted in its user namespace: the command's processes only;
 //     the kernel never applies it to root), RLIMIT_FSIZE and RLIMIT_CORE;
 //  3. applies Landlock with go-landlock's best effort on the kernel's ABI: ABI 1–3
