@@ -275,6 +275,19 @@ type Core struct {
 	seq      uint64
 	rng      *rand.Rand
 	out      []Action
+	// epoch is the first now the core was given. Ranks and queue times are nanoseconds
+	// since it, taken with Time.Sub, so they follow the monotonic clock when the times
+	// carry its reading: a system clock set back an hour must not rank a turn that
+	// arrives after it an hour ahead of the turns already waiting.
+	epoch time.Time
+}
+
+// nanos is t as nanoseconds since the core's epoch (see Core.epoch).
+func (c *Core) nanos(t time.Time) int64 {
+	if c.epoch.IsZero() {
+		c.epoch = t
+	}
+	return int64(t.Sub(c.epoch))
 }
 
 // NewCore returns a decision core with cfg (zero fields take their defaults).
@@ -374,7 +387,7 @@ func (c *Core) Submit(j Job, now time.Time) []Action {
 	if name == "" {
 		name = j.CallKey
 	}
-	nj := &job{Job: j, key: base.UnixNano(), seq: c.seq, idx: -1, run: r, conv: r.conv(name), replica: -1}
+	nj := &job{Job: j, key: c.nanos(base), seq: c.seq, idx: -1, run: r, conv: r.conv(name), replica: -1}
 	nj.home = c.lane(j.Lane)
 	c.jobs[j.ID] = nj
 	r.active++
@@ -383,7 +396,7 @@ func (c *Core) Submit(j Job, now time.Time) []Action {
 		r.jobs.prev = nj
 	}
 	r.jobs = nj
-	nj.home.enqueue(nj, now.UnixNano())
+	nj.home.enqueue(nj, c.nanos(now))
 	c.tryAdmit(nj.home, now)
 	return c.out
 }
@@ -445,7 +458,7 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 		// Back in its queue at its original key: the lane's pause holds it, and
 		// when the pause ends it is first again.
 		j.state, j.notified = jobQueued, false
-		home.enqueue(j, now.UnixNano())
+		home.enqueue(j, c.nanos(now))
 		c.emit(Action{Kind: ActRetry, ID: j.ID, RunID: j.RunID, Lane: home.name, Until: until,
 			Reason: ReasonRateLimited, Attempt: j.attempts + j.rateFails + 1})
 	default: // StatusServerError
@@ -606,7 +619,7 @@ func (c *Core) Cancel(id TurnID, now time.Time) []Action {
 func (c *Core) unlink(j *job, now time.Time) {
 	switch j.state {
 	case jobQueued:
-		j.home.unqueue(j, now.UnixNano())
+		j.home.unqueue(j, c.nanos(now))
 	case jobDelayed:
 		c.delayed.Remove(j.idx)
 		j.home.delayed--
@@ -647,7 +660,7 @@ func (c *Core) Tick(now time.Time) []Action {
 		j := c.delayed.Pop()
 		j.home.delayed--
 		j.state = jobQueued
-		j.home.enqueue(j, now.UnixNano())
+		j.home.enqueue(j, c.nanos(now))
 	}
 	c.gcRuns(now)
 	for _, l := range c.list {
@@ -783,7 +796,7 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 // Budgets are checked for the best turn only: a smaller turn behind it does not jump
 // the queue, or large turns would starve.
 func (c *Core) tryAdmit(l *lane, now time.Time) {
-	ns := now.UnixNano()
+	ns := c.nanos(now)
 	for {
 		_, j := l.head(ns)
 		if j == nil {
@@ -958,7 +971,7 @@ func (c *Core) suspend(r *runState, until time.Time, reason string, l *lane, now
 
 // admit takes j off home's queue and starts it on lane t.
 func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.Time) {
-	home.unqueue(j, now.UnixNano())
+	home.unqueue(j, c.nanos(now))
 	home.unblock()
 	c.seq++
 	t.flightID++

@@ -13,6 +13,16 @@
 // conversation. It has no goroutines and no clock, so it is tested and
 // benchmarked on virtual time.
 //
+// Time: every wait is kept as a time.Time taken from the clock's now plus a duration,
+// so it carries Go's monotonic clock reading, and the core ranks and queues by
+// Time.Sub from its first now rather than by Unix times. A system clock set ahead or
+// back while a turn waits moves none of it: the turn is admitted when the wait is over
+// by the monotonic clock, with no early burst (and no 429s) and no hour-long stall.
+// A server's absolute times (Anthropic's RFC 3339 resets, an HTTP-date retry-after)
+// become such a wait when they are read, measured from luft's clock or, when that
+// disagrees with the response's Date by more than a few seconds, from the Date. Only a
+// suspended run's resume time is wall-clock time, since it outlives the process.
+//
 // Executor puts a Core behind the Scheduler interface for real use: one lock, an injected
 // clock, a timer at the core's next wake-up, blocking Admit, and Notify callbacks the
 // runtime turns into events. Gate is the simplest policy (fixed slots, arrival order),

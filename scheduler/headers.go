@@ -26,7 +26,8 @@ type RateLimit struct {
 func (r RateLimit) Known() bool { return r.HasLimit || r.HasRemaining || !r.Reset.IsZero() }
 
 // Telemetry is the rate-limit information of one response, parsed into absolute times
-// relative to the now it was parsed at. Both header families map onto the same fields:
+// relative to the now it was parsed at; each is that now plus a wait, so it keeps now's
+// monotonic clock reading and a change of the system clock does not move it. Both header families map onto the same fields:
 // OpenAI-compatible servers (OpenAI, Groq, vLLM, luft's fake engine) send
 // x-ratelimit-{limit,remaining,reset}-{requests,tokens}; Anthropic sends
 // anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}.
@@ -62,6 +63,7 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 	// built by hand, a proxy adding its own); map order is random, so repeats merge to
 	// the most cautious reading instead of the last one seen.
 	var retryMS, retry time.Time
+	ref := wallRef(h, now)
 	for name, vals := range h {
 		if len(vals) == 0 {
 			continue
@@ -70,7 +72,7 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 		n := strings.ToLower(name)
 		switch {
 		case n == "retry-after":
-			if at, ok := parseRetryAfter(v, now); ok {
+			if at, ok := parseRetryAfter(v, now, ref); ok {
 				retry = later(retry, at)
 			}
 		case n == "retry-after-ms":
@@ -84,7 +86,7 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			if !ok {
 				continue
 			}
-			setField(openAIDim(&t, dim), field, v, now)
+			setField(openAIDim(&t, dim), field, v, now, ref)
 		case strings.HasPrefix(n, "anthropic-ratelimit-"):
 			// anthropic-ratelimit-<dimension>-<field>
 			rest := n[len("anthropic-ratelimit-"):]
@@ -92,7 +94,7 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			if i < 0 {
 				continue
 			}
-			setField(anthropicDim(&t, rest[:i]), rest[i+1:], v, now)
+			setField(anthropicDim(&t, rest[:i]), rest[i+1:], v, now, ref)
 		}
 	}
 	t.RetryAt = retryMS
@@ -134,7 +136,7 @@ func anthropicDim(t *Telemetry, dim string) *RateLimit {
 	return nil
 }
 
-func setField(r *RateLimit, field, v string, now time.Time) {
+func setField(r *RateLimit, field, v string, now, ref time.Time) {
 	if r == nil {
 		return
 	}
@@ -148,7 +150,7 @@ func setField(r *RateLimit, field, v string, now time.Time) {
 			r.Remaining, r.HasRemaining = n, true
 		}
 	case "reset":
-		if at, ok := parseReset(v, now); ok {
+		if at, ok := parseReset(v, now, ref); ok {
 			r.Reset = later(r.Reset, at)
 			r.grain = max(r.grain, resetGrain(v))
 		}
@@ -188,8 +190,9 @@ func parseUnits(v string, unit time.Duration) (time.Duration, bool) {
 
 // parseReset reads a reset value: an RFC 3339 time (Anthropic), a Go-style duration
 // such as 7.66s, 2m59.56s, 450ms or 1h2m3s (OpenAI, Groq), or a bare number of seconds.
-// A time in the past means "now": a reset is never negative.
-func parseReset(v string, now time.Time) (time.Time, bool) {
+// A time in the past means "now": a reset is never negative. An RFC 3339 time is read
+// against ref (see wallRef).
+func parseReset(v string, now, ref time.Time) (time.Time, bool) {
 	if v == "" {
 		return time.Time{}, false
 	}
@@ -198,7 +201,7 @@ func parseReset(v string, now time.Time) (time.Time, bool) {
 		if err != nil {
 			return time.Time{}, false
 		}
-		return clampAt(at, now)
+		return clampAt(at, now, ref)
 	}
 	if d, ok := parseSeconds(v); ok {
 		return now.Add(d), true
@@ -221,8 +224,9 @@ func resetGrain(v string) time.Duration {
 	return time.Second
 }
 
-// parseRetryAfter reads retry-after as seconds (integer or decimal) or an HTTP date.
-func parseRetryAfter(v string, now time.Time) (time.Time, bool) {
+// parseRetryAfter reads retry-after as seconds (integer or decimal) or an HTTP date,
+// read against ref (see wallRef).
+func parseRetryAfter(v string, now, ref time.Time) (time.Time, bool) {
 	if v == "" {
 		return time.Time{}, false
 	}
@@ -233,17 +237,54 @@ func parseRetryAfter(v string, now time.Time) (time.Time, bool) {
 	if err != nil {
 		return time.Time{}, false
 	}
-	return clampAt(at, now)
+	return clampAt(at, now, ref)
 }
 
-// clampAt takes a time a server named: one in the past means now; one more than
-// maxSeconds away is as absurd as such a wait in seconds and is ignored.
-func clampAt(at, now time.Time) (time.Time, bool) {
+// maxSkew is how far luft's wall clock may be from a server's, as its Date header
+// tells it (whole seconds, rounded down, and sent a moment before it is read), before
+// the server's absolute times are read against the Date rather than luft's clock.
+const maxSkew = 5 * time.Second
+
+// wallRef is the wall time, as the server's clock has it, that the response's absolute
+// times (Anthropic's RFC 3339 resets, an HTTP-date retry-after) are measured from:
+// luft's own clock at now, which is finer than a Date header's whole seconds, unless
+// the response's Date disagrees with it by more than maxSkew — the system clock was set
+// ahead or back, or is simply wrong — and then that Date. An absolute time is the
+// server's, so the wait it means is its distance from the server's now.
+func wallRef(h http.Header, now time.Time) time.Time {
+	local := now.Round(0)
+	for name, vals := range h {
+		if len(vals) == 0 || !strings.EqualFold(name, "date") {
+			continue
+		}
+		date, err := http.ParseTime(strings.TrimSpace(vals[0]))
+		if err != nil {
+			return local
+		}
+		if skew := local.Sub(date); skew > maxSkew || skew < -maxSkew {
+			return date
+		}
+		return local
+	}
+	return local
+}
+
+// clampAt takes a time a server named, as the wait from ref (see wallRef) to it: one
+// in the past means now; one more than maxSeconds away is as absurd as such a wait in
+// seconds and is ignored.
+//
+// The wait is returned as now plus the wait, so it carries now's monotonic clock
+// reading like every other time the scheduler keeps. A parsed date has only a wall
+// reading, and Go compares such a time with now by the wall clock: kept as parsed, it
+// would end a wait early when the system clock is set ahead while the turn waits (a
+// burst of 429s), and stretch it by as much when the clock is set back.
+func clampAt(at, now, ref time.Time) (time.Time, bool) {
+	d := at.Sub(ref)
 	switch {
-	case at.Before(now):
+	case d <= 0:
 		return now, true
-	case at.Sub(now) > maxSeconds*time.Second:
+	case d > maxSeconds*time.Second:
 		return time.Time{}, false
 	}
-	return at, true
+	return now.Add(d), true
 }

@@ -482,8 +482,12 @@ func TestCallWhenSubprocessDied(t *testing.T) {
 // none of luft's secrets, so a tool that prints its environment hands the model no key.
 func TestServerEnvironment(t *testing.T) {
 	t.Setenv("OPENAI_API_KEY", "sk-luft-secret")
+	t.Setenv("ANTHROPIC_API_KEY", "sk-ant-luft-secret")
 	t.Setenv("GITHUB_TOKEN", "ghp-luft-secret")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "aws-luft-secret")
+	t.Setenv("LUFT_TOKEN", "luft-token-secret")
 	t.Setenv("FAKE_SERVER_TOKEN", "passed-by-name")
+	t.Setenv("FAKE_SERVERLESS", "not-a-prefix-match") // FAKE_SERVER_* does not name it
 	cmd, args, env := mcpfake.ChildCommand("")
 	env["SERVER_TOKEN"] = "configured-for-this-server"
 	up, err := Open(testCtx(t), []Server{{Name: "fake", Command: cmd, Args: args, Env: env, PassEnv: []string{"FAKE_SERVER_*"}}})
@@ -495,7 +499,7 @@ func TestServerEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"sk-luft-secret", "ghp-luft-secret", "OPENAI_API_KEY", "GITHUB_TOKEN"} {
+	for _, secret := range []string{"luft-secret", "luft-token-secret", "not-a-prefix-match", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GITHUB_TOKEN", "LUFT_TOKEN"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("the server's environment holds %s:\n%s", secret, out)
 		}

@@ -26,6 +26,18 @@
 // Linux, the opened file itself (/proc/self/fd) is checked again, so a link swapped in
 // between the check and the open is caught. Reading any of these is fine.
 //
+// Names may change under a tool while it works (another process renaming a folder of
+// the path to a symbolic link that leads out, or a file to a FIFO). os.Root opens each
+// part of a path without following links and follows the ones inside itself, so a swap
+// can make a call fail but never lead it outside; what a file is gets decided by the
+// descriptor once it is open, never by an earlier Stat, and every open is non-blocking,
+// so a FIFO (or a device) swapped in is refused rather than waited on, and
+// search_files reads no more than its size cap of a file that grew after it was
+// listed. A hard link in the workspace is the workspace's own name of its file
+// (pnpm links its store into node_modules): read_file and search_files read it,
+// write_file and edit_file refuse it. Commands cannot make one to a file outside
+// (package sandbox).
+//
 // run_command runs no shell. The command is a program and its arguments; a single command
 // string is split into words the way a shell would split plain words and quotes, and
 // shell syntax (; | & > < ` $ ( ) or a newline) is refused rather than passed on. A

@@ -46,20 +46,60 @@ func cutUTF8(b []byte, n int) []byte {
 	return b[:n]
 }
 
-// statRegular checks that rel is a regular file before it is opened, so a FIFO or a
-// device never blocks or floods a call, and a directory gets a pointed message.
+// statRegular checks that rel is a regular file before it is opened, so a directory or
+// a FIFO gets a pointed message. It is only a first answer: rel may be replaced after
+// it, so the file is checked again through its descriptor once open (openRegular,
+// Guard.Open).
 func statRegular(tool string, root *os.Root, w workspace, p, rel string) (os.FileInfo, error) {
 	fi, err := root.Stat(rel)
 	if err != nil {
 		return nil, w.pathErr(tool, p, err)
 	}
+	return fi, checkRegular(tool, p, fi)
+}
+
+// checkRegular refuses what is not a regular file, so a FIFO or a device never blocks
+// or floods a call, and a directory gets a pointed message.
+func checkRegular(tool, p string, fi os.FileInfo) error {
 	if fi.IsDir() {
-		return nil, fmt.Errorf("%s: %q is a directory, not a file (list_dir shows its entries)", tool, p)
+		return fmt.Errorf("%s: %q is a directory, not a file (list_dir shows its entries)", tool, p)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %q is not a regular file (%s)", tool, p, fi.Mode().Type())
+		return fmt.Errorf("%s: %q is not a regular file (it is %s)", tool, p, fileKind(fi.Mode()))
 	}
-	return fi, nil
+	return nil
+}
+
+// fileKind names what a file that is not a regular one is.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeDir != 0:
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return "of type " + m.Type().String()
+}
+
+// openRegular opens rel for reading (see openRead) and refuses it unless the descriptor
+// is on a regular file: what was checked is what is read, whatever replaced the name
+// after a Stat.
+func openRegular(tool string, root *os.Root, w workspace, p, rel string) (*os.File, error) {
+	f, fi, err := openRead(root, rel)
+	if err != nil {
+		return nil, w.pathErr(tool, p, err)
+	}
+	if err := checkRegular(tool, p, fi); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // ---- read_file
@@ -104,12 +144,9 @@ func (t *readFile) Call(ctx context.Context, raw json.RawMessage) (string, error
 		return "", err
 	}
 	defer root.Close()
-	if _, err := statRegular(name, root, w, a.Path, rel); err != nil {
-		return "", err
-	}
-	f, err := root.Open(rel)
+	f, err := openRegular(name, root, w, a.Path, rel)
 	if err != nil {
-		return "", w.pathErr(name, a.Path, err)
+		return "", err
 	}
 	defer f.Close()
 
@@ -226,18 +263,19 @@ func (t *listDir) Call(ctx context.Context, raw json.RawMessage) (string, error)
 		return "", err
 	}
 	defer root.Close()
-	fi, err := root.Stat(rel)
-	if err != nil {
-		return "", w.pathErr(name, a.Path, err)
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("%s: %q is a file, not a directory (read_file reads it)", name, a.Path)
-	}
-	d, err := root.Open(rel)
+	// Checked through the descriptor: a folder swapped for a FIFO after a Stat would
+	// otherwise hold the open until a writer came.
+	d, fi, err := openRead(root, rel)
 	if err != nil {
 		return "", w.pathErr(name, a.Path, err)
 	}
 	defer d.Close()
+	switch {
+	case fi.Mode().IsRegular():
+		return "", fmt.Errorf("%s: %q is a file, not a directory (read_file reads it)", name, a.Path)
+	case !fi.IsDir():
+		return "", fmt.Errorf("%s: %q is not a directory (it is %s)", name, a.Path, fileKind(fi.Mode()))
+	}
 	entries, err := d.ReadDir(-1)
 	if err != nil {
 		return "", w.pathErr(name, a.Path, err)

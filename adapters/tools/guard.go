@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // ProtectedNames are files and folders no agent writes wherever they are in a
@@ -141,13 +142,15 @@ func (g Guard) Open(root *os.Root, rel string, create bool, perm os.FileMode) (f
 	if err := g.Check(rel); err != nil {
 		return nil, false, err
 	}
-	f, err = root.OpenFile(rel, os.O_RDWR, 0)
+	// O_NONBLOCK: a FIFO swapped in for the file must not hold the open (it is refused
+	// below, as not a regular file).
+	f, err = root.OpenFile(rel, os.O_RDWR|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) && create {
 		// A dangling symbolic link would be followed and its target created: refuse it.
 		if fi, lerr := root.Lstat(rel); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
 			return nil, false, refused("%s is a symbolic link to a file that does not exist; write to a real path", rel)
 		}
-		f, err = root.OpenFile(rel, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+		f, err = root.OpenFile(rel, os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NONBLOCK, perm)
 		created = err == nil
 	}
 	if err != nil {
@@ -165,7 +168,7 @@ func (g Guard) Open(root *os.Root, rel string, create bool, perm os.FileMode) (f
 		return refuse(err)
 	}
 	if !fi.Mode().IsRegular() {
-		return refuse(refused("%s is not a regular file (%s)", rel, fi.Mode().Type()))
+		return refuse(refused("%s is not a regular file (it is %s)", rel, fileKind(fi.Mode())))
 	}
 	if n := links(fi); n > 1 {
 		return refuse(refused("%s has %d hard links, so a write would also change the file under its other names, which may be outside the workspace; "+

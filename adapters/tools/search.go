@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -72,7 +74,7 @@ func (t *searchFiles) Call(ctx context.Context, raw json.RawMessage) (string, er
 	}
 
 	lim := t.e.lim
-	fsys := root.FS()
+	fsys := nonblockFS{root}
 	start := filepath.ToSlash(rel)
 	var (
 		out     strings.Builder
@@ -105,8 +107,8 @@ func (t *searchFiles) Call(ctx context.Context, raw json.RawMessage) (string, er
 		if info, err := d.Info(); err != nil || info.Size() > lim.searchFile {
 			return nil
 		}
-		data, err := fs.ReadFile(fsys, p)
-		if err != nil || isBinary(data) {
+		data, ok := readSearched(root, p, lim.searchFile)
+		if !ok || isBinary(data) {
 			return nil
 		}
 		n := 0
@@ -190,4 +192,39 @@ func matchSegments(glob, parts []string) bool {
 		glob, parts = glob[1:], parts[1:]
 	}
 	return len(parts) == 0
+}
+
+// readSearched reads the file at p (a slash path in root) for search_files, or says it
+// is to be skipped. The walk saw a regular file no bigger than max, but the name may
+// have been replaced since: the descriptor is checked again, and no more than max bytes
+// are read.
+func readSearched(root *os.Root, p string, max int64) ([]byte, bool) {
+	f, fi, err := openRead(root, filepath.FromSlash(p))
+	if err != nil {
+		return nil, false
+	}
+	defer f.Close()
+	if !fi.Mode().IsRegular() || fi.Size() > max {
+		return nil, false
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil || int64(len(data)) > max {
+		return nil, false
+	}
+	return data, true
+}
+
+// nonblockFS is root as an fs.FS whose opens do not wait (see openRead): the walk opens
+// every folder it lists, and a folder swapped for a FIFO must not stall it.
+type nonblockFS struct{ root *os.Root }
+
+func (n nonblockFS) Open(name string) (fs.File, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
+	}
+	f, _, err := openRead(n.root, filepath.FromSlash(name))
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }

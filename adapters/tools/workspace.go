@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // workspace is the directory the file tools are confined to.
@@ -100,6 +101,23 @@ func (w workspace) openPath(tool, p string, write bool) (root *os.Root, rel stri
 	return root, rel, nil
 }
 
+// openRead opens rel in root for reading and says what the descriptor is on. It does
+// not wait: opening a FIFO for reading blocks until a writer comes, and a name that a
+// Stat found to be a file or a folder may be a FIFO by the time it is opened. The
+// caller checks the FileInfo, which is the descriptor's, before reading.
+func openRead(root *os.Root, rel string) (*os.File, os.FileInfo, error) {
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
 // pathErr explains a failed operation on the path the model gave.
 func (w workspace) pathErr(tool, p string, err error) error {
 	switch {
@@ -110,13 +128,21 @@ func (w workspace) pathErr(tool, p string, err error) error {
 		return fmt.Errorf("%s: %q does not exist in the workspace %s (list_dir shows what is there)", tool, p, w.dir)
 	case errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%s: %q: permission denied", tool, p)
+	case errors.Is(err, syscall.ELOOP):
+		// os.Root opens each part without following links and follows them itself, so
+		// this is a loop of links, or a part replaced by a link while it was opened.
+		return fmt.Errorf("%s: %q goes through a loop of symbolic links, or a part of it was replaced by a symbolic link while it was being opened; "+
+			"nothing was read or written (use a path without symbolic links)", tool, p)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%s: %q: a part of the path is not a directory (or was replaced while it was being used)", tool, p)
 	}
 	var refused *RefusedError
 	if errors.As(err, &refused) {
 		return fmt.Errorf("%s: %v", tool, err)
 	}
+	// The innermost error: os.Root's MkdirAll wraps a PathError in another.
 	var pe *os.PathError
-	if errors.As(err, &pe) {
+	for errors.As(err, &pe) {
 		err = pe.Err
 	}
 	return fmt.Errorf("%s: %q: %v", tool, p, err)

@@ -267,8 +267,11 @@ func (l *limiter) charge(now time.Time, n int) {
 	}
 }
 
-// headers writes the rate-limit headers describing the buckets at now.
+// headers writes the rate-limit headers describing the buckets at now, and the Date
+// (the engine's clock) that every HTTP server sends and that absolute resets are read
+// against.
 func (l *limiter) headers(h http.Header, now time.Time) {
+	h.Set("Date", now.UTC().Format(http.TimeFormat))
 	dims := []struct {
 		name string
 		b    *bucket
