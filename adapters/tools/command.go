@@ -156,6 +156,7 @@ func (t *runCommand) Call(ctx context.Context, raw json.RawMessage) (string, err
 	killGroup(cmd)
 
 	err = cmd.Run()
+	sandbox.Done(cmd) // what the command left running (in its pids cgroup) ends with it
 	var status string
 	var ee *exec.ExitError
 	switch {

@@ -69,6 +69,9 @@ type request struct {
 	// so for other users a first helper, dumpable again after its exec, starts the
 	// second in the namespace and waits for it.
 	Hop bool `json:"hop,omitempty"`
+	// Cgroup is the pids cgroup the helper joins before it execs (a root luft's
+	// commands: the kernel does not apply RLIMIT_NPROC to root).
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 func init() {
@@ -169,6 +172,13 @@ func Command(ctx context.Context, p Policy, path string, argv []string) (*exec.C
 	if !r.Newns {
 		r.Hide = nil // Check allowed it: p is Unconfined
 	}
+	if r.Root {
+		procs := p.Procs
+		if procs == 0 {
+			procs = DefaultProcs
+		}
+		r.Cgroup = newPidsCgroup(procs)
+	}
 	req, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %v", err)
@@ -185,6 +195,9 @@ func Command(ctx context.Context, p Policy, path string, argv []string) (*exec.C
 		}
 		cmd = exec.CommandContext(ctx, self, marker, string(req))
 		cmd.Args[0] = argv[0]
+	}
+	if r.Cgroup != "" {
+		cgroups.Store(cmd, r.Cgroup)
 	}
 	return cmd, nil
 }

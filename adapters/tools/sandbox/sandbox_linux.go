@@ -100,6 +100,11 @@ var devices = []string{"/dev/null", "/dev/zero", "/dev/full"}
 // and never unlocked, and execve keeps its restrictions for the new program.
 func confineAndExec(r request) error {
 	runtime.LockOSThread() // never unlocked: this thread execs
+	if r.Cgroup != "" {
+		if err := joinCgroup(r.Cgroup); err != nil {
+			return err
+		}
+	}
 	if r.Newns {
 		if err := hide(r.Hide); err != nil {
 			return err

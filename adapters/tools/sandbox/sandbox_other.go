@@ -34,3 +34,14 @@ func confineAndExec(request) error {
 }
 
 func signalOf(*exec.ExitError) int { return 0 }
+
+func newPidsCgroup(uint64) string { return "" }
+
+var cgroups interface{ Store(any, any) } = noStore{}
+
+type noStore struct{}
+
+func (noStore) Store(any, any) {}
+
+// Done ends what a command from Command left behind; there is nothing to end here.
+func Done(*exec.Cmd) {}
