@@ -107,6 +107,9 @@ type Daemon struct {
 	wg     sync.WaitGroup         // run trackers
 
 	mounts []Mount
+
+	// storageProblem is StatusJSON.StorageProblem (nil = none).
+	storageProblem atomic.Pointer[string]
 }
 
 // New checks the options and returns a Daemon.
