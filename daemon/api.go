@@ -102,6 +102,10 @@ type StatusJSON struct {
 	RunsLive      int        `json:"runs_live"`   // running here now
 	Stopping      bool       `json:"stopping"`
 	Lanes         []LaneJSON `json:"lanes"`
+	// StorageProblem is the last failure to write the state dir (a full disk, say) that
+	// stopped a hosted run or refused a start, with what to do; "" once a later run's
+	// attempt has ended without one.
+	StorageProblem string `json:"storage_problem,omitempty"`
 }
 
 // handler is the API. Over HTTP every request needs the bearer token and a loopback Host
@@ -207,6 +211,9 @@ func (d *Daemon) status() StatusJSON {
 	d.mu.Unlock()
 	st := StatusJSON{Info: d.info, UptimeSeconds: d.opts.Now().Sub(d.info.StartedAt).Seconds(), RunsHosted: hosted,
 		RunsLive: len(d.opts.Service.Live()), Stopping: d.stopping.Load(), Lanes: []LaneJSON{}}
+	if p := d.storageProblem.Load(); p != nil {
+		st.StorageProblem = *p
+	}
 	if stats, ok := d.opts.Service.SchedulerStats(); ok {
 		for _, l := range stats.Lanes {
 			st.Lanes = append(st.Lanes, LaneJSON{Lane: l.Lane, Running: l.Running, QueuedInteractive: l.QueuedInteractive,

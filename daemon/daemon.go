@@ -64,7 +64,10 @@ type Options struct {
 	// it, hosted runs get the grace period to end as a whole.
 	Gate *Gate
 	Log  io.Writer // the daemon's log; nil = discarded
-	Now  func() time.Time
+	// WatchEvery is how often the daemon checks that its state dir, lock file, socket
+	// and luft.db are still the ones it started with; default 2 s.
+	WatchEvery time.Duration
+	Now        func() time.Time
 	// Ready is called once the daemon answers on its socket.
 	Ready func(Info)
 	// Mounts are further doors served beside the API (the MCP server at /mcp, the
@@ -104,6 +107,9 @@ type Daemon struct {
 	wg     sync.WaitGroup         // run trackers
 
 	mounts []Mount
+
+	// storageProblem is StatusJSON.StorageProblem (nil = none).
+	storageProblem atomic.Pointer[string]
 }
 
 // New checks the options and returns a Daemon.
@@ -119,6 +125,9 @@ func New(opts Options) (*Daemon, error) {
 	}
 	if opts.Grace <= 0 {
 		opts.Grace = 10 * time.Second
+	}
+	if opts.WatchEvery <= 0 {
+		opts.WatchEvery = defaultWatchEvery
 	}
 	if opts.NewSpec == nil {
 		opts.NewSpec = func(r StartRequest) (runtime.Spec, error) { return r.Spec(), nil }
@@ -140,6 +149,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := checkDir(dir); err != nil {
 		return err
 	}
+	// The daemon's own files are removed through a handle on the dir, so that a moved
+	// dir loses them where it is now and a dir made at the old path (maybe a new
+	// daemon's) keeps its own.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("daemon: open state dir %s: %w", dir, err)
+	}
+	defer root.Close()
 	lock, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("daemon: open its lock file: %w", err)
@@ -173,10 +190,18 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("daemon: listen on %s: %w", sock, err)
 	}
-	defer os.Remove(sock)
+	if u, ok := ul.(*net.UnixListener); ok {
+		u.SetUnlinkOnClose(false) // Close would unlink by path
+	}
+	defer root.Remove(SocketFile)
 	if err := os.Chmod(sock, 0o600); err != nil {
 		ul.Close()
 		return fmt.Errorf("daemon: make %s private: %w", sock, err)
+	}
+	watch, err := watchList(dir, lock, sock)
+	if err != nil {
+		ul.Close()
+		return err
 	}
 	var tl net.Listener
 	if d.opts.Listen != "" {
@@ -202,7 +227,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("daemon: write %s: %w", infoPath, err)
 	}
-	defer os.Remove(infoPath)
+	defer root.Remove(InfoFile)
 
 	if d.opts.Mounts != nil {
 		d.mounts = d.opts.Mounts(d)
@@ -226,6 +251,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.opts.Ready != nil {
 		d.opts.Ready(d.info)
 	}
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	gone := watchStateDir(wctx, watch, d.opts.WatchEvery)
 	var runErr error
 	select {
 	case <-ctx.Done():
@@ -234,7 +262,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.log.Printf("asked to shut down")
 	case runErr = <-serveErr:
 		d.log.Printf("serving failed: %v", runErr)
+	case why := <-gone:
+		runErr = fmt.Errorf("daemon: %w: %s; no client can reach this daemon, so it stopped and suspended its runs (start a daemon on the state dir where it is now: luft daemon start --state-dir DIR)", ErrStateDirGone, why)
+		d.log.Printf("state dir %s moved or deleted (%s): shutting down", dir, why)
 	}
+	stopWatch()
 	d.drain()
 	// Requests in flight (event streams) end with the servers.
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -83,6 +83,7 @@ func (d *Daemon) start(ctx context.Context, req StartRequest) (*runtime.Run, err
 	}
 	run, err := d.opts.Service.Start(context.WithoutCancel(ctx), spec)
 	if err != nil {
+		d.noteStorage("", err)
 		return nil, err
 	}
 	d.track(run, req.Caller)
@@ -108,7 +109,8 @@ func checkWorkflowFile(path string) error {
 	return nil
 }
 
-// track counts a hosted run and, when it ends suspended with a resume time, wakes it then.
+// track counts a hosted run and, when it ends suspended with a resume time, wakes it then
+// (unless the state dir could not be written: see noteStorage).
 func (d *Daemon) track(run *runtime.Run, caller string) {
 	d.mu.Lock()
 	d.hosted++
@@ -122,10 +124,34 @@ func (d *Daemon) track(run *runtime.Run, caller string) {
 		defer d.wg.Done()
 		res := run.Wait()
 		d.log.Printf("run %s: attempt %d ended %s", run.ID, run.Attempt, res.Status)
-		if res.Status == runtime.StatusSuspended && !res.ResumeAfter.IsZero() && !d.stopping.Load() {
+		// A run the state dir could not record waits for space to be freed and a resume:
+		// woken at once (its resume time), it would fail again on the full disk, and again.
+		if res.Status == runtime.StatusSuspended && !res.ResumeAfter.IsZero() && !d.stopping.Load() &&
+			!errors.Is(res.Err, storage.ErrUnwritable) {
 			d.wake(run.ID, res.ResumeAfter)
 		}
+		d.noteStorage(run.ID, res.Err)
 	}()
+}
+
+// noteStorage records a failure to write the state dir for the daemon's status (the
+// daemon itself stays up: it still answers, and reads work), or clears the one recorded
+// when a run's attempt ended without one.
+func (d *Daemon) noteStorage(runID string, err error) {
+	if !errors.Is(err, storage.ErrUnwritable) {
+		if runID != "" {
+			d.storageProblem.Store(nil)
+		}
+		return
+	}
+	msg := err.Error()
+	if runID != "" {
+		msg = fmt.Sprintf("run %s suspended (luft run --resume %s once there is space): %s", runID, runID, msg)
+	} else {
+		msg = "a run could not start: " + msg
+	}
+	d.storageProblem.Store(&msg)
+	d.log.Printf("state dir: %s", msg)
 }
 
 // wake resumes a suspended run at its resume time.

@@ -21,31 +21,34 @@ const concatGlobal = "luft concat"
 // parenthesised or left-nested concat stays a separate call, which keeps the grouping —
 // and so the order of __concat metamethod calls — exactly as Lua has it.
 
-// rewriteConcat rewrites every concat expression in the chunk in place.
-func rewriteConcat(chunk []ast.Stmt) {
-	w := concatRewriter{}
+// rewriteScript rewrites the chunk in place before code generation: every concat
+// expression (above) and every table write that could grow a table's array part by a
+// large gap (grow.go).
+func rewriteScript(chunk []ast.Stmt) {
+	w := scriptRewriter{}
 	w.stmts(chunk)
 }
 
-type concatRewriter struct{}
+type scriptRewriter struct{}
 
-func (w concatRewriter) stmts(list []ast.Stmt) {
-	for _, s := range list {
-		w.stmt(s)
+func (w scriptRewriter) stmts(list []ast.Stmt) {
+	for i, s := range list {
+		list[i] = w.stmt(s)
 	}
 }
 
-func (w concatRewriter) exprs(list []ast.Expr) {
+func (w scriptRewriter) exprs(list []ast.Expr) {
 	for i := range list {
 		list[i] = w.expr(list[i])
 	}
 }
 
-func (w concatRewriter) stmt(s ast.Stmt) {
+func (w scriptRewriter) stmt(s ast.Stmt) ast.Stmt {
 	switch s := s.(type) {
 	case *ast.AssignStmt:
 		w.exprs(s.Lhs)
 		w.exprs(s.Rhs)
+		return guardAssign(s)
 	case *ast.LocalAssignStmt:
 		w.exprs(s.Exprs)
 	case *ast.FuncCallStmt:
@@ -77,9 +80,10 @@ func (w concatRewriter) stmt(s ast.Stmt) {
 	case *ast.ReturnStmt:
 		w.exprs(s.Exprs)
 	}
+	return s
 }
 
-func (w concatRewriter) expr(e ast.Expr) ast.Expr {
+func (w scriptRewriter) expr(e ast.Expr) ast.Expr {
 	switch e := e.(type) {
 	case *ast.StringConcatOpExpr:
 		var args []ast.Expr
@@ -104,6 +108,7 @@ func (w concatRewriter) expr(e ast.Expr) ast.Expr {
 			}
 			f.Value = w.expr(f.Value)
 		}
+		guardFields(e)
 	case *ast.FuncCallExpr:
 		if e.Func != nil {
 			e.Func = w.expr(e.Func)

@@ -50,8 +50,9 @@
 //     that branch ("main/3", "main/2/par[4]/1", "main/5/item[2]/stage[1]/1",
 //     "main/4/wf/2"), so the order in which calls finish never changes the keys.
 //   - Limits: call depth, pcall nesting, nesting of workflow/parallel/pmap/pipeline
-//     calls, string size, values in one JSON conversion, agent calls per run and (when
-//     set) process memory. A limit violation ends the run with a message naming the limit and
+//     calls, string size, values in one JSON conversion, agent calls per run, the empty
+//     slots one table write may add to an array part (grow.go) and (when set) process
+//     memory. A limit violation ends the run with a message naming the limit and
 //     the script position; pcall cannot catch it. Cancellation and timeouts interrupt
 //     even a pure-Lua loop.
 //   - Failures: an agent call that fails after its retries returns its result with

@@ -148,6 +148,8 @@ func (v *vm) openSandbox() error {
 		"math":   copyTable(L, g.RawGetString("math").(*glua.LTable)),
 	}
 	v.libs["table"].RawSetString("concat", L.NewFunction(v.tableConcat))
+	v.libs["table"].RawSetString("insert", L.NewFunction(v.tableInsert))
+	v.guards = [2]*glua.LFunction{L.NewFunction(v.indexFn), L.NewFunction(v.fieldFn)}
 	v.libs["math"].RawSetString("random", glua.LNil)
 	v.libs["math"].RawSetString("randomseed", glua.LNil)
 
@@ -164,6 +166,7 @@ func (v *vm) openSandbox() error {
 	v.base["setmetatable"] = L.NewFunction(setmetatable)
 	v.base["tostring"] = L.NewFunction(v.tostringFn)
 	v.base["unpack"] = L.NewFunction(unpack)
+	v.base["rawset"] = L.NewFunction(v.rawset)
 	v.orphanMeta = L.CreateTable(0, 1)
 	v.orphanMeta.RawSetString("__index", copyTable(L, v.libs["string"]))
 
@@ -230,6 +233,8 @@ func (v *vm) newEnv(wf *workflowState, args any) (*glua.LTable, error) {
 		env.RawSetString(name, v.wrap.RawGetString(name))
 	}
 	env.RawSetString(concatGlobal, L.NewFunction(v.concatFn))
+	env.RawSetString(indexGlobal, v.guards[0])
+	env.RawSetString(fieldGlobal, v.guards[1])
 	for name, fn := range map[string]glua.LGFunction{
 		"phase": v.phaseFn, "log": v.logFn, "print": v.printFn,
 		"budget": func(L *glua.LState) int { return v.budgetFn(L, wf) },

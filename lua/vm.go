@@ -125,7 +125,7 @@ func compile(name, path string, src []byte, quote bool) (prog *Program, err erro
 	if err != nil {
 		return nil, syntaxError(name, err, quote)
 	}
-	rewriteConcat(chunk)
+	rewriteScript(chunk)
 	proto, err := glua.Compile(chunk, name)
 	if err != nil {
 		return nil, syntaxError(name, err, quote)
@@ -219,6 +219,10 @@ type vm struct {
 	compl      chan completion
 	fatal      error
 
+	// growSlots is how many empty slots one write may add to a table's array part
+	// (growLimit).
+	growSlots  int
+	guards     [2]*glua.LFunction // indexGlobal and fieldGlobal (grow.go)
 	agentCalls int
 	rounds     int // the rounds hint of budget(time_ms, rounds): converge's default max_rounds
 	phase      *phaseState
@@ -305,7 +309,8 @@ func newVM(ctx context.Context, cfg Config) (*vm, error) {
 	L.SetContext(cctx)
 	v := &vm{
 		ctx: cctx, cancel: cancel, cfg: cfg, lim: lim, L: L, host: cfg.Host,
-		protos: map[string]*Program{}, loopFuncs: map[uintptr]bool{}, srcs: map[string]string{},
+		growSlots: growLimit(lim.MaxMemoryBytes),
+		protos:    map[string]*Program{}, loopFuncs: map[uintptr]bool{}, srcs: map[string]string{},
 		done:  make(chan struct{}),
 		compl: make(chan completion, 256),
 	}

@@ -139,6 +139,9 @@ func printDaemonStatus(e *env, st daemon.StatusJSON) {
 	}
 	fmt.Fprintf(e.stdout, "pid        %d\nsocket     %s\naddress    %s\nuptime     %s\nversion    %s\nruns       %d hosted, %d running\n",
 		st.PID, st.Socket, addr, (time.Duration(st.UptimeSeconds) * time.Second).String(), st.Version, st.RunsHosted, st.RunsLive)
+	if st.StorageProblem != "" {
+		fmt.Fprintf(e.stdout, "storage    %s\n", st.StorageProblem)
+	}
 	if len(st.Lanes) == 0 {
 		fmt.Fprintln(e.stdout, "lanes      none used yet")
 	}
