@@ -72,7 +72,9 @@ func run(rounds, calls int) error {
 					return err
 				}
 				cmd.Env = []string{"PATH=/usr/bin:/bin"}
-				if out, err := cmd.CombinedOutput(); err != nil {
+				out, err := cmd.CombinedOutput()
+				sandbox.Done(cmd)
+				if err != nil {
 					return fmt.Errorf("%s: %v: %s", v.name, err, out)
 				}
 			}

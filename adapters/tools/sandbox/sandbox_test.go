@@ -38,6 +38,7 @@ func run(t *testing.T, write []string, dir, script string, env ...string) (strin
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
+	Done(cmd)
 	return out.String(), err
 }
 
@@ -128,6 +129,7 @@ func TestChildErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := cmd.CombinedOutput()
+	Done(cmd)
 	if !errors.As(err, &ee) || ee.ExitCode() != 127 || !strings.Contains(string(out), "cannot run") {
 		t.Fatalf("missing program: %v %q", err, out)
 	}
@@ -139,7 +141,9 @@ func TestChildErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := cmd.CombinedOutput(); !errors.As(err, &ee) || ee.ExitCode() != 126 || !strings.Contains(string(out), "permission denied") {
+	out, err = cmd.CombinedOutput()
+	Done(cmd)
+	if !errors.As(err, &ee) || ee.ExitCode() != 126 || !strings.Contains(string(out), "permission denied") {
 		t.Fatalf("not executable: %v %q", err, out)
 	}
 	if _, err := Command(context.Background(), Policy{Write: []string{"relative"}}, "/bin/true", []string{"true"}); err == nil {
