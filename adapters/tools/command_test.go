@@ -334,3 +334,18 @@ func TestRunCommandConfined(t *testing.T) {
 		t.Error("run_command's description does not say writes outside are refused")
 	}
 }
+
+// TestRunCommandFlood: a command that prints without end (the red team's "10 GB") is
+// stopped once it has printed far more than could be shown, long before its timeout,
+// and the model is told why; luft keeps only the capped head and tail.
+func TestRunCommandFlood(t *testing.T) {
+	if _, err := exec.LookPath("yes"); err != nil {
+		t.Skip("no yes program on PATH")
+	}
+	s := newSet(t, Config{Workspace: t.TempDir(), AllowCommands: []string{"yes"}, CommandTimeout: time.Hour})
+	s.env.lim.outputStop = 4 << 20
+	got := mustCall(t, s, "run_command", map[string]any{"command": "yes flood"})
+	if !strings.Contains(got, "[stopped after printing more than "+size(4<<20)) || len(got) > 2*s.env.lim.outputBytes {
+		t.Fatalf("got %d bytes ending %q, want the capped output and the stop", len(got), got[max(0, len(got)-200):])
+	}
+}
