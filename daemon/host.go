@@ -30,13 +30,16 @@ type StartRequest struct {
 	// Unattended: no one answers the run's approvals, so a call that needs one fails
 	// instead of waiting (runtime.Spec.Unattended).
 	Unattended bool `json:"unattended,omitempty"`
+	// Quiet: the script came from a file its caller may not be shown (an MCP path), so
+	// its syntax errors never quote it (runtime.Spec.Quiet).
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // Spec is the request as a runtime.Spec, without any defaults of a config.
 func (r StartRequest) Spec() runtime.Spec {
 	s := runtime.Spec{Path: r.Path, Args: r.Args, Backend: r.Backend, Model: r.Model,
 		Class: agent.Class(r.Class), Concurrency: r.Concurrency, Timeout: r.Timeout,
-		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}, Caller: r.Caller, Unattended: r.Unattended}
+		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}, Caller: r.Caller, Unattended: r.Unattended, Quiet: r.Quiet}
 	if r.Script != "" {
 		s.Source = []byte(r.Script)
 	}

@@ -701,7 +701,7 @@ func (v *vm) workflowFn(L *glua.LState) int {
 	if len(shown) > shownWorkflowPath {
 		shown = shown[:shownWorkflowPath] + "…"
 	}
-	name, err := workflowName(string(p))
+	name, err := WorkflowName(string(p))
 	if err != nil {
 		return fail(L, where, "workflow %q: %s", shown, err)
 	}
@@ -717,7 +717,7 @@ func (v *vm) workflowFn(L *glua.LState) int {
 			v.hostError(L, err)
 			return fail(L, where, "workflow %q: %s", shown, err)
 		}
-		prog, err = compileWorkflow(path, src)
+		prog, err = CompileFile(path, src)
 		if err != nil {
 			return fail(L, where, "workflow %q: %s", shown, err)
 		}

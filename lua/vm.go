@@ -104,9 +104,10 @@ func Compile(name, path string, src []byte) (*Program, error) {
 	return compile(name, path, src, true)
 }
 
-// compileWorkflow compiles a file loaded by workflow(). Its syntax errors give the line
-// and column but never quote the file: errors must not echo a file's contents.
-func compileWorkflow(path string, src []byte) (*Program, error) {
+// CompileFile compiles a workflow read from a file that whoever reads the errors may not
+// be shown (one loaded by workflow(), a path named through MCP). Its syntax errors give
+// the file, line and column but never quote it: errors must not echo a file's contents.
+func CompileFile(path string, src []byte) (*Program, error) {
 	return compile(path, path, src, false)
 }
 
@@ -925,10 +926,6 @@ func splitWhere(msg string) (string, string) {
 	return "", msg
 }
 
-// workflowName checks the path a script gave workflow() and returns it cleaned: a .lua
-// file inside the calling script's folder, named relative to it. Symlinks are the host's
-// to check (Host.LoadWorkflow); everything that can be refused without the file system
-// is refused here.
 // maxWorkflowPath is the longest path workflow() takes (Linux's PATH_MAX); error messages
 // quote at most shownWorkflowPath bytes of it.
 const (
@@ -936,7 +933,12 @@ const (
 	shownWorkflowPath = 200
 )
 
-func workflowName(p string) (string, error) {
+// WorkflowName checks the path a script gave workflow() and returns it cleaned: a .lua
+// file inside the calling script's folder, named relative to it. Symlinks are the host's
+// to check (Host.LoadWorkflow); everything that can be refused without the file system
+// is refused here. Other doors that load a workflow inside a folder (MCP's paths inside
+// the client's roots) check the path relative to that folder with it.
+func WorkflowName(p string) (string, error) {
 	switch {
 	case len(p) > maxWorkflowPath:
 		return "", fmt.Errorf("the path is longer than %d bytes", maxWorkflowPath)

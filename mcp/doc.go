@@ -9,7 +9,12 @@
 // Host: in the daemon that is (*daemon.Daemon).Start, so runs outlive the MCP client;
 // standalone it is ServiceHost, which starts them on the local Service. Everything else
 // (status, events, cancel, list) reads the Service. Each MCP session is a caller of the
-// scheduler's fair shares (runtime.Spec.Caller = "mcp:" + session id).
+// scheduler's fair shares and the owner of its runs (runtime.Spec.Caller = "mcp:" + a
+// digest of its session key, owner.go): cancel and approve act only on the session's own
+// runs and on runs not started through MCP; reading is open to all. Paths reach only .lua
+// files inside the client's MCP roots, or the server's workspace when it declared none
+// (paths.go), and a message over MaxBody is answered with a JSON-RPC error for its id
+// (oversize.go).
 //
 // The sub-agent tools (spawn, await, run, status, cancel, approve, tools) run each
 // sub-agent as a hosted run of a one-call workflow (subagentScript), so a handle is a run

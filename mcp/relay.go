@@ -41,8 +41,13 @@ type Relay struct {
 	// Workdir is sent with every request (HeaderWorkdir): the client's relative paths
 	// resolve there.
 	Workdir string
-	// MaxMessage bounds one message from the client; default 32 MiB.
+	// MaxMessage bounds one message from the client; default MaxBody (32 MiB). A longer
+	// one is answered with a JSON-RPC error for its id.
 	MaxMessage int
+	// Session is the session key sent with every request (HeaderSession): the runs the
+	// client starts stay its own across the daemon sessions the relay opens; default a
+	// random key per Run.
+	Session string
 	// DrainTimeout bounds how long the relay still waits, once the client closed stdin,
 	// for answers to the requests it sent before; default 10 s.
 	DrainTimeout time.Duration
@@ -62,7 +67,52 @@ type Relay struct {
 	reconnect sync.Mutex
 	// safe are the tools whose calls may be sent again after a connection broke in
 	// the middle (read-only or idempotent, as the server's tools/list answer said).
-	safe map[string]bool
+	safe       map[string]bool
+	listenOnce sync.Once
+	listening  sync.WaitGroup // the listen goroutine, which ends with Run's ctx
+}
+
+// listen keeps a GET stream open on the current session once the client is initialized,
+// and relays what the daemon sends on it: requests that are not tied to a call of the
+// client (mcp-go sends roots/list only there) and notifications. The client's answers
+// are POSTed like any message. A stream that ends is opened again, on the new session
+// after a reconnect, until ctx ends.
+func (r *Relay) listen(ctx context.Context) {
+	wait := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		httpc, url, session, version := r.httpc, r.url, r.session, r.version
+		r.mu.Unlock()
+		opened := false
+		if req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil); err == nil && session != "" {
+			req.Header.Set("Accept", "text/event-stream")
+			req.Header.Set("Mcp-Session-Id", session)
+			if version != "" {
+				req.Header.Set("Mcp-Protocol-Version", version)
+			}
+			if r.Workdir != "" {
+				req.Header.Set(HeaderWorkdir, r.Workdir)
+			}
+			req.Header.Set(HeaderSession, r.Session)
+			if resp, err := httpc.Do(req); err == nil {
+				ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+				if resp.StatusCode == http.StatusOK && ct == "text/event-stream" {
+					opened = true
+					_, _ = r.relayBody(resp, message{}, r.write)
+				}
+				resp.Body.Close()
+			}
+		}
+		if opened {
+			wait = 100 * time.Millisecond
+		} else {
+			wait = min(2*wait, 5*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
 }
 
 // errLost is a connection to the daemon that broke after the message was sent.
@@ -78,7 +128,10 @@ func (r *Relay) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 		r.Log = log.New(io.Discard, "", 0)
 	}
 	if r.MaxMessage <= 0 {
-		r.MaxMessage = 32 << 20
+		r.MaxMessage = MaxBody
+	}
+	if r.Session == "" {
+		r.Session = newSessionKey()
 	}
 	r.out = out
 	httpc, url, err := r.Connect(ctx)
@@ -87,6 +140,7 @@ func (r *Relay) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	}
 	r.httpc, r.url = httpc, url
 	ctx, cancel := context.WithCancel(ctx)
+	defer r.listening.Wait() // after cancel, which ends it
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -94,15 +148,16 @@ func (r *Relay) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 	// sends nothing.
 	type read struct {
 		line []byte
+		id   json.RawMessage // of a line over MaxMessage
 		err  error
 	}
 	lines := make(chan read)
 	go func() {
 		rd := bufio.NewReaderSize(in, 64<<10)
 		for {
-			line, err := readLine(rd, r.MaxMessage)
+			line, id, err := readLine(rd, r.MaxMessage)
 			select {
-			case lines <- read{line, err}:
+			case lines <- read{line, id, err}:
 			case <-ctx.Done():
 				return
 			}
@@ -120,7 +175,13 @@ func (r *Relay) Run(ctx context.Context, in io.Reader, out io.Writer) error {
 			return nil
 		}
 		if errors.Is(got.err, errTooLong) {
-			r.write(errorLine(nil, -32700, fmt.Sprintf("message of more than %d bytes refused", r.MaxMessage)))
+			// Answered here: the daemon would refuse it too, and the client's request
+			// fails at once (it carries its id) while its session goes on.
+			if got.id != nil {
+				r.write(errorLine(got.id, codeTooLarge, tooLargeMessage(r.MaxMessage)))
+			} else {
+				r.Log.Printf("a message of more than %d bytes without an id dropped", r.MaxMessage)
+			}
 			continue
 		}
 		if len(bytes.TrimSpace(got.line)) > 0 {
@@ -159,31 +220,6 @@ func (r *Relay) drain(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-var errTooLong = errors.New("message too long")
-
-// readLine reads one line of at most max bytes; a longer one is skipped to its end and
-// reported as errTooLong.
-func readLine(rd *bufio.Reader, max int) ([]byte, error) {
-	var buf []byte
-	for {
-		chunk, err := rd.ReadSlice('\n')
-		if len(buf)+len(chunk) > max {
-			for errors.Is(err, bufio.ErrBufferFull) {
-				_, err = rd.ReadSlice('\n')
-			}
-			if err != nil && !errors.Is(err, io.EOF) {
-				return nil, err
-			}
-			return nil, errTooLong
-		}
-		buf = append(buf, chunk...)
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		return buf, err
-	}
-}
-
 // message is what the relay needs to know of a JSON-RPC message.
 type message struct {
 	ID     json.RawMessage `json:"id,omitempty"`
@@ -215,6 +251,13 @@ func (r *Relay) handle(ctx context.Context, wg *sync.WaitGroup, line []byte) {
 		r.inited = append([]byte(nil), line...)
 		r.mu.Unlock()
 		r.send(ctx, m, line, true)
+		r.listenOnce.Do(func() {
+			r.listening.Add(1)
+			go func() {
+				defer r.listening.Done()
+				r.listen(ctx)
+			}()
+		})
 		return
 	}
 	// Everything else in parallel: an await long-polls while other calls go on.
@@ -355,6 +398,7 @@ func (r *Relay) do(ctx context.Context, httpc *http.Client, url, session, versio
 	if r.Workdir != "" {
 		req.Header.Set(HeaderWorkdir, r.Workdir)
 	}
+	req.Header.Set(HeaderSession, r.Session)
 	return httpc.Do(req)
 }
 

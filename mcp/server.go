@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -193,20 +194,37 @@ func (s *Server) Handler() http.Handler {
 			if d := r.Header.Get(HeaderWorkdir); d != "" && filepath.IsAbs(d) {
 				ctx = context.WithValue(ctx, workdirKey{}, filepath.Clean(d))
 			}
-			return ctx
+			return withSessionKey(ctx, r.Header.Get(HeaderSession))
 		}),
 	)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > MaxBody {
-			http.Error(w, fmt.Sprintf("request of %d bytes refused: at most %d (a workflow may have %d bytes)", r.ContentLength, MaxBody, MaxScript), http.StatusRequestEntityTooLarge)
+		if r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+		// A message over MaxBody is answered with a JSON-RPC error for its id, read to
+		// its end without being kept, so the client's request fails at once and its
+		// connection and session stay usable.
+		if r.ContentLength > MaxBody {
+			answerTooLarge(w, r.Body)
+			return
+		}
+		var body bytes.Buffer
+		if _, err := body.ReadFrom(io.LimitReader(r.Body, MaxBody+1)); err != nil {
+			http.Error(w, fmt.Sprintf("reading the request: %v", err), http.StatusBadRequest)
+			return
+		}
+		if body.Len() > MaxBody {
+			answerTooLarge(w, io.MultiReader(&body, r.Body))
+			return
+		}
+		r.Body = io.NopCloser(&body)
 		h.ServeHTTP(w, r)
 	})
 }
 
-// MaxBody bounds one HTTP request to /mcp: room for the largest script, JSON-escaped.
+// MaxBody bounds one MCP message, over HTTP (a request to /mcp) and over stdio (a line):
+// room for the largest script, JSON-escaped.
 const MaxBody = 4 * MaxScript
 
 // Mount is the Handler as a daemon door at /mcp (it needs the daemon's token over HTTP).
@@ -223,7 +241,15 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer, er
 		errLog = io.Discard
 	}
 	st.SetErrorLogger(log.New(errLog, "luft mcp: ", log.LstdFlags))
-	err := st.Listen(ctx, in, out)
+	// One process, one client: its runs are its own (owner) under a key of this process
+	// (mcp-go names every stdio session "stdio").
+	ctx = withSessionKey(ctx, newSessionKey())
+	// Lines over MaxBody are answered here with a JSON-RPC error and never reach mcp-go,
+	// which would read a line of any length into memory.
+	lw := &lineWriter{w: out}
+	lines := boundLines(in, MaxBody, lw)
+	defer lines.Close()
+	err := st.Listen(ctx, lines, lw)
 	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
 		return nil
 	}
@@ -246,19 +272,6 @@ func (s *Server) Workdir(ctx context.Context) string {
 		return "."
 	}
 	return d
-}
-
-// Caller is who a request's runs count as in the scheduler's fair shares: its MCP
-// session.
-func Caller(ctx context.Context) string {
-	if cs := server.ClientSessionFromContext(ctx); cs != nil && cs.SessionID() != "" {
-		return "mcp:" + cs.SessionID()
-	}
-	// A sessionless request (protocol 2026-07-28) is known by its client's name.
-	if pi := server.RequestProtocolInfoFromContext(ctx); pi != nil && pi.ClientInfo != nil && pi.ClientInfo.Name != "" {
-		return "mcp:" + event.Cut(pi.ClientInfo.Name, 64, "")
-	}
-	return "mcp"
 }
 
 // CanElicit reports whether the request's client declared the elicitation capability.

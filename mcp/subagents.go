@@ -597,6 +597,9 @@ func (sa *subagents) cancel(ctx context.Context, req mcp.CallToolRequest) (*mcp.
 	if err != nil {
 		return ToolError("cancel: %v", err), nil
 	}
+	if err := mayControl(ctx, "cancel", info); err != nil {
+		return ToolError("%v", err), nil
+	}
 	if !runtime.Running(info.Status) {
 		return Result(CancelResult{RunID: id, Status: info.Status}, fmt.Sprintf("sub-agent %s is %s already: nothing to cancel", id, info.Status)), nil
 	}
@@ -632,6 +635,13 @@ func (sa *subagents) approve(ctx context.Context, req mcp.CallToolRequest) (*mcp
 	id, bad := sa.handle(ctx, "approve", ref)
 	if bad != nil {
 		return bad, nil
+	}
+	info, err := sa.s.svc.Status(ctx, id)
+	if err != nil {
+		return ToolError("approve: %v", err), nil
+	}
+	if err := mayControl(ctx, "approve", info); err != nil {
+		return ToolError("%v", err), nil
 	}
 	ap, err := sa.s.svc.Approve(ctx, id, a.ApprovalID, *a.Allow)
 	if err != nil {
@@ -688,8 +698,8 @@ func (sa *subagents) elicit(ctx context.Context, runID string, ev event.Event) {
 	}
 	id, _ := ev.Data["approval_id"].(string)
 	info, err := sa.s.svc.Status(ctx, runID)
-	if err != nil {
-		return
+	if err != nil || mayControl(ctx, "approve", info) != nil {
+		return // another session's run is not this client's to answer
 	}
 	i := slices.IndexFunc(info.Pending, func(a runtime.Approval) bool { return a.ID == id })
 	if i < 0 {

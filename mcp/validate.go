@@ -44,7 +44,7 @@ func DryRun(ctx context.Context, req daemon.StartRequest) (ValidateResult, error
 	if name == "" {
 		name = "workflow.lua"
 	}
-	run, err := svc.Start(ctx, runtime.Spec{Path: req.Path, Source: []byte(req.Script), Args: req.Args, Backend: "mock",
+	run, err := svc.Start(ctx, runtime.Spec{Path: req.Path, Source: []byte(req.Script), Args: req.Args, Backend: "mock", Quiet: req.Quiet,
 		Timeout: dryRunTimeout, Limits: lua.Limits{MaxAgentCalls: 10000}})
 	if err != nil {
 		return ValidateResult{Error: err.Error()}, nil

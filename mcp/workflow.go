@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -208,7 +206,7 @@ func (s *Server) addWorkflowTools() {
 			"Then call workflow_await{run_id} to wait for its end and report."),
 		rawInput((`{"type": "object", "additionalProperties": false, "properties": {
   "script": {"type": "string", "maxLength": 8388608, "description": "the workflow's Lua source (give script or path)"},
-  "path": {"type": "string", "maxLength": 4096, "description": "a .lua workflow file, absolute or relative to the client's working directory (give script or path)"},
+  "path": {"type": "string", "maxLength": 4096, "description": "a .lua workflow file inside the client's MCP roots (or, without roots, its working directory), absolute or relative to its working directory (give script or path)"},
   "args": {"type": "object", "description": "arguments the script reads as args"},
   "backend": {"type": "string", "maxLength": 200, "description": "default backend for agent calls that name none (e.g. mock, openai); default: the configured one"},
   "model": {"type": "string", "maxLength": 200, "description": "default model for agent calls that name none"},
@@ -302,7 +300,7 @@ func (s *Server) addWorkflowTools() {
 			"Answers ok, or the error with file:line to fix."),
 		rawInput((`{"type": "object", "additionalProperties": false, "properties": {
   "script": {"type": "string", "maxLength": 8388608, "description": "the workflow's Lua source (give script or path)"},
-  "path": {"type": "string", "maxLength": 4096, "description": "a .lua workflow file (give script or path)"},
+  "path": {"type": "string", "maxLength": 4096, "description": "a .lua workflow file inside the client's MCP roots or working directory (give script or path)"},
   "args": {"type": "object", "description": "arguments for the dry run"}}}`)),
 		mcp.WithOutputSchema[ValidateResult](),
 		mcp.WithTitleAnnotation("Validate a workflow"),
@@ -322,8 +320,9 @@ func rawInput(schema string) mcp.ToolOption {
 	}
 }
 
-// workflowSource reads the script a call names: its source, or a file resolved in the
-// request's workdir. Both are bounded by MaxScript.
+// workflowSource reads the script a call names: its source, or a .lua file resolved in
+// the request's workdir and inside its scope (readWorkflowPath). Both are bounded by
+// MaxScript.
 func (s *Server) workflowSource(ctx context.Context, tool, script, path string) (src []byte, abs string, err error) {
 	switch {
 	case script != "" && path != "":
@@ -336,28 +335,7 @@ func (s *Server) workflowSource(ctx context.Context, tool, script, path string) 
 		}
 		return []byte(script), "", nil
 	}
-	abs = path
-	if !filepath.IsAbs(abs) {
-		abs = filepath.Join(s.Workdir(ctx), path)
-	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: read workflow %s: %v (workflow_list_files lists the workflows here)", tool, path, errors.Unwrap(err))
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, "", fmt.Errorf("%s: read workflow %s: not a regular file: give the path of a .lua file", tool, path)
-	}
-	if fi.Size() > MaxScript {
-		return nil, "", fmt.Errorf("%s: read workflow %s: %d bytes, more than the %d a workflow may have", tool, path, fi.Size(), MaxScript)
-	}
-	b, err := os.ReadFile(abs)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: read workflow %s: %v", tool, path, err)
-	}
-	if len(b) > MaxScript { // the file grew after the stat
-		return nil, "", fmt.Errorf("%s: read workflow %s: more than the %d bytes a workflow may have", tool, path, MaxScript)
-	}
-	return b, abs, nil
+	return s.readWorkflowPath(ctx, tool, path)
 }
 
 func checkArgs(tool string, args map[string]any) error {
@@ -392,7 +370,8 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		return ToolError("workflow_execute: concurrency %d: use 1 to %d (0 = the default)", a.Concurrency, maxConcurrency), nil
 	}
 	// Compile first: a script error is the caller's to fix, and says where.
-	if _, _, err := s.svc.Load(runtime.Spec{Path: abs, Source: src}); err != nil {
+	// A file's errors name it and the line, never its tokens (Quiet).
+	if _, _, err := s.svc.Load(runtime.Spec{Path: abs, Source: src, Quiet: abs != ""}); err != nil {
 		return ToolError("workflow_execute: the workflow does not compile: %v\nFix the script (workflow_validate checks it) and call workflow_execute again.", err), nil
 	}
 	var args any
@@ -400,7 +379,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 		args = a.Args
 	}
 	run, err := s.host.Start(ctx, daemon.StartRequest{Script: string(src), Path: abs, Args: args, Backend: a.Backend, Model: a.Model,
-		Class: a.Class, Concurrency: a.Concurrency, Caller: Caller(ctx)})
+		Class: a.Class, Concurrency: a.Concurrency, Caller: Caller(ctx), Quiet: abs != ""})
 	if err != nil {
 		return ToolError("workflow_execute: %v", err), nil
 	}
@@ -528,6 +507,9 @@ func (s *Server) cancel(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 	if bad != nil {
 		return bad, nil
 	}
+	if err := mayControl(ctx, "workflow_cancel", info); err != nil {
+		return ToolError("%v", err), nil
+	}
 	if !runtime.Running(info.Status) {
 		out := CancelResult{RunID: info.ID, Status: info.Status}
 		return Result(out, fmt.Sprintf("run %s is %s already: nothing to cancel", info.ID, info.Status)), nil
@@ -605,22 +587,20 @@ func (s *Server) listFiles(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	if err := bind(req, &a); err != nil {
 		return ToolError("%v", err), nil
 	}
-	dir := s.Workdir(ctx)
-	if a.Dir != "" {
-		dir = a.Dir
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(s.Workdir(ctx), dir)
-		}
+	dir, root, relDir, err := s.listDir(ctx, a.Dir)
+	if err != nil {
+		return ToolError("%v", err), nil
 	}
-	fi, err := os.Stat(dir)
-	if err != nil || !fi.IsDir() {
-		return ToolError("workflow_list_files: %s is not a directory: give one that holds .lua workflows", dir), nil
+	r, fsys, start, err := openDir(root, relDir)
+	if err != nil {
+		return ToolError("workflow_list_files: %s is not a directory: give one that holds .lua workflows", shown(dir)), nil
 	}
+	defer r.Close()
 	out := FilesResult{Dir: dir, Files: []FileView{}}
 	seen := 0
-	walkErr := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	walkErr := fs.WalkDir(fsys, start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if p == dir {
+			if p == start {
 				return err
 			}
 			return nil // an unreadable subdirectory is skipped
@@ -629,9 +609,12 @@ func (s *Server) listFiles(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 			out.Truncated = true
 			return fs.SkipAll
 		}
-		rel, _ := filepath.Rel(dir, p)
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, start), "/")
+		if start == "." {
+			rel = p
+		}
 		if d.IsDir() {
-			if p != dir && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || strings.Count(rel, string(filepath.Separator)) >= maxFileDepth-1) {
+			if p != start && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || strings.Count(rel, "/") >= maxFileDepth-1) {
 				return fs.SkipDir
 			}
 			return nil
@@ -647,11 +630,11 @@ func (s *Server) listFiles(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 		if err != nil {
 			return nil
 		}
-		out.Files = append(out.Files, FileView{Path: filepath.ToSlash(rel), Size: info.Size(), Modified: info.ModTime().UTC()})
+		out.Files = append(out.Files, FileView{Path: rel, Size: info.Size(), Modified: info.ModTime().UTC()})
 		return nil
 	})
 	if walkErr != nil {
-		return ToolError("workflow_list_files: %s: %v", dir, walkErr), nil
+		return ToolError("workflow_list_files: %s: %v", shown(dir), walkErr), nil
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d workflow files in %s", len(out.Files), dir)
@@ -686,7 +669,7 @@ func (s *Server) validate(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	if a.Args != nil {
 		args = a.Args
 	}
-	res, err := s.opts.Validate(ctx, daemon.StartRequest{Script: string(src), Path: abs, Args: args})
+	res, err := s.opts.Validate(ctx, daemon.StartRequest{Script: string(src), Path: abs, Args: args, Quiet: abs != ""})
 	if err != nil {
 		return ToolError("workflow_validate: %v", err), nil
 	}

@@ -170,8 +170,11 @@ func TestExecutePathAndListRuns(t *testing.T) {
 func TestExecuteErrors(t *testing.T) {
 	bothWays(t, func(t *testing.T, newEnv func(*testing.T, ...func(*Options)) *env) {
 		e := newEnv(t)
-		dir := t.TempDir()
-		big := filepath.Join(dir, "big.lua")
+		dir := filepath.Join(e.dir, "adir.lua")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		big := filepath.Join(e.dir, "big.lua")
 		if err := os.WriteFile(big, make([]byte, MaxScript+1), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +190,8 @@ func TestExecuteErrors(t *testing.T) {
 			{"big file", map[string]any{"path": big}, []string{"more than the 8388608"}},
 			{"missing file", map[string]any{"path": "nope.lua"}, []string{"nope.lua", "workflow_list_files"}},
 			{"a dir", map[string]any{"path": dir}, []string{"not a regular file"}},
-			{"device", map[string]any{"path": "/dev/zero"}, []string{"not a regular file"}},
+			{"device", map[string]any{"path": "/dev/zero"}, []string{"not a .lua file"}},
+			{"outside", map[string]any{"path": "/etc/x.lua"}, []string{"outside the server's workspace"}},
 			{"class", map[string]any{"script": helloScript, "class": "urgent"}, []string{`class "urgent"`, "interactive or batch"}},
 			{"concurrency", map[string]any{"script": helloScript, "concurrency": -1}, []string{"concurrency -1"}},
 			{"unknown arg", map[string]any{"script": helloScript, "scirpt": "x"}, []string{`unknown argument "scirpt"`}},
@@ -242,7 +246,8 @@ func TestRunArgumentErrors(t *testing.T) {
 			{"workflow_list_runs", map[string]any{"limit": 1000}, "limit 1000"},
 			{"workflow_list_runs", map[string]any{"status": "done"}, `status "done": use one of running, awaiting_approval, completed`},
 			{"workflow_list_runs", map[string]any{"cursor": "nope"}, "start again without cursor"},
-			{"workflow_list_files", map[string]any{"dir": "/no/such/dir"}, "is not a directory"},
+			{"workflow_list_files", map[string]any{"dir": "no/such/dir"}, "is not a directory"},
+			{"workflow_list_files", map[string]any{"dir": "/no/such/dir"}, "is outside the server's workspace"},
 			{"workflow_validate", map[string]any{}, "give the workflow"},
 			{"workflow_validate", map[string]any{"script": helloScript, "args": nested(65)}, "deeper than the limit of 64 levels"},
 		} {
@@ -286,7 +291,7 @@ end`}, &ex)
 func TestListFiles(t *testing.T) {
 	bothWays(t, func(t *testing.T, newEnv func(*testing.T, ...func(*Options)) *env) {
 		e := newEnv(t)
-		root := t.TempDir()
+		root := filepath.Join(e.dir, "ws")
 		for _, p := range []string{"a.lua", "notes.txt", "sub/b.lua", "sub/deeper/c.lua", "sub/deeper/too/deep.lua", ".hidden/h.lua", "node_modules/m.lua"} {
 			full := filepath.Join(root, p)
 			if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
@@ -311,7 +316,10 @@ func TestListFiles(t *testing.T) {
 		if def.Dir != e.dir {
 			t.Errorf("default dir %s, want %s", def.Dir, e.dir)
 		}
-		many := t.TempDir()
+		many := filepath.Join(e.dir, "many")
+		if err := os.Mkdir(many, 0o700); err != nil {
+			t.Fatal(err)
+		}
 		for i := range maxFiles + 5 {
 			if err := os.WriteFile(filepath.Join(many, fmt.Sprintf("w%03d.lua", i)), nil, 0o600); err != nil {
 				t.Fatal(err)

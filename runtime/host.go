@@ -442,6 +442,24 @@ func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, 
 // maxWorkflowFile is the largest file workflow() loads.
 const maxWorkflowFile = 16 << 20
 
+// ErrOutsideFolder is what the error of ReadWorkflowFile is (errors.Is) for a name that
+// leads out of its folder through a symlink.
+var ErrOutsideFolder = errors.New("the path leads outside its folder")
+
+// outsideError is a name that left its folder; it reads as workflow()'s message.
+type outsideError struct{ path, dir string }
+
+func (e *outsideError) Error() string {
+	return fmt.Sprintf("cannot read %s: it leads outside the calling script's folder %s (through a symlink?); workflow() loads only files inside that folder", e.path, e.dir)
+}
+
+func (e *outsideError) Is(target error) bool { return target == ErrOutsideFolder }
+
+// ReadWorkflowFile reads the workflow file name (relative, already checked with
+// lua.WorkflowName) inside dir with the confinement workflow() has: see readWorkflowFile.
+// Other doors that load workflows inside a folder (MCP's roots) read them with it.
+func ReadWorkflowFile(dir, name string) ([]byte, error) { return readWorkflowFile(dir, name) }
+
 // readWorkflowFile reads the workflow file name inside dir. The file is opened through an
 // os.Root on dir, which follows symlinks only while they stay inside dir (the kernel's
 // openat2 RESOLVE_BENEATH where there is one), so no link can lead a script to
@@ -458,7 +476,7 @@ func readWorkflowFile(dir, name string) ([]byte, error) {
 	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if strings.Contains(err.Error(), "path escapes from parent") {
-			return nil, fmt.Errorf("cannot read %s: it leads outside the calling script's folder %s (through a symlink?); workflow() loads only files inside that folder", path, dir)
+			return nil, &outsideError{path: path, dir: dir}
 		}
 		return nil, fmt.Errorf("cannot read %s: %w", path, errors.Unwrap(err))
 	}

@@ -145,6 +145,10 @@ type Spec struct {
 	// Unattended says no one answers this run's approvals (a luft run without a terminal
 	// hosted by the daemon): a call that needs one fails as without Options.AskApprovals.
 	Unattended bool `json:"unattended,omitempty"`
+	// Quiet says the script was read from a file named by someone who may not be shown
+	// its contents (a path given through MCP): its syntax errors name the file and line,
+	// never its tokens (lua.CompileFile).
+	Quiet bool `json:"quiet,omitempty"`
 	// Plan, when set, is how the script was planned from a task in words: its calls are
 	// journaled with the run (kind "plan") and the script is pinned as the run's
 	// workflow.lua in its folder, so a resume runs that script and never plans again.
@@ -323,6 +327,10 @@ func (s *Service) Load(spec Spec) (*lua.Program, []byte, error) {
 	name := spec.Path
 	if name == "" {
 		name = "workflow.lua"
+	}
+	if spec.Quiet {
+		prog, err := lua.CompileFile(name, src)
+		return prog, src, err
 	}
 	prog, err := lua.Compile(name, spec.Path, src)
 	return prog, src, err

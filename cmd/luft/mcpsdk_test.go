@@ -231,3 +231,124 @@ func checkSDKResult(t *testing.T, mode string, got sdkResult, ws string) {
 		t.Errorf("the approved write_file did not write note.txt: %q %v", b, err)
 	}
 }
+
+// sdkAnswer is one call as internal/testkit/node/mcp-scope.mjs prints it.
+type sdkAnswer struct {
+	IsError    bool
+	Text       string
+	Structured map[string]any
+	RPCError   *struct {
+		Code    *int
+		Message string
+	}
+}
+
+// The official MCP TypeScript SDK's client, declaring MCP roots, over stdio (`luft mcp
+// serve`, relayed to the daemon) and over the daemon's HTTP /mcp: paths reach only .lua
+// files inside its roots (asked again after notifications/roots/list_changed), a .env is
+// refused without being quoted, a 40 MiB argument is a JSON-RPC error on a session that
+// goes on, and a second session reads the first one's run but may not cancel it.
+func TestMCPTypeScriptSDKScope(t *testing.T) {
+	testkit.NodeFile(t, "@modelcontextprotocol/sdk/package.json")
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not on PATH (install nodejs; .ci/run does): %v", err)
+	}
+	script := filepath.Join(testkit.NodeDir(), "mcp-scope.mjs")
+	const secret = "sk-scope-test-0123456789"
+	held := "function main()\n  for i = 1, 200 do agent{ prompt = \"step \" .. i } end\nend\n"
+	for _, mode := range []string{"stdio", "http"} {
+		t.Run(mode, func(t *testing.T) {
+			dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=200")
+			root, other := filepath.Join(dt.dir, "root"), filepath.Join(dt.dir, "other")
+			writeFiles(t, dt.dir, map[string]string{
+				"luft.toml":      "default_backend = \"mock\"\n\n[backends.mock]\ntype = \"mock\"\n",
+				"root/hello.lua": "function main() report({ ok = true }) end\n",
+				"root/.env":      "OPENAI_API_KEY=" + secret + "\n",
+				"workspace.lua":  "function main() report({ ok = true }) end\n",
+				"other/.keep":    "",
+			})
+			env := append(slices.Clone(dt.env), "E2E_ROOT="+root, "E2E_OTHER_ROOT="+other, "E2E_INSIDE="+filepath.Join(root, "hello.lua"),
+				"E2E_OUTSIDE="+filepath.Join(dt.dir, "workspace.lua"), "E2E_ENV="+filepath.Join(root, ".env"), "E2E_HELD="+held)
+			var args []string
+			if mode == "stdio" {
+				args = []string{script, "stdio", luftBinary(t), "--state-dir", dt.state, "mcp", "serve"}
+			} else {
+				info := dt.start("--listen", "127.0.0.1:0")
+				tok, err := os.ReadFile(filepath.Join(dt.state, daemon.TokenFile))
+				if err != nil {
+					t.Fatal(err)
+				}
+				args = []string{script, "http", "http://" + info.Addr + "/mcp"}
+				env = append(env, "LUFT_TOKEN="+strings.TrimSpace(string(tok)))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, args...)
+			cmd.Dir, cmd.Env = dt.dir, testEnv(nil, env...)
+			cmd.WaitDelay = 5 * time.Second
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if info, ierr := daemon.ReadInfo(dt.state); ierr == nil {
+				dt.pids[info.PID] = true
+			}
+			if err != nil {
+				t.Fatalf("node mcp-scope.mjs %s: %v\nstderr:\n%s", mode, err, tail(stderr.String(), 4000))
+			}
+			var got map[string]any
+			if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+				t.Fatalf("mcp-scope.mjs printed no result: %v\n%s", err, tail(stdout.String(), 2000))
+			}
+			answer := func(key string) sdkAnswer {
+				b, _ := json.Marshal(got[key])
+				var a sdkAnswer
+				_ = json.Unmarshal(b, &a)
+				if strings.Contains(string(b), secret) {
+					t.Errorf("%s quotes the .env: %s", key, b)
+				}
+				return a
+			}
+			refused := func(key string, want ...string) {
+				t.Helper()
+				a := answer(key)
+				if !a.IsError {
+					t.Errorf("%s: not refused: %+v", key, a)
+				}
+				for _, w := range want {
+					if !strings.Contains(a.Text, w) {
+						t.Errorf("%s: %q lacks %q", key, a.Text, w)
+					}
+				}
+			}
+			if l := answer("list"); l.IsError || l.Structured["dir"] != root || !strings.Contains(l.Text, "hello.lua") || strings.Contains(l.Text, "workspace.lua") {
+				t.Errorf("listing the root: %+v", l)
+			}
+			refused("listSlash", "outside the client's MCP roots")
+			if in, aw := answer("inside"), answer("insideAwait"); in.IsError || aw.Structured["status"] != "completed" {
+				t.Errorf("a workflow inside the root: %+v, awaited %+v", in, aw)
+			}
+			refused("outside", "outside the client's MCP roots ("+root+")")
+			refused("dotenv", "not a .lua file")
+			refused("validateEnv", "not a .lua file")
+			refused("afterChange", "outside the client's MCP roots ("+other+")")
+			if n, _ := got["rootsAsked"].(float64); n < 5 {
+				t.Errorf("roots/list asked %v times, want one per call with a path", got["rootsAsked"])
+			}
+			huge := answer("huge")
+			if huge.RPCError == nil || !strings.Contains(huge.RPCError.Message, "more than 33554432 bytes refused") {
+				t.Errorf("a 40 MiB argument: %+v", huge)
+			}
+			if a := answer("afterHuge"); a.IsError || a.RPCError != nil {
+				t.Errorf("the session after the 40 MiB argument: %+v", a)
+			}
+			if a := answer("otherStatus"); a.IsError || a.RPCError != nil {
+				t.Errorf("another session's status: %+v", a)
+			}
+			refused("otherCancel", "was started by another MCP session")
+			if a := answer("ownCancel"); a.IsError || a.Structured["cancel_requested"] != true {
+				t.Errorf("the owner's cancel: %+v", a)
+			}
+		})
+	}
+}

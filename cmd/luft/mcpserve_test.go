@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/daemon"
+	luftmcp "github.com/luft-run/luft/mcp"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -236,8 +237,8 @@ func TestMCPOverDaemonHTTP(t *testing.T) {
 		t.Errorf("luft status of the MCP run: exit %d\n%s", code, out)
 	}
 	logText, _ := os.ReadFile(filepath.Join(dt.state, daemon.LogFile))
-	if !strings.Contains(string(logText), "caller mcp:"+c.GetSessionId()) {
-		t.Errorf("the daemon did not host the run for the MCP session %s:\n%s", c.GetSessionId(), logText)
+	if !strings.Contains(string(logText), "caller "+luftmcp.SessionCaller(c.GetSessionId())) || strings.Contains(string(logText), c.GetSessionId()) {
+		t.Errorf("the daemon did not host the run for the MCP session %s (by the digest of its id, never the id):\n%s", c.GetSessionId(), logText)
 	}
 }
 
