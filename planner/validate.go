@@ -8,9 +8,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
@@ -50,7 +52,55 @@ type Check struct {
 	Reasons  string   // meta.reasoning
 	Calls    int      // agent calls of the dry run
 	Agents   []string // distinct agent names of the dry run, in first-call order
+	Uses     []Use    // what each of Agents asked for, in the same order
 	Warnings []string // lint findings from the skill's rules
+}
+
+// Use is what the dry run's calls of one agent name asked for.
+type Use struct {
+	Name   string
+	Schema bool     // some call gave a schema
+	Tools  []string // the tools its calls were given, in first-use order
+}
+
+// Tools are the distinct tools the dry run's agents were given, in first-use order.
+func (c Check) Tools() []string {
+	var out []string
+	for _, u := range c.Uses {
+		for _, t := range u.Tools {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// recorder is the dry run's mock backend, noting what each agent name asked for.
+type recorder struct {
+	*adapters.Mock
+	mu   sync.Mutex
+	uses []Use
+}
+
+func (r *recorder) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
+	r.mu.Lock()
+	i := slices.IndexFunc(r.uses, func(u Use) bool { return u.Name == req.Name })
+	if i < 0 && req.Name != "" {
+		r.uses = append(r.uses, Use{Name: req.Name})
+		i = len(r.uses) - 1
+	}
+	if i >= 0 {
+		u := &r.uses[i]
+		u.Schema = u.Schema || req.Schema != nil
+		for _, t := range req.Tools {
+			if !slices.Contains(u.Tools, t) {
+				u.Tools = append(u.Tools, t)
+			}
+		}
+	}
+	r.mu.Unlock()
+	return r.Mock.Run(ctx, req, call)
 }
 
 // Validate checks a workflow: it compiles, defines main, has a valid meta, and a dry run on
@@ -71,8 +121,9 @@ func Validate(ctx context.Context, src []byte, caps Caps) (Check, error) {
 		return Check{}, fmt.Errorf("validate: open the dry run's store: %w", err)
 	}
 	defer st.Close()
+	rec := &recorder{Mock: adapters.NewMock(adapters.MockConfig{})}
 	svc, err := runtime.New(runtime.Options{Store: st, Caller: "planner",
-		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{})),
+		Backends:  adapters.NewRegistry("mock", rec),
 		Scheduler: scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: 64}}, nil)})
 	if err != nil {
 		return Check{}, fmt.Errorf("validate: %w", err)
@@ -96,6 +147,15 @@ func Validate(ctx context.Context, src []byte, caps Caps) (Check, error) {
 			}
 		}
 	}
+	rec.mu.Lock()
+	for _, name := range chk.Agents {
+		if i := slices.IndexFunc(rec.uses, func(u Use) bool { return u.Name == name }); i >= 0 {
+			chk.Uses = append(chk.Uses, rec.uses[i])
+		} else {
+			chk.Uses = append(chk.Uses, Use{Name: name})
+		}
+	}
+	rec.mu.Unlock()
 	switch {
 	case res.Status != runtime.StatusCompleted && errors.Is(res.Err, runtime.ErrTimeout):
 		return chk, fmt.Errorf("the dry run on the mock backend took longer than the cap of %s (loops must end; bound them)", caps.Time)

@@ -51,12 +51,17 @@ func newPlanner(svc *runtime.Service, reg *adapters.Registry, cfg config.Config,
 	return planner.New(planner.Options{Model: svc, Backend: b.ID(), ModelName: model}), nil
 }
 
-// planTask plans f.task and shows the plan on stderr. The returned spec fields run it.
-func planTask(ctx context.Context, e *env, f *runFlags, pl *planner.Planner) (*planner.Plan, error) {
+// planTask plans f.task and shows the plan on stderr. runsOn is the backend the planned
+// script will run on ("" when it is only written, by generate).
+func planTask(ctx context.Context, e *env, f *runFlags, pl *planner.Planner, runsOn string) (*planner.Plan, error) {
 	chatty := !f.quiet && !f.json
 	if chatty {
 		if pl.Template() {
-			fmt.Fprintln(e.stderr, "luft: no model to plan with: the offline template planner plans a few parallel analyses and a synthesis, run on the mock backend (configure a backend in luft.toml, or pass --backend or --planner-model, to plan with a model)")
+			where := "written without running it"
+			if runsOn != "" {
+				where = "run on the " + runsOn + " backend"
+			}
+			fmt.Fprintf(e.stderr, "luft: no model to plan with: the offline template planner plans a few parallel analyses and a synthesis, %s (configure a backend in luft.toml, or pass --backend or --planner-model, to plan with a model)\n", where)
 		} else {
 			fmt.Fprintf(e.stderr, "luft: planning with %s (up to %d attempts)\n", pl.Name(), planner.DefaultMaxAttempts)
 		}
@@ -202,8 +207,9 @@ func newGenerateCmd(e *env, g *globalFlags) *cobra.Command {
 		Short: "Plan a workflow from a task in words and write it without running it",
 		Long: `Plan a workflow from a task in words, validate it (it compiles, has main and a valid
 meta, and a dry run on the mock backend calls report within caps) and write it to
-stdout or -o FILE. With --with-mock, also write FILE.mock.json: a --mock-file for the
-mockfile backend covering the script's agent names. On the mock backend the planner is
+stdout or -o FILE. With --with-mock, also write FILE.mock.json (-o review.lua writes
+review.lua.mock.json): a --mock-file for the mockfile backend covering the script's agent
+names, each with a reply a report can show. On the mock backend the planner is
 the offline template planner; --planner-model or --backend plans with a model.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -249,7 +255,7 @@ the offline template planner; --planner-model or --backend plans with a model.`,
 			if err != nil {
 				return err
 			}
-			plan, err := planTask(ctx, e, f, pl)
+			plan, err := planTask(ctx, e, f, pl, "")
 			if err != nil {
 				return err
 			}
@@ -263,8 +269,8 @@ the offline template planner; --planner-model or --backend plans with a model.`,
 			}
 			fmt.Fprintf(e.stderr, "luft: wrote %s (run it with luft run --workflow %s)\n", f.output, f.output)
 			if withMock {
-				mock := strings.TrimSuffix(f.output, filepath.Ext(f.output)) + ".mock.json"
-				if err := os.WriteFile(mock, planner.MockFile(plan.Check), 0o644); err != nil {
+				mock := f.output + ".mock.json"
+				if err := os.WriteFile(mock, planner.MockFile(plan.Check, filepath.Base(mock)), 0o644); err != nil {
 					return fmt.Errorf("generate: write %s: %w", mock, err)
 				}
 				fmt.Fprintf(e.stderr, "luft: wrote %s covering %d agent names (luft run --workflow %s --mock-file %s)\n",

@@ -270,7 +270,8 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}
 	if f.task != "" && !f.resume {
-		if plan, err = planTask(ctx, e, f, pl); err != nil {
+		runsOn, _ := reg.Get(f.backend) // checked above
+		if plan, err = planTask(ctx, e, f, pl, runsOn.ID()); err != nil {
 			return err
 		}
 		if f.confirm {
