@@ -13,6 +13,13 @@
 // a few parallel analyses of the task and a synthesis, with phases. It never fails and
 // needs no network, so `luft run "TASK"` works on a fresh machine.
 //
+// Agents get the tools their work needs from what the configuration offers (Tools): the
+// template planner gives the analyses of a task about the code the read-only file tools
+// (and run_command when commands are allowed) and says so in meta.reasoning; the model
+// planner's prompt lists the tools offered, and a script that gives an agent a tool not
+// offered is rejected with the reason. The dry run records what each agent asked for
+// (Check.Uses), so the plan shown says which tools it gave.
+//
 // The planner knows nothing of the CLI: the model is any Model (runtime.Service.Complete
 // sends it through the scheduler as an interactive turn), and the caller journals the
 // returned calls with the run.

@@ -31,6 +31,11 @@ type Options struct {
 	MaxAttempts int
 	// Caps bound the validation dry run.
 	Caps Caps
+	// Tools are what the configuration lets agents be given: the template planner gives
+	// the read-only file tools to agents of a task about the code (and run_command when
+	// commands are allowed), the model planner is told them, and a planned script that
+	// gives an agent a tool not offered is rejected.
+	Tools Tools
 	// Now is the clock for Call.Elapsed; default time.Now.
 	Now func() time.Time
 }
@@ -110,14 +115,14 @@ func (p *Planner) Plan(ctx context.Context, task string) (*Plan, error) {
 	}
 	start := p.opts.Now()
 	if p.Template() {
-		src := TemplateScript(task)
+		src := TemplateScript(task, p.opts.Tools)
 		chk, err := Validate(ctx, src, p.opts.Caps)
 		if err != nil {
 			return nil, fmt.Errorf("plan: the template planner made an invalid script (a bug in luft, please report it): %w", err)
 		}
 		return &Plan{Task: task, Script: src, Check: chk, Planner: p.Name(), Overhead: p.opts.Now().Sub(start)}, nil
 	}
-	pl, err := p.loop(ctx, "plan", planPrompt(task), nil)
+	pl, err := p.loop(ctx, "plan", task, planPrompt(task, p.opts.Tools), nil)
 	if pl != nil {
 		pl.Task = task
 		pl.Overhead = p.opts.Now().Sub(start) - modelTime(pl.Calls)
@@ -138,7 +143,7 @@ func (p *Planner) Fix(ctx context.Context, f Failure) (*Plan, error) {
 		return nil, errors.New("auto-fix: the offline template planner cannot repair a script; give a model planner with --planner-model or a model backend with --backend")
 	}
 	start := p.opts.Now()
-	pl, err := p.loop(ctx, "fix", fixPrompt(f), f.Script)
+	pl, err := p.loop(ctx, "fix", "", fixPrompt(f), f.Script)
 	if pl != nil {
 		pl.Overhead = p.opts.Now().Sub(start) - modelTime(pl.Calls)
 	}
@@ -155,8 +160,9 @@ func modelTime(calls []Call) time.Duration {
 
 // loop asks the model for scripts until one validates or the attempts are used up. A
 // planned script that validates with lint warnings is sent back with them while attempts
-// remain; if a revision fails validation, the last valid script stands.
-func (p *Planner) loop(ctx context.Context, op, first string, prev []byte) (*Plan, error) {
+// remain; if a revision fails validation, the last valid script stands. A plan's tools
+// are checked against Options.Tools for task; a fix keeps the tools the user's script gave.
+func (p *Planner) loop(ctx context.Context, op, task, first string, prev []byte) (*Plan, error) {
 	var (
 		calls  []Call
 		best   *Plan
@@ -193,6 +199,10 @@ func (p *Planner) loop(ctx context.Context, op, first string, prev []byte) (*Pla
 			chk, err = Validate(ctx, src, p.opts.Caps)
 			if err != nil {
 				reason = err.Error()
+			} else if op == "plan" {
+				var warnings []string
+				reason, warnings = checkTools(task, p.opts.Tools, chk)
+				chk.Warnings = append(chk.Warnings, warnings...)
 			}
 		}
 		if ctx.Err() != nil {
@@ -246,7 +256,7 @@ func extract(reply string) ([]byte, string) {
 
 // Prompt returns the system and user prompts of a first plan attempt, for measuring and
 // showing what the model gets.
-func Prompt(task string) (system, user string) { return systemPrompt(), planPrompt(task) }
+func Prompt(task string) (system, user string) { return systemPrompt(), planPrompt(task, Tools{}) }
 
 func systemPrompt() string {
 	return "You write luft workflows. The luft workflow-authoring skill follows; follow its API and rules exactly.\n\n" + skills.Text()

@@ -171,7 +171,7 @@ func TestTemplatePlanner(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%.40q: %v", task, err)
 		}
-		if again := TemplateScript(strings.TrimSpace(task)); string(again) != string(plan.Script) {
+		if again := TemplateScript(strings.TrimSpace(task), Tools{}); string(again) != string(plan.Script) {
 			t.Errorf("%.40q: not deterministic", task)
 		}
 		if len(plan.Check.Phases) != 2 || plan.Check.Calls != 4 || len(plan.Check.Warnings) != 0 || plan.Planner != "template" {
@@ -238,5 +238,69 @@ func TestValidateMemoryHog(t *testing.T) {
 	_, err := Validate(context.Background(), []byte(src), Caps{Time: time.Minute, Memory: 64 << 20})
 	if err == nil || !strings.Contains(err.Error(), "memory limit (64 MiB) exceeded") {
 		t.Fatalf("got %v, want the memory cap", err)
+	}
+}
+
+// The template planner gives the analyses of a task about the code the read-only file
+// tools, run_command only when commands are allowed, and a task about no files none;
+// meta.reasoning says which and why.
+func TestTemplateTools(t *testing.T) {
+	for _, tc := range []struct {
+		task  string
+		tools Tools
+		want  []string
+		why   string
+	}{
+		{"review the storage package", Tools{}, []string{"read_file", "list_dir", "search_files"}, "because the task is about the files of the workspace"},
+		{"find flaky tests", Tools{Commands: []string{"go test"}}, []string{"read_file", "list_dir", "search_files", "run_command"}, "run_command for the allowed commands (go test)"},
+		{"explain why the sky is blue", Tools{Commands: []string{"go test"}}, nil, "no tools: the task is not about the files of the workspace"},
+	} {
+		plan, err := New(Options{Tools: tc.tools}).Plan(context.Background(), tc.task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := plan.Check.Tools(); strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: tools %v, want %v", tc.task, got, tc.want)
+		}
+		if !strings.Contains(plan.Check.Reasons, tc.why) {
+			t.Errorf("%s: reasoning %q lacks %q", tc.task, plan.Check.Reasons, tc.why)
+		}
+		for _, u := range plan.Check.Uses {
+			if u.Name == "synthesise" && len(u.Tools) > 0 {
+				t.Errorf("%s: the synthesis got tools %v", tc.task, u.Tools)
+			}
+		}
+	}
+}
+
+// A planned script is held to the configured tools: one not offered is rejected with the
+// reason; a code task without file tools, or tools meta.reasoning is silent on, warn.
+func TestCheckTools(t *testing.T) {
+	uses := func(tools ...string) Check {
+		return Check{Reasons: "r", Uses: []Use{{Name: "a", Tools: tools}}}
+	}
+	for _, tc := range []struct {
+		name, task string
+		tools      Tools
+		chk        Check
+		reason     string
+		warning    string
+	}{
+		{"command not allowed", "x", Tools{}, uses("run_command"), `agent "a" is given tool "run_command", but no commands are allowed here`, ""},
+		{"command allowed", "x", Tools{Commands: []string{"make"}}, Check{Reasons: "runs make with run_command", Uses: []Use{{Name: "a", Tools: []string{"run_command"}}}}, "", ""},
+		{"writes denied", "x", Tools{Approval: "deny"}, uses("edit_file"), `file writes are refused here`, ""},
+		{"unknown", "x", Tools{MCP: []string{"gh"}}, uses("gh__issues", "fetch_url"), `"fetch_url", but it is not a tool luft offers here (tools offered here: read_file, list_dir, search_files, write_file, edit_file, gh__*)`, ""},
+		{"code task, no file tools", "review the repo", Tools{}, uses(), "", "no agent is given read_file, list_dir or search_files"},
+		{"tools unexplained", "x", Tools{}, uses("read_file"), "", "meta.reasoning does not say which and why"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reason, warnings := checkTools(tc.task, tc.tools, tc.chk)
+			if (tc.reason == "") != (reason == "") || !strings.Contains(reason, tc.reason) {
+				t.Errorf("reason %q, want %q", reason, tc.reason)
+			}
+			if w := strings.Join(warnings, "\n"); (tc.warning == "") != (w == "") || !strings.Contains(w, tc.warning) {
+				t.Errorf("warnings %q, want %q", w, tc.warning)
+			}
+		})
 	}
 }

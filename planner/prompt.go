@@ -8,8 +8,8 @@ import (
 const answerRule = "Answer with the whole workflow in one ```lua fenced block: meta with reasoning and phases, " +
 	"function main(), report() called once at the end on every path, r.ok checked before r.output is used."
 
-func planPrompt(task string) string {
-	return "Write a luft workflow for this task.\n\nTask: " + task + "\n\n" + answerRule
+func planPrompt(task string, t Tools) string {
+	return "Write a luft workflow for this task.\n\nTask: " + task + "\n\n" + t.prompt() + "\n\n" + answerRule
 }
 
 func retryPrompt(first string, prev []byte, reason string, warnings []string) string {

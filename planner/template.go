@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -40,19 +41,44 @@ func anglesFor(task string) []string {
 	return defaultAngles
 }
 
+// templateTools picks the tools of the template plan's analyses for task, and says why.
+func templateTools(task string, t Tools) (names []string, why string) {
+	if !aboutCode(task) {
+		return nil, "no tools: the task is not about the files of the workspace"
+	}
+	names = slices.Clone(readTools)
+	why = "the analyses get " + strings.Join(readTools, ", ") + " (read-only) because the task is about the files of the workspace (" + t.workspace() + ")"
+	if len(t.Commands) > 0 {
+		names = append(names, "run_command")
+		why += ", and run_command for the allowed commands (" + strings.Join(t.Commands, "; ") + ")"
+	}
+	return names, why + "; the synthesis gets none"
+}
+
 // TemplateScript is the offline plan for task: one analysis per angle in parallel, each
-// with a schema, then a synthesis into a markdown report. The same task gives the same
-// script, byte for byte.
-func TemplateScript(task string) []byte {
+// with a schema, then a synthesis into a markdown report. Analyses of a task about the
+// code get the read-only file tools (and run_command when t allows commands); meta.reasoning
+// says which and why. The same task and tools give the same script, byte for byte.
+func TemplateScript(task string, t Tools) []byte {
 	angles := anglesFor(task)
 	quoted := make([]string, len(angles))
 	for i, a := range angles {
 		quoted[i] = luaString(a)
 	}
+	names, why := templateTools(task, t)
+	toolList, toolUse := "nil", ""
+	if len(names) > 0 {
+		q := make([]string, len(names))
+		for i, n := range names {
+			q[i] = luaString(n)
+		}
+		toolList = "{ " + strings.Join(q, ", ") + " }"
+		toolUse = "Read the files of the workspace with your tools (list_dir, search_files, read_file) before you answer, and base every point on what you read. "
+	}
 	return fmt.Appendf(nil, `-- Planned offline by luft's template planner for the task:
 --   %s
 meta = {
-  reasoning = "template plan: %d independent analyses in parallel, then one synthesis",
+  reasoning = %s,
   phases = {
     { label = "analyse", description = "one agent per angle, in parallel" },
     { label = "synthesise", description = "merge the analyses into one report" },
@@ -61,6 +87,7 @@ meta = {
 
 local task = %s
 local angles = { %s }
+local tools = %s
 
 local notes_schema = {
   type = "object",
@@ -77,8 +104,9 @@ function main()
     return agent{
       name = "analyse " .. angle,
       schema = notes_schema,
+      tools = tools,
       prompt = "Task: " .. task .. "\n\nWork on this task from one angle only: " .. angle ..
-        ". Give a one-paragraph summary and at most 10 concrete points (name files, lines or sources where you can).",
+        ". %sGive a one-paragraph summary and at most 10 concrete points (name files, lines or sources where you can).",
     }
   end, { max_concurrency = %d })
 
@@ -107,7 +135,8 @@ function main()
     failed = failed,
   })
 end
-`, oneLine(task), len(angles), luaString(task), strings.Join(quoted, ", "), len(angles))
+`, oneLine(task), luaString(fmt.Sprintf("template plan: %d independent analyses in parallel, then one synthesis; %s", len(angles), why)),
+		luaString(task), strings.Join(quoted, ", "), toolList, toolUse, len(angles))
 }
 
 // oneLine keeps a task on one comment line.

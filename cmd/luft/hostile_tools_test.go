@@ -45,7 +45,8 @@ var engines sync.Map // *testscript.TestScript → *testkit.Engine
 //	fakeengine -dump FILE
 //
 // RULES is a JSON array of {"match": "text in the prompt", "calls": [{"name": "tool",
-// "arguments": {...}}], "rounds": n, "reply": "the final answer"} (testkit.ToolRule).
+// "arguments": {...}}], "rounds": n, "reply": "the final answer", "offered": true} (testkit.ToolRule;
+// with "offered" the calls are made only when the request offers their tools).
 func cmdFakeEngine(ts *testscript.TestScript, neg bool, args []string) {
 	if neg {
 		ts.Fatalf("unsupported: ! fakeengine")
@@ -73,13 +74,14 @@ func cmdFakeEngine(ts *testscript.TestScript, neg bool, args []string) {
 			Name      string          `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
 		} `json:"calls"`
-		Rounds int    `json:"rounds"`
-		Reply  string `json:"reply"`
+		Rounds  int    `json:"rounds"`
+		Reply   string `json:"reply"`
+		Offered bool   `json:"offered"`
 	}
 	ts.Check(json.Unmarshal([]byte(ts.ReadFile(args[0])), &raw))
 	var rules []testkit.ToolRule
 	for _, r := range raw {
-		rule := testkit.ToolRule{Match: r.Match, Rounds: r.Rounds, Reply: r.Reply}
+		rule := testkit.ToolRule{Match: r.Match, Rounds: r.Rounds, Reply: r.Reply, Offered: r.Offered}
 		for _, c := range r.Calls {
 			rule.Calls = append(rule.Calls, testkit.ScriptedCall{Name: c.Name, Arguments: string(c.Arguments)})
 		}

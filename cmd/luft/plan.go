@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,10 +47,17 @@ func newPlanner(svc *runtime.Service, reg *adapters.Registry, cfg config.Config,
 	if err != nil {
 		return nil, usageErr("--planner-model: %v", err)
 	}
+	t := plannerTools(cfg)
 	if b.ID() == "mock" {
-		return planner.New(planner.Options{}), nil
+		return planner.New(planner.Options{Tools: t}), nil
 	}
-	return planner.New(planner.Options{Model: svc, Backend: b.ID(), ModelName: model}), nil
+	return planner.New(planner.Options{Model: svc, Backend: b.ID(), ModelName: model, Tools: t}), nil
+}
+
+// plannerTools are the tools the config lets planned agents be given.
+func plannerTools(cfg config.Config) planner.Tools {
+	return planner.Tools{Workspace: cfg.Tools.Workspace, Commands: cfg.Tools.AllowCommands,
+		Approval: cfg.Tools.Approval, MCP: slices.Sorted(maps.Keys(cfg.MCPServers))}
 }
 
 // planTask plans f.task and shows the plan on stderr. runsOn is the backend the planned
@@ -89,6 +98,7 @@ func showPlan(e *env, p *planner.Plan) {
 	if p.Check.Reasons != "" {
 		fmt.Fprintf(w, "  why: %s\n", e.errLine(p.Check.Reasons))
 	}
+	fmt.Fprintf(w, "  tools: %s\n", e.errLine(toolsLine(p.Check)))
 	for i, ph := range p.Check.Phases {
 		if ph.Description != "" {
 			fmt.Fprintf(w, "  %d. %s — %s\n", i+1, e.errLine(ph.Label), e.errLine(ph.Description))
@@ -99,6 +109,22 @@ func showPlan(e *env, p *planner.Plan) {
 	for _, warn := range p.Check.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", e.errLine(warn))
 	}
+}
+
+// toolsLine says which tools the plan gives to how many of its agents, e.g.
+// "read_file, list_dir, search_files (3 of 4 agents)"; why is in meta.reasoning.
+func toolsLine(c planner.Check) string {
+	given := c.Tools()
+	if len(given) == 0 {
+		return "none"
+	}
+	n := 0
+	for _, u := range c.Uses {
+		if len(u.Tools) > 0 {
+			n++
+		}
+	}
+	return fmt.Sprintf("%s (%d of %d agent%s)", strings.Join(given, ", "), n, len(c.Uses), plural(len(c.Uses)))
 }
 
 func plural(n int) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -184,4 +185,97 @@ func TestAutoFixReplaysFinishedCalls(t *testing.T) {
 	if len(matches) != 1 {
 		t.Errorf("the fixed script is not saved in the run's folder (%v)", matches)
 	}
+}
+
+// toolResults are the tool results luft sent the engine for model's requests.
+func toolResults(e *testkit.Engine, model string) []string {
+	var out []string
+	for _, r := range planRecords(e, model) {
+		for _, m := range r.Messages {
+			if m.Role == "tool" {
+				out = append(out, string(m.Content))
+			}
+		}
+	}
+	return out
+}
+
+// A planned repo review reads the repository: the fake model calls read_file whenever it
+// is offered it, and the planner, template and model alike, gives the reviewers the
+// read-only file tools, so the code reaches the model. The model planner is told which
+// tools are configured, and a script giving an agent run_command with no commands allowed
+// goes back to it.
+func TestPlannedReviewReadsFiles(t *testing.T) {
+	const marker = "token == provided // MARKER: compares secrets in non-constant time"
+	readAuth := []testkit.ScriptedCall{{Name: "read_file", Arguments: `{"path": "auth.go"}`}}
+	files := func(url string) map[string]string {
+		return map[string]string{"luft.toml": localBackend(url, "fake-1", ""), "auth.go": "package auth\n\nfunc ok(token, provided string) bool { return " + marker + "\n}\n"}
+	}
+
+	t.Run("template", func(t *testing.T) {
+		engine, _, url := startEngine(t, testkit.Config{Slots: 4, KeepRequests: true, ToolRules: []testkit.ToolRule{
+			{Match: "from one angle only", Calls: readAuth, Offered: true},
+		}})
+		dir := t.TempDir()
+		writeFiles(t, dir, files(url))
+		_, errOut, code := luftIn(t, dir, nil, "--state-dir", filepath.Join(dir, "state"), "run", "--no-tui",
+			"review this repo for security issues", "--planner-model", "mock/template")
+		if code != 0 {
+			t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
+		}
+		for _, want := range []string{"run on the local backend", "  tools: read_file, list_dir, search_files (3 of 4 agents)",
+			"the analyses get read_file, list_dir, search_files (read-only) because the task is about the files of the workspace"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, errOut)
+			}
+		}
+		if got := toolResults(engine, "fake-1"); len(got) != 3 || !strings.Contains(got[0], marker) {
+			t.Errorf("the three analyses read %d files, want 3 reads of auth.go: %q", len(got), got)
+		}
+	})
+
+	t.Run("model", func(t *testing.T) {
+		const review = "meta = { reasoning = %q, phases = { { label = \"review\", description = \"read and review\" } } }\n" +
+			"function main()\n  phase(\"review\")\n  local r = agent{ name = \"reviewer\", tools = { %s },\n" +
+			"    prompt = \"Review auth.go for security issues; read it first.\" }\n" +
+			"  report({ markdown = r.ok and r.output or r.error })\nend\n"
+		withCommand := "```lua\n" + fmt.Sprintf(review, "the reviewer reads with read_file and runs tests with run_command", `"read_file", "run_command"`) + "```"
+		good := "```lua\n" + fmt.Sprintf(review, "one reviewer reads the code with read_file, list_dir and search_files", `"read_file", "list_dir", "search_files"`) + "```"
+		engine, _, url := startEngine(t, testkit.Config{Slots: 4, KeepRequests: true, ToolRules: []testkit.ToolRule{
+			{Match: "no commands are allowed here", Reply: good},
+			{Match: "Write a luft workflow", Reply: withCommand},
+			{Match: "Review auth.go", Calls: readAuth, Offered: true, Reply: "auth.go compares the token in non-constant time."},
+		}})
+		dir := t.TempDir()
+		writeFiles(t, dir, files(url))
+		out, errOut, code := luftIn(t, dir, nil, "--state-dir", filepath.Join(dir, "state"), "run", "--no-tui",
+			"review this repo for security issues", "--planner-model", "planner-1")
+		if code != 0 {
+			t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
+		}
+		plans := planRecords(engine, "planner-1")
+		if len(plans) != 2 {
+			t.Fatalf("%d planner requests, want 2", len(plans))
+		}
+		first, second := message(plans[0], "user"), message(plans[1], "user")
+		for _, want := range []string{"- read_file, list_dir, search_files: read-only, on the workspace",
+			"- run_command: not available (no commands are allowed, [tools] allow_commands is empty)",
+			"say in meta.reasoning which tools you gave and why"} {
+			if !strings.Contains(first, want) {
+				t.Errorf("the plan prompt lacks %q:\n%s", want, first)
+			}
+		}
+		if want := `agent "reviewer" is given tool "run_command", but no commands are allowed here`; !strings.Contains(second, want) {
+			t.Errorf("the retry prompt lacks %q:\n%s", want, second)
+		}
+		if !strings.Contains(errOut, "  tools: read_file, list_dir, search_files (1 of 1 agent)") {
+			t.Errorf("stderr lacks the plan's tools:\n%s", errOut)
+		}
+		if got := toolResults(engine, "fake-1"); len(got) != 1 || !strings.Contains(got[0], marker) {
+			t.Errorf("the reviewer read %q, want auth.go", got)
+		}
+		if !strings.Contains(out, "non-constant time") {
+			t.Errorf("report:\n%s", out)
+		}
+	})
 }

@@ -22,6 +22,26 @@ type ToolRule struct {
 	Calls   []ScriptedCall
 	Rounds  int    // tool-call turns before the text answer; default 1
 	Reply   string // the text answer after the tool rounds; "" generates text
+	// Offered makes the calls only when the request offers every tool they name, as a
+	// model calls only the tools it is given; otherwise the rule answers text at once.
+	Offered bool
+}
+
+// offered reports whether req offers every tool r's calls name.
+func (r *ToolRule) offered(req *ChatRequest) bool {
+	for _, c := range r.Calls {
+		found := false
+		for _, t := range req.Tools {
+			if t.Function.Name == c.Name {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // ScriptedCall is one tool call a rule makes. Arguments is the JSON object sent as the
@@ -146,7 +166,7 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 	var calls []ScriptedCall
 	if mode != "none" {
 		switch {
-		case rule != nil && rounds < max(rule.Rounds, 1) && len(rule.Calls) > 0:
+		case rule != nil && rounds < max(rule.Rounds, 1) && len(rule.Calls) > 0 && (!rule.Offered || rule.offered(req)):
 			calls = rule.Calls
 		case !afterTool && mode == "function":
 			calls = []ScriptedCall{{Name: forced}}
@@ -173,7 +193,7 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 
 	a := answer{finish: "stop"}
 	switch {
-	case rule != nil && rule.Reply != "" && (afterTool || len(rule.Calls) == 0):
+	case rule != nil && rule.Reply != "" && (afterTool || len(rule.Calls) == 0 || rule.Offered && !rule.offered(req)):
 		a.content = rule.Reply
 		a.tokens = CountTokens(a.content)
 	case req.ResponseFormat != nil && req.ResponseFormat.Type == "json_schema" && req.ResponseFormat.JSONSchema != nil:
