@@ -81,6 +81,7 @@ type Call struct {
 	Script  []byte // the script taken from the reply; nil when there was none
 	Reason  string // why it was rejected; "" when accepted
 	Usage   agent.Usage
+	Cost    float64       // USD, when the backend prices its tokens
 	Elapsed time.Duration // the model's time, for the overhead figure
 }
 
@@ -177,6 +178,9 @@ func (p *Planner) loop(ctx context.Context, op, task, first string, prev []byte)
 			Backend: p.opts.Backend, Model: p.opts.ModelName, Class: agent.ClassInteractive,
 		})
 		c := Call{Key: key, Prompt: prompt, Reply: res.Text, Usage: res.Usage, Elapsed: p.opts.Now().Sub(t0)}
+		if res.Cost != nil {
+			c.Cost = *res.Cost
+		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s: %w", op, context.Cause(ctx))
 		}

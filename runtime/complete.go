@@ -3,10 +3,13 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
@@ -59,7 +62,7 @@ func (s *Service) JournalPlan(ctx context.Context, id string, calls []PlanCall) 
 		}
 		if _, err := s.opts.Store.JournalFinish(ctx, storage.Entry{RunID: id, CallKey: c.Key, Kind: "plan",
 			InputHash: sha([]byte(c.Prompt)), Status: storage.EntryCompleted, Result: result,
-			Usage: storage.Usage(c.Usage), Attempts: 1}); err != nil {
+			Usage: storage.Usage(c.Usage), Cost: c.Cost, Attempts: 1}); err != nil {
 			return fmt.Errorf("run %s: journal %s: %w", id, c.Key, err)
 		}
 	}
@@ -87,4 +90,50 @@ func (s *Service) Script(ctx context.Context, id string) ([]byte, error) {
 		}
 	}
 	return nil, fmt.Errorf("run %s: its script %s was never pinned", id, spec.Path)
+}
+
+// FailedPlan records a run whose planning found no valid workflow (spec.Plan holds the
+// task and the planner's calls): a failed run with planErr as its error, the calls
+// journaled (kind "plan") and their tokens and cost as its own, so list, status and logs
+// show what planning tried and what it cost. It has no script, so it does not resume.
+func (s *Service) FailedPlan(ctx context.Context, spec Spec, planErr error) (Result, error) {
+	if spec.Plan == nil {
+		return Result{}, errors.New("record a failed plan: the spec has no plan")
+	}
+	spec.PlanFailed = true
+	if spec.Class == "" {
+		spec.Class = agent.ClassInteractive
+	}
+	id := uuid.Must(uuid.NewV7()).String()
+	var usage agent.Usage
+	var cost float64
+	for _, c := range spec.Plan.Calls {
+		usage, cost = usage.Add(c.Usage), cost+c.Cost
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		return Result{}, fmt.Errorf("record a failed plan: encode its spec: %w", err)
+	}
+	argsJSON, _ := json.Marshal(spec.Args)
+	start := s.opts.Now()
+	if err := s.opts.Store.CreateRun(ctx, storage.Run{ID: id, Workflow: "plan: " + spec.Plan.Task, Status: storage.StatusRunning,
+		Args: argsJSON, Attempt: 1, PID: s.opts.PID, Spec: specJSON}); err != nil {
+		return Result{}, fmt.Errorf("record a failed plan: %w", err)
+	}
+	if err := s.JournalPlan(ctx, id, spec.Plan.Calls); err != nil {
+		return Result{}, err
+	}
+	res := Result{RunID: id, Status: StatusFailed, Err: planErr, Usage: usage, Cost: cost, Attempt: 1}
+	now := s.opts.Now()
+	if _, err := s.opts.Store.Append(ctx, id,
+		event.Event{Type: event.RunStarted, TS: start, Data: map[string]any{"workflow": "plan: " + spec.Plan.Task, "args": spec.Args, "resumed": false, "attempt": 1}},
+		event.Event{Type: event.RunDone, TS: now, Data: map[string]any{"status": string(StatusFailed), "error": planErr.Error(),
+			"tokens": usage.Total(), "usage": usage, "cost": cost, "elapsed_ms": int64(0), "agents": Counts{}, "attempt": 1,
+			"plan_attempts": len(spec.Plan.Calls)}}); err != nil {
+		return Result{}, fmt.Errorf("record a failed plan: run %s: %w", id, err)
+	}
+	if err := s.finishRow(res); err != nil {
+		return Result{}, err
+	}
+	return res, nil
 }

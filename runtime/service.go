@@ -153,6 +153,8 @@ type Spec struct {
 	// journaled with the run (kind "plan") and the script is pinned as the run's
 	// workflow.lua in its folder, so a resume runs that script and never plans again.
 	Plan *Plan `json:"plan,omitempty"`
+	// PlanFailed marks a run recorded by FailedPlan: its planning found no script.
+	PlanFailed bool `json:"plan_failed,omitempty"`
 }
 
 // Plan records the planner's work for a planned run.
@@ -169,6 +171,7 @@ type PlanCall struct {
 	Reply  string      `json:"reply"`
 	Reason string      `json:"reason,omitempty"` // why its script was rejected; "" = accepted
 	Usage  agent.Usage `json:"usage"`
+	Cost   float64     `json:"cost,omitempty"` // USD, when the backend prices its tokens
 }
 
 // ResumeSpec says which run to resume and how.
@@ -453,6 +456,11 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
 	}
+	if spec.PlanFailed {
+		return nil, fmt.Errorf("run %s: resume refused: its planning found no valid workflow, so it has no script to run "+
+			"(plan again with luft run %q, perhaps with a stronger --planner-model, or write the workflow and run it with --workflow): %w",
+			short(row.ID), spec.Plan.Task, ErrNotResumable)
+	}
 	pinned := map[string]storage.File{}
 	for _, f := range files {
 		pinned[f.Path] = f
@@ -610,11 +618,19 @@ func (s *Service) newestResumable(ctx context.Context) (storage.Run, error) {
 		return storage.Run{}, err
 	}
 	for _, r := range runs {
-		if r.Resumable() && !s.driven(r) {
+		if r.Resumable() && !s.driven(r) && !PlanFailed(r) {
 			return r, nil
 		}
 	}
 	return storage.Run{}, storage.ErrRunNotFound
+}
+
+// PlanFailed reports whether r is a run FailedPlan recorded: there is nothing to resume.
+func PlanFailed(r storage.Run) bool {
+	var spec struct {
+		PlanFailed bool `json:"plan_failed"`
+	}
+	return json.Unmarshal(r.Spec, &spec) == nil && spec.PlanFailed
 }
 
 func short(id string) string {

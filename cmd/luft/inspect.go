@@ -102,7 +102,7 @@ func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) 
 		t := r.FinishedAt
 		j.FinishedAt = &t
 	}
-	if r.Resumable() && (r.Status != storage.StatusRunning || stale) {
+	if r.Resumable() && (r.Status != storage.StatusRunning || stale) && !runtime.PlanFailed(r) {
 		j.ResumeWith = tui.ResumeCommand(r.ID, stateDir)
 	}
 	for _, p := range phases {

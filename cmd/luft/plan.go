@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/planner"
@@ -89,6 +90,31 @@ func planTask(ctx context.Context, e *env, f *runFlags, pl *planner.Planner, run
 	return plan, nil
 }
 
+// failedPlan records a plan that found no valid workflow as a failed run — its attempts
+// journaled, their tokens and cost as the run's — so list and status show what planning
+// tried and cost, and fails the command with it. Other errors pass through.
+func failedPlan(ctx context.Context, e *env, g *globalFlags, f *runFlags, svc *runtime.Service, pl *planner.Planner, err error) error {
+	var pe *planner.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	spec := runtime.Spec{Backend: f.backend, Model: f.model, Class: agent.Class(f.class),
+		Plan: &runtime.Plan{Task: strings.TrimSpace(f.task), Planner: pl.Name(), Calls: planCalls(pe.Calls, "")}}
+	res, rerr := svc.FailedPlan(context.WithoutCancel(ctx), spec, pe)
+	if rerr != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("%w (recording it as a failed run failed too: %v)", err, rerr)}
+	}
+	if !f.quiet && !f.json {
+		status := "luft status " + short(res.RunID)
+		if g.stateDir != "" {
+			status = "luft --state-dir " + g.stateDir + " " + status[len("luft "):]
+		}
+		fmt.Fprintf(e.stderr, "luft: run %s failed in planning: %d attempt%s, %d tokens, $%.4f (%s shows them)\n",
+			res.RunID, pe.Attempts, plural(pe.Attempts), res.Usage.Total(), res.Cost, status)
+	}
+	return &exitError{code: exitFailed, err: fmt.Errorf("run %s: %w", res.RunID, err)}
+}
+
 // showPlan prints the plan's phases and what validation found on stderr. The planner's
 // reasons and phases are model text.
 func showPlan(e *env, p *planner.Plan) {
@@ -144,7 +170,7 @@ func planRecord(p *planner.Plan, suffix string) *runtime.Plan {
 func planCalls(calls []planner.Call, suffix string) []runtime.PlanCall {
 	out := make([]runtime.PlanCall, 0, len(calls))
 	for _, c := range calls {
-		out = append(out, runtime.PlanCall{Key: c.Key + suffix, Prompt: c.Prompt, Reply: c.Reply, Reason: c.Reason, Usage: c.Usage})
+		out = append(out, runtime.PlanCall{Key: c.Key + suffix, Prompt: c.Prompt, Reply: c.Reply, Reason: c.Reason, Usage: c.Usage, Cost: c.Cost})
 	}
 	return out
 }

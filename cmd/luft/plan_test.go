@@ -110,13 +110,17 @@ func TestPlannerRetriesOnFakeEngine(t *testing.T) {
 	}
 }
 
-// Three rejected scripts: the plan fails with the last reason, before any run starts.
+// Three rejected scripts: the plan fails with the last reason, before any agent runs. It
+// is recorded as a failed run with its three attempts journaled and their tokens and cost
+// as its own (docs/cli.md: the plan is journaled with the run); it has nothing to resume.
 func TestPlannerGivesUp(t *testing.T) {
 	engine, _, url := startEngine(t, testkit.Config{KeepRequests: true, ToolRules: []testkit.ToolRule{{Reply: notCompiling}}})
 	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
 	// planner_model of the config, as BACKEND/MODEL, picks the planner here.
-	writeFiles(t, dir, map[string]string{"luft.toml": "planner_model = \"local/planner-1\"\n" + localBackend(url, "fake-1", "")})
-	out, errOut, code := luftIn(t, dir, nil, "--state-dir", filepath.Join(dir, "state"), "run", "--no-tui", "do something")
+	writeFiles(t, dir, map[string]string{"luft.toml": "planner_model = \"local/planner-1\"\n" +
+		localBackend(url, "fake-1", "price_input_per_mtok = 1000.0\nprice_output_per_mtok = 2000.0\n")})
+	out, errOut, code := luftIn(t, dir, nil, "--state-dir", state, "run", "--no-tui", "do something")
 	if code != exitFailed {
 		t.Fatalf("exit %d, want %d\nstderr:\n%s", code, exitFailed, errOut)
 	}
@@ -129,6 +133,61 @@ func TestPlannerGivesUp(t *testing.T) {
 	}
 	if n := len(planRecords(engine, "fake-1")); n != 0 {
 		t.Errorf("%d agent requests, want none", n)
+	}
+
+	st, err := storage.Open(context.Background(), state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := st.ListRuns(context.Background(), storage.ListOptions{})
+	if err != nil || len(runs) != 1 {
+		st.Close()
+		t.Fatalf("runs %v (%v), want the failed plan's run", runs, err)
+	}
+	run := runs[0]
+	entries, err := st.Journal(context.Background(), run.ID)
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usage storage.Usage
+	var plans int
+	for _, e := range entries {
+		if e.Kind == "plan" {
+			plans++
+			usage.Input, usage.Output, usage.Cached = usage.Input+e.Usage.Input, usage.Output+e.Usage.Output, usage.Cached+e.Usage.Cached
+		}
+	}
+	wantCost := float64(usage.Input)*1000/1e6 + float64(usage.Output)*2000/1e6
+	if run.Status != storage.StatusFailed || !strings.Contains(run.Error, want) || plans != 3 || usage.Output == 0 ||
+		run.Usage != usage || run.Cost < wantCost*0.999 || run.Cost > wantCost*1.001 {
+		t.Errorf("run %s: status %s, error %q, %d plan entries, usage %+v (journal %+v), cost %g (want %g)",
+			run.ID, run.Status, run.Error, plans, run.Usage, usage, run.Cost, wantCost)
+	}
+	for _, want := range []string{"luft: run " + run.ID + " failed in planning: 3 attempts, ", "luft --state-dir " + state + " status " + run.ID[:13] + " shows them", "run " + run.ID + ": plan: no valid workflow"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	status := mustLuft(t, dir, nil, "--state-dir", state, "status", run.ID)
+	for _, want := range []string{"failed", fmt.Sprintf("$%.4f", run.Cost), "no valid workflow after 3 attempts"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("luft status lacks %q:\n%s", want, status)
+		}
+	}
+	if strings.Contains(status, "resume") {
+		t.Errorf("luft status offers to resume a run with no script:\n%s", status)
+	}
+	list := mustLuft(t, dir, nil, "--state-dir", state, "list")
+	if !strings.Contains(list, "failed") || !strings.Contains(list, "plan: do something") {
+		t.Errorf("luft list:\n%s", list)
+	}
+	_, errOut, code = luftIn(t, dir, nil, "--state-dir", state, "run", "--resume", run.ID)
+	if code != exitUsage || !strings.Contains(errOut, "its planning found no valid workflow, so it has no script to run") {
+		t.Errorf("resume: exit %d\n%s", code, errOut)
+	}
+	if _, errOut, code = luftIn(t, dir, nil, "--state-dir", state, "run", "--resume"); code != exitUsage || !strings.Contains(errOut, "no unfinished run to resume") {
+		t.Errorf("resume of the newest: exit %d\n%s", code, errOut)
 	}
 }
 

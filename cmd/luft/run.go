@@ -272,7 +272,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if f.task != "" && !f.resume {
 		runsOn, _ := reg.Get(f.backend) // checked above
 		if plan, err = planTask(ctx, e, f, pl, runsOn.ID()); err != nil {
-			return err
+			return failedPlan(ctx, e, g, f, svc, pl, err)
 		}
 		if f.confirm {
 			if err := confirmScript(e, f, "planned workflow", plan.Script); err != nil {
