@@ -107,7 +107,7 @@ func failedPlan(ctx context.Context, e *env, g *globalFlags, f *runFlags, svc *r
 	if !f.quiet && !f.json {
 		status := "luft status " + short(res.RunID)
 		if g.stateDir != "" {
-			status = "luft --state-dir " + g.stateDir + " " + status[len("luft "):]
+			status += " --state-dir " + g.stateDir // as the resume hints say it
 		}
 		fmt.Fprintf(e.stderr, "luft: run %s failed in planning: %d attempt%s, %d tokens, $%.4f (%s shows them)\n",
 			res.RunID, pe.Attempts, plural(pe.Attempts), res.Usage.Total(), res.Cost, status)

@@ -164,7 +164,7 @@ func TestPlannerGivesUp(t *testing.T) {
 		t.Errorf("run %s: status %s, error %q, %d plan entries, usage %+v (journal %+v), cost %g (want %g)",
 			run.ID, run.Status, run.Error, plans, run.Usage, usage, run.Cost, wantCost)
 	}
-	for _, want := range []string{"luft: run " + run.ID + " failed in planning: 3 attempts, ", "luft --state-dir " + state + " status " + run.ID[:13] + " shows them", "run " + run.ID + ": plan: no valid workflow"} {
+	for _, want := range []string{"luft: run " + run.ID + " failed in planning: 3 attempts, ", "luft status " + run.ID[:13] + " --state-dir " + state + " shows them", "run " + run.ID + ": plan: no valid workflow"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errOut)
 		}
