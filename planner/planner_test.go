@@ -289,6 +289,7 @@ func TestCheckTools(t *testing.T) {
 		{"command not allowed", "x", Tools{}, uses("run_command"), `agent "a" is given tool "run_command", but no commands are allowed here`, ""},
 		{"command allowed", "x", Tools{Commands: []string{"make"}}, Check{Reasons: "runs make with run_command", Uses: []Use{{Name: "a", Tools: []string{"run_command"}}}}, "", ""},
 		{"writes denied", "x", Tools{Approval: "deny"}, uses("edit_file"), `file writes are refused here`, ""},
+		{"unnamed agent", "x", Tools{}, Check{Unnamed: Use{Tools: []string{"run_command"}}}, `an agent without a name is given tool "run_command"`, ""},
 		{"unknown", "x", Tools{MCP: []string{"gh"}}, uses("gh__issues", "fetch_url"), `"fetch_url", but it is not a tool luft offers here (tools offered here: read_file, list_dir, search_files, write_file, edit_file, gh__*)`, ""},
 		{"code task, no file tools", "review the repo", Tools{}, uses(), "", "no agent is given read_file, list_dir or search_files"},
 		{"tools unexplained", "x", Tools{}, uses("read_file"), "", "meta.reasoning does not say which and why"},
@@ -302,5 +303,20 @@ func TestCheckTools(t *testing.T) {
 				t.Errorf("warnings %q, want %q", w, tc.warning)
 			}
 		})
+	}
+}
+
+// The dry run records what each agent asked for: its schema and tools, by name, and the
+// agents without a name together.
+func TestValidateRecordsUses(t *testing.T) {
+	src := "function main()\n  agent{ name = \"r\", tools = { \"read_file\" }, schema = { type = \"object\" }, prompt = \"p\" }\n" +
+		"  agent{ name = \"r\", tools = { \"list_dir\" }, prompt = \"q\" }\n  agent{ tools = { \"run_command\" }, prompt = \"x\" }\n  report(1)\nend\n"
+	chk, err := Validate(context.Background(), []byte(src), Caps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chk.Uses) != 1 || chk.Uses[0].Name != "r" || !chk.Uses[0].Schema || strings.Join(chk.Uses[0].Tools, ",") != "read_file,list_dir" ||
+		strings.Join(chk.Unnamed.Tools, ",") != "run_command" || strings.Join(chk.Tools(), ",") != "read_file,list_dir,run_command" {
+		t.Fatalf("uses %+v, unnamed %+v", chk.Uses, chk.Unnamed)
 	}
 }

@@ -113,10 +113,14 @@ func aboutCode(task string) bool {
 // no file tool, or tools that meta.reasoning does not account for, are warnings.
 func checkTools(task string, t Tools, chk Check) (reason string, warnings []string) {
 	var bad []string
-	for _, u := range chk.Uses {
+	for _, u := range append(slices.Clone(chk.Uses), chk.Unnamed) {
+		who := fmt.Sprintf("agent %q", u.Name)
+		if u.Name == "" {
+			who = "an agent without a name"
+		}
 		for _, name := range u.Tools {
 			if ok, why := t.Available(name); !ok {
-				bad = append(bad, fmt.Sprintf("agent %q is given tool %q, but %s", u.Name, name, why))
+				bad = append(bad, fmt.Sprintf("%s is given tool %q, but %s", who, name, why))
 			}
 		}
 	}

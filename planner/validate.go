@@ -53,6 +53,7 @@ type Check struct {
 	Calls    int      // agent calls of the dry run
 	Agents   []string // distinct agent names of the dry run, in first-call order
 	Uses     []Use    // what each of Agents asked for, in the same order
+	Unnamed  Use      // what the agents without a name asked for together
 	Warnings []string // lint findings from the skill's rules
 }
 
@@ -66,7 +67,7 @@ type Use struct {
 // Tools are the distinct tools the dry run's agents were given, in first-use order.
 func (c Check) Tools() []string {
 	var out []string
-	for _, u := range c.Uses {
+	for _, u := range append(slices.Clone(c.Uses), c.Unnamed) {
 		for _, t := range u.Tools {
 			if !slices.Contains(out, t) {
 				out = append(out, t)
@@ -86,17 +87,15 @@ type recorder struct {
 func (r *recorder) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
 	r.mu.Lock()
 	i := slices.IndexFunc(r.uses, func(u Use) bool { return u.Name == req.Name })
-	if i < 0 && req.Name != "" {
+	if i < 0 {
 		r.uses = append(r.uses, Use{Name: req.Name})
 		i = len(r.uses) - 1
 	}
-	if i >= 0 {
-		u := &r.uses[i]
-		u.Schema = u.Schema || req.Schema != nil
-		for _, t := range req.Tools {
-			if !slices.Contains(u.Tools, t) {
-				u.Tools = append(u.Tools, t)
-			}
+	u := &r.uses[i]
+	u.Schema = u.Schema || req.Schema != nil
+	for _, t := range req.Tools {
+		if !slices.Contains(u.Tools, t) {
+			u.Tools = append(u.Tools, t)
 		}
 	}
 	r.mu.Unlock()
@@ -154,6 +153,9 @@ func Validate(ctx context.Context, src []byte, caps Caps) (Check, error) {
 		} else {
 			chk.Uses = append(chk.Uses, Use{Name: name})
 		}
+	}
+	if i := slices.IndexFunc(rec.uses, func(u Use) bool { return u.Name == "" }); i >= 0 {
+		chk.Unnamed = rec.uses[i]
 	}
 	rec.mu.Unlock()
 	switch {
