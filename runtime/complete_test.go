@@ -1,12 +1,14 @@
 package runtime
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
 )
 
 // A planner call is one interactive turn through the scheduler, on its backend/model lane.
@@ -73,5 +75,40 @@ func TestPlannedRunAndResumeWithFixedSource(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != fixed {
 		t.Fatalf("the run folder does not hold the fixed script")
+	}
+}
+
+// A plan that found no script is recorded as a failed run: its calls journaled, their
+// tokens and cost its own, its events a run_started and a run_done; it does not resume,
+// and a resume without an id passes it by.
+func TestFailedPlanIsAFailedRun(t *testing.T) {
+	svc, st := newScheduledEngine(t, &scripted{reply: echo}, &recordingScheduler{})
+	calls := []PlanCall{{Key: "plan/1", Prompt: "p", Reply: "r", Reason: "no fence", Usage: agent.Usage{Input: 100, Output: 10}, Cost: 0.5},
+		{Key: "plan/2", Prompt: "p2", Reply: "r2", Reason: "no main", Usage: agent.Usage{Input: 200, Output: 20}, Cost: 0.25}}
+	res, err := svc.FailedPlan(t.Context(), Spec{Plan: &Plan{Task: "do it", Planner: "b/m", Calls: calls}}, errors.New("plan: gave up"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := st.GetRun(t.Context(), res.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.Status != "failed" || row.Error != "plan: gave up" || row.Usage.Input != 300 || row.Usage.Output != 30 || row.Cost != 0.75 ||
+		row.Workflow != "plan: do it" || row.FinishedAt.IsZero() || !PlanFailed(row) {
+		t.Fatalf("row %+v", row)
+	}
+	entries, _ := st.Journal(t.Context(), res.RunID)
+	if len(entries) != 2 || entries[0].Kind != "plan" || entries[1].Cost != 0.25 {
+		t.Fatalf("journal %+v", entries)
+	}
+	evs, _ := st.Events(t.Context(), res.RunID, 0, 0)
+	if len(evs) != 2 || evs[0].Type != event.RunStarted || evs[1].Type != event.RunDone || evs[1].Data["status"] != "failed" {
+		t.Fatalf("events %+v", evs)
+	}
+	if _, err := svc.Resume(t.Context(), ResumeSpec{Run: res.RunID}); !errors.Is(err, ErrNotResumable) || !strings.Contains(err.Error(), "no script to run") {
+		t.Fatalf("resume: %v", err)
+	}
+	if _, err := svc.Resume(t.Context(), ResumeSpec{}); err == nil || !strings.Contains(err.Error(), "no unfinished run to resume") {
+		t.Fatalf("resume of the newest: %v", err)
 	}
 }
