@@ -74,6 +74,9 @@ func TemplateScript(task string, t Tools) []byte {
 		}
 		toolList = "{ " + strings.Join(q, ", ") + " }"
 		toolUse = "Read the files of the workspace with your tools (list_dir, search_files, read_file) before you answer, and base every point on what you read. "
+		if slices.Contains(names, "run_command") {
+			toolUse += "Where running one helps, run_command runs these commands: " + strings.Join(t.Commands, "; ") + ". "
+		}
 	}
 	return fmt.Appendf(nil, `-- Planned offline by luft's template planner for the task:
 --   %s
