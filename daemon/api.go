@@ -512,6 +512,8 @@ type ResumeRequest struct {
 	AllowChangedScript  bool   `json:"allow_changed_script,omitempty"`
 	RerunFromDivergence bool   `json:"rerun_from_divergence,omitempty"`
 	Caller              string `json:"caller,omitempty"`
+	// Repeated are start settings given again (runtime.ResumeSpec.Repeated).
+	Repeated map[string]string `json:"repeated,omitempty"`
 }
 
 func (d *Daemon) resumeRun(w http.ResponseWriter, r *http.Request) {
@@ -520,7 +522,7 @@ func (d *Daemon) resumeRun(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			apiError(w, http.StatusBadRequest, "resume: the body is not a resume request: %v (fields: allow_changed_script, rerun_from_divergence, caller)", err)
+			apiError(w, http.StatusBadRequest, "resume: the body is not a resume request: %v (fields: allow_changed_script, rerun_from_divergence, caller, repeated)", err)
 			return
 		}
 	}
@@ -533,9 +535,11 @@ func (d *Daemon) resumeRun(w http.ResponseWriter, r *http.Request) {
 		ref = ""
 	}
 	run, err := d.opts.Service.Resume(context.WithoutCancel(r.Context()), runtime.ResumeSpec{Run: ref,
-		AllowChangedScript: req.AllowChangedScript, RerunFromDivergence: req.RerunFromDivergence})
+		AllowChangedScript: req.AllowChangedScript, RerunFromDivergence: req.RerunFromDivergence, Repeated: req.Repeated})
 	if err != nil {
 		switch {
+		case errors.Is(err, runtime.ErrSettingChanged):
+			apiError(w, http.StatusBadRequest, "%v", err)
 		case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
 			runError(w, err)
 		case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):

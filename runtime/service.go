@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -180,6 +182,12 @@ type ResumeSpec struct {
 	// auto-fixed script); it is pinned as the run's script, so it needs AllowChangedScript
 	// when it differs from the pinned one.
 	Source []byte
+	// Repeated holds start settings the caller gave again, by the name of luft run's
+	// flag (backend, model, class, timeout, max-agent-calls) with the value as given. A
+	// value equal to the run's own is no change and is accepted; a different one refuses
+	// the resume with ErrSettingChanged, since the run goes on with the settings it was
+	// started with.
+	Repeated map[string]string
 }
 
 // Status of a run.
@@ -240,6 +248,9 @@ var (
 	ErrNotResumable  = errors.New("run cannot be resumed")
 	ErrScriptChanged = errors.New("script changed since the run started")
 	ErrStillRunning  = errors.New("run is still running")
+	// ErrSettingChanged: ResumeSpec.Repeated gave a start setting a value other than
+	// the run's own.
+	ErrSettingChanged = errors.New("a resumed run runs with the settings it was started with")
 )
 
 // Run is one run driven by this process.
@@ -433,6 +444,15 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if row.Status == storage.StatusRunning && !s.driven(row) {
 		if row, err = s.settle(ctx, row); err != nil {
 			return nil, err
+		}
+	}
+	if len(rs.Repeated) > 0 {
+		var started Spec
+		if err := json.Unmarshal(row.Spec, &started); err != nil {
+			return nil, fmt.Errorf("run %s: resume: its stored spec is unreadable: %w", row.ID, err)
+		}
+		if err := sameSettings(started, rs.Repeated); err != nil {
+			return nil, fmt.Errorf("run %s: resume refused: %w", row.ID, err)
 		}
 	}
 	if row.Status == storage.StatusCompleted {
@@ -832,4 +852,50 @@ func defaultBackoff(attempt int) time.Duration {
 	}
 	// Full jitter keeps many failing calls from retrying in lockstep.
 	return time.Duration(float64(d) * (0.5 + 0.5*rand.Float64()))
+}
+
+// sameSettings checks start settings given again on a resume against those the run was
+// started with (ResumeSpec.Repeated): the same value is no change; any other is refused,
+// naming the run's value.
+func sameSettings(started Spec, given map[string]string) error {
+	names := make([]string, 0, len(given))
+	for name := range given {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := given[name]
+		var own string
+		same := false
+		switch name {
+		case "backend":
+			own, same = started.Backend, v == started.Backend
+		case "model":
+			own, same = started.Model, v == started.Model
+		case "class":
+			c := started.Class
+			if c == "" {
+				c = agent.ClassInteractive
+			}
+			own, same = string(c), v == string(c)
+		case "timeout":
+			own = started.Timeout.String()
+			d, err := time.ParseDuration(v)
+			same = err == nil && d == started.Timeout
+		case "max-agent-calls":
+			own = strconv.Itoa(started.Limits.MaxAgentCalls)
+			n, err := strconv.Atoi(v)
+			same = err == nil && n == started.Limits.MaxAgentCalls
+		default:
+			return fmt.Errorf("--%s is not a start setting a resume can check", name)
+		}
+		if same {
+			continue
+		}
+		if own == "" {
+			return fmt.Errorf("--%s %s: the run was started without --%s: %w (drop --%s)", name, v, name, ErrSettingChanged, name)
+		}
+		return fmt.Errorf("--%s %s differs from the run's %s: %w (drop --%s, or give --%s %s)", name, v, own, ErrSettingChanged, name, name, own)
+	}
+	return nil
 }

@@ -384,7 +384,7 @@ func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args an
 	var id string
 	if f.resume {
 		id, err = c.Resume(ctx, resumeRef, daemon.ResumeRequest{AllowChangedScript: f.allowChanged,
-			RerunFromDivergence: f.rerunDiverged, Caller: cliCaller(e)})
+			RerunFromDivergence: f.rerunDiverged, Caller: cliCaller(e), Repeated: f.repeated})
 	} else {
 		var path string
 		var src []byte

@@ -29,6 +29,7 @@ type runFlags struct {
 	resume         bool
 	allowChanged   bool
 	rerunDiverged  bool
+	repeated       map[string]string // start flags given again with --resume, by name (runtime.ResumeSpec.Repeated)
 	workflow       string
 	args           string
 	output         string
@@ -53,6 +54,9 @@ type runFlags struct {
 	task         string // luft run "TASK": plan the workflow from these words
 	autoFix      bool
 }
+
+// resumeChecked are the start flags a resume accepts only with the run's own value.
+var resumeChecked = []string{"backend", "model", "class", "timeout", "max-agent-calls"}
 
 func newRunCmd(e *env, g *globalFlags) *cobra.Command {
 	f := &runFlags{}
@@ -79,10 +83,15 @@ and exits 0.`,
 				}
 				// A resume runs the run as it was started: settings that would change
 				// what its calls compute or how the run is limited are refused, not
-				// silently ignored.
-				for _, name := range []string{"backend", "model", "class", "timeout", "max-agent-calls"} {
-					if cmd.Flags().Changed(name) {
-						return usageErr("--%s cannot change a resumed run: it runs with the settings it was started with", name)
+				// silently ignored. Given again with the run's own value, they change
+				// nothing and are accepted (the resume checks them against the run).
+				f.repeated = nil
+				for _, name := range resumeChecked {
+					if fl := cmd.Flags().Lookup(name); fl.Changed {
+						if f.repeated == nil {
+							f.repeated = map[string]string{}
+						}
+						f.repeated[name] = fl.Value.String()
 					}
 				}
 				if len(args) > 1 {
@@ -280,9 +289,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}
 	if f.resume {
-		run, err = svc.Resume(ctx, runtime.ResumeSpec{Run: resumeRef, AllowChangedScript: f.allowChanged, RerunFromDivergence: f.rerunDiverged})
+		run, err = svc.Resume(ctx, runtime.ResumeSpec{Run: resumeRef, AllowChangedScript: f.allowChanged, RerunFromDivergence: f.rerunDiverged,
+			Repeated: f.repeated})
 		if err != nil {
 			switch {
+			case errors.Is(err, runtime.ErrSettingChanged):
+				return usageErr("%v", err)
 			case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
 				return runRefError(err)
 			case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):
