@@ -108,7 +108,8 @@ end`, kind: KindRuntime, errSub: `test.lua:2: agent: missing required 'prompt' (
 		{name: "invalid schema ends the run", src: `function main()
   pcall(agent, {prompt="x", schema={type="objekt"}})
 end`, kind: KindRuntime, errSub: `option schema is not a valid JSON Schema`},
-		{name: "unknown option", src: `function main() agent{prompt="x", promt="y"} end`, kind: KindRuntime, errSub: `unknown option "promt"`},
+		{name: "unknown option", src: `function main() agent{prompt="x", promt="y"} end`, kind: KindRuntime, errSub: `unknown option "promt": did you mean "prompt"? (known: prompt,`},
+		{name: "unknown option, far from any", src: `function main() agent{prompt="x", colour="y"} end`, kind: KindRuntime, errSub: `unknown option "colour" (known: prompt,`},
 		{name: "bad option type", src: `function main() agent{prompt="x", max_tokens="10"} end`, kind: KindRuntime, errSub: "max_tokens must be a number"},
 		{name: "bad class", src: `function main() agent{prompt="x", class="urgent"} end`, kind: KindRuntime, errSub: `class must be "interactive" or "batch"`},
 		{name: "schema as table and JSON string", src: `function main()
