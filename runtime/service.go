@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -72,7 +73,15 @@ type Service struct {
 	live      map[string]*Run                    // runs driven by this process
 	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
 	hosted    map[string]int                     // runs a door of this process drives without a script (Host)
+
+	quiesced atomic.Bool // Quiesce was called
 }
+
+// Quiesce stops the runs of this Service from going into new work while their host
+// shuts down: from now on a run that reaches phase() is suspended there, without
+// starting the phase (a resume starts it). Calls already going are left to finish; the
+// host also stops admitting turns (the daemon's Gate).
+func (s *Service) Quiesce() { s.quiesced.Store(true) }
 
 // New returns a Service.
 func New(opts Options) (*Service, error) {

@@ -79,16 +79,22 @@ returns, luft attach RUN shows a hosted run.`,
 				return err
 			}
 			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), f.grace+startWait)
-			defer cancel()
-			if err := c.Shutdown(ctx); err != nil {
+			var req daemon.ShutdownRequest
+			if cmd.Flags().Changed("grace") {
+				if f.grace < 0 {
+					return usageErr("invalid --grace %s: give 0 (suspend the runs at once) or more", f.grace)
+				}
+				ms := f.grace.Milliseconds()
+				req.GraceMS = &ms
+			}
+			if err := c.Shutdown(context.Background(), req, startWait); err != nil {
 				return err
 			}
 			fmt.Fprintln(e.stdout, "luft daemon stopped")
 			return nil
 		},
 	}
-	stop.Flags().DurationVar(&f.grace, "grace", 10*time.Second, "the daemon's grace period (stop waits that long plus 30s)")
+	stop.Flags().DurationVar(&f.grace, "grace", 0, "how long hosted runs may go on before they are suspended (default: the grace of daemon start, 10s unless set; 0s = at once); stop waits that long plus 30s")
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show the daemon's pid, address, uptime, version, runs and scheduler lanes",

@@ -699,3 +699,38 @@ end`})
 		t.Errorf("after SIGTERM the run is %q (%v), want suspended", r.Status, err)
 	}
 }
+
+// luft daemon stop --grace gives the hosted runs that grace, not the one the daemon was
+// started with: a run busy in a long call is suspended after 1s although the daemon's
+// own grace is 10 minutes. A negative grace is a usage error.
+func TestDaemonStopGrace(t *testing.T) {
+	t.Parallel()
+	dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=600000")
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": `function main() agent{prompt = "long"} end`})
+	st := storeView(t, dt.state)
+	defer st.Close()
+	dt.start("--grace", "10m")
+	id, errOut, code := dt.luft("run", "--detach", "-w", "wf.lua")
+	id = strings.TrimSpace(id)
+	if code != 0 {
+		t.Fatalf("run --detach: exit %d\n%s", code, errOut)
+	}
+	waitFor(t, 30*time.Second, "the call to start", func() bool {
+		evs, _ := st.EventsOfType(context.Background(), id, 0, 0, []string{event.AgentStarted})
+		return len(evs) > 0
+	})
+	if _, errOut, code := dt.luft("daemon", "stop", "--grace", "-1s"); code != 2 || !strings.Contains(errOut, "invalid --grace -1s") {
+		t.Errorf("stop --grace -1s: exit %d\n%s", code, errOut)
+	}
+	if out, errOut, code := dt.luft("daemon", "stop", "--grace", "1s"); code != 0 || !strings.Contains(out, "luft daemon stopped") {
+		t.Fatalf("stop --grace 1s: exit %d\n%s%s", code, out, errOut)
+	}
+	log, _ := os.ReadFile(filepath.Join(dt.state, daemon.LogFile))
+	if !strings.Contains(string(log), "asked to shut down (grace 1s)") || !strings.Contains(string(log), "runs hosted; grace 1s") {
+		t.Errorf("the daemon's log does not say grace 1s:\n%s", log)
+	}
+	row, err := st.GetRun(context.Background(), id)
+	if err != nil || row.Status != storage.StatusSuspended {
+		t.Errorf("after stop the run is %q (%v), want suspended", row.Status, err)
+	}
+}
