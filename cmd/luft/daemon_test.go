@@ -734,3 +734,52 @@ func TestDaemonStopGrace(t *testing.T) {
 		t.Errorf("after stop the run is %q (%v), want suspended", row.Status, err)
 	}
 }
+
+// A resume hosted by the daemon accepts start flags repeated with the run's own value
+// and refuses a different one, as a resume in the calling process does.
+func TestDaemonResumeRepeatedFlags(t *testing.T) {
+	t.Parallel()
+	dt := newDaemonTest(t)
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": `function main()
+  local r = agent{prompt = "x"}
+  if not r.ok then error("the call failed") end
+  report(r.text)
+end`})
+	_, errOut, code := luftIn(t, dt.dir, []string{"LUFT_DAEMON=off", "LUFT_MOCK_FAIL=error"},
+		"--state-dir", dt.state, "run", "-w", "wf.lua", "-b", "mock", "--timeout", "1m")
+	if code != 1 {
+		t.Fatalf("the failing run: exit %d\n%s", code, errOut)
+	}
+	st := storeView(t, dt.state)
+	defer st.Close()
+	runs, err := st.ListRuns(context.Background(), storage.ListOptions{})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs: %v %v", runs, err)
+	}
+	id := runs[0].ID
+	info := dt.start()
+	if _, errOut, code := dt.luft("run", "--resume", id, "-b", "acp:codex"); code != 2 ||
+		!strings.Contains(errOut, "--backend acp:codex differs from the run's mock") {
+		t.Errorf("resume with another backend: exit %d\n%s", code, errOut)
+	}
+	if _, errOut, code := dt.luft("run", "--resume", id, "--timeout", "2m"); code != 2 ||
+		!strings.Contains(errOut, "--timeout 2m0s differs from the run's 1m0s") {
+		t.Errorf("resume with another timeout: exit %d\n%s", code, errOut)
+	}
+	// --detach: what is checked is the daemon's answer, not the view that attaches.
+	out, errOut, code := dt.luft("run", "--resume", id, "-b", "mock", "--timeout", "60s", "--detach")
+	if code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("resume with the same flags: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "the resumed run to complete", func() bool {
+		r, err := st.GetRun(context.Background(), id)
+		return err == nil && r.Status == storage.StatusCompleted
+	})
+	evs, _ := st.EventsOfType(context.Background(), id, 0, 0, []string{event.RunStarted})
+	if len(evs) != 2 || runtime.AttemptOf(evs[1]) != 2 {
+		t.Fatalf("run_started events: %v", evs)
+	}
+	if row, _ := st.GetRun(context.Background(), id); row.PID != info.PID {
+		t.Errorf("the resume ran in pid %d, not in the daemon (%d)", row.PID, info.PID)
+	}
+}
