@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -192,7 +193,8 @@ type ResumeSpec struct {
 	// when it differs from the pinned one.
 	Source []byte
 	// Repeated holds start settings the caller gave again, by the name of luft run's
-	// flag (backend, model, class, timeout, max-agent-calls) with the value as given. A
+	// flag (workflow, args, backend, model, class, timeout, max-agent-calls) with the
+	// value as given (args as JSON; a workflow path relative to this process's folder). A
 	// value equal to the run's own is no change and is accepted; a different one refuses
 	// the resume with ErrSettingChanged, since the run goes on with the settings it was
 	// started with.
@@ -891,6 +893,11 @@ func sameSettings(started Spec, given map[string]string) error {
 			own = started.Timeout.String()
 			d, err := time.ParseDuration(v)
 			same = err == nil && d == started.Timeout
+		case "workflow":
+			own, same = started.Path, samePath(v, started.Path)
+		case "args":
+			b, _ := json.Marshal(started.Args)
+			own, same = string(b), sameJSON(v, started.Args)
 		case "max-agent-calls":
 			own = strconv.Itoa(started.Limits.MaxAgentCalls)
 			n, err := strconv.Atoi(v)
@@ -907,4 +914,32 @@ func sameSettings(started Spec, given map[string]string) error {
 		return fmt.Errorf("--%s %s differs from the run's %s: %w (drop --%s, or give --%s %s)", name, v, own, ErrSettingChanged, name, name, own)
 	}
 	return nil
+}
+
+// samePath reports whether two workflow paths name the same file, as this process reads
+// them.
+func samePath(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	x, err1 := filepath.Abs(a)
+	y, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && x == y
+}
+
+// sameJSON reports whether the JSON text given holds the same value as v.
+func sameJSON(given string, v any) bool {
+	var g any
+	if err := json.Unmarshal([]byte(given), &g); err != nil {
+		return false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	var w any
+	if err := json.Unmarshal(b, &w); err != nil {
+		return false
+	}
+	return reflect.DeepEqual(g, w)
 }

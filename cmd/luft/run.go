@@ -56,7 +56,7 @@ type runFlags struct {
 }
 
 // resumeChecked are the start flags a resume accepts only with the run's own value.
-var resumeChecked = []string{"backend", "model", "class", "timeout", "max-agent-calls"}
+var resumeChecked = []string{"workflow", "args", "backend", "model", "class", "timeout", "max-agent-calls"}
 
 func newRunCmd(e *env, g *globalFlags) *cobra.Command {
 	f := &runFlags{}
@@ -78,9 +78,6 @@ and exits 0.`,
 				return err
 			}
 			if f.resume {
-				if f.workflow != "" || f.args != "" {
-					return usageErr("--resume runs the stored workflow with its stored args; drop --workflow and --args")
-				}
 				// A resume runs the run as it was started: settings that would change
 				// what its calls compute or how the run is limited are refused, not
 				// silently ignored. Given again with the run's own value, they change
@@ -94,6 +91,21 @@ and exits 0.`,
 						f.repeated[name] = fl.Value.String()
 					}
 				}
+				if _, ok := f.repeated["args"]; ok {
+					if _, err := parseArgs(f.args); err != nil {
+						return err
+					}
+					if strings.TrimSpace(f.args) == "" {
+						f.repeated["args"] = "{}" // what a run started without --args has
+					}
+				}
+				if w := f.repeated["workflow"]; w != "" {
+					// The daemon, when it hosts the resume, reads paths from its own folder.
+					if abs, err := filepath.Abs(w); err == nil {
+						f.repeated["workflow"] = abs
+					}
+				}
+				f.workflow, f.args = "", ""
 				if len(args) > 1 {
 					return usageErr("--resume takes one run id (or none for the newest unfinished run)")
 				}
