@@ -722,6 +722,11 @@ func TestDaemonStopGrace(t *testing.T) {
 	if _, errOut, code := dt.luft("daemon", "stop", "--grace", "-1s"); code != 2 || !strings.Contains(errOut, "invalid --grace -1s") {
 		t.Errorf("stop --grace -1s: exit %d\n%s", code, errOut)
 	}
+	for _, g := range []string{"0s", "-1s"} {
+		if _, errOut, code := dt.luft("daemon", "start", "--foreground", "--grace", g); code != 2 || !strings.Contains(errOut, "invalid --grace "+g+": give a positive duration") {
+			t.Errorf("start --grace %s: exit %d\n%s", g, code, errOut)
+		}
+	}
 	if out, errOut, code := dt.luft("daemon", "stop", "--grace", "1s"); code != 0 || !strings.Contains(out, "luft daemon stopped") {
 		t.Fatalf("stop --grace 1s: exit %d\n%s%s", code, out, errOut)
 	}
