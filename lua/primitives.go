@@ -335,7 +335,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 					}
 					failFast = bool(b)
 				default:
-					err = fmt.Errorf("unknown option %q (known: max_concurrency, fail_fast)", k.String())
+					err = errors.New(unknownOption(k.String(), []string{"max_concurrency", "fail_fast"}))
 				}
 			})
 			if err != nil {

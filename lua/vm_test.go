@@ -212,7 +212,7 @@ end`, want: `[["echo: a1","echo: b1"],["echo: a2","echo: b2"]]`,
   report(pmap({"a","b"}, function(x, i) return agent{prompt=x}.output .. i end))
 end`, want: `["echo: a1","echo: b2"]`},
 		{name: "bad arguments", src: `function main() parallel({1}, "nope") end`, kind: KindRuntime, errSub: "argument 2 must be a function"},
-		{name: "bad option", src: `function main() parallel({1}, function() end, {max_concurency=2}) end`, kind: KindRuntime, errSub: `unknown option "max_concurency"`},
+		{name: "bad option", src: `function main() parallel({1}, function() end, {max_concurency=2}) end`, kind: KindRuntime, errSub: `unknown option "max_concurency": did you mean "max_concurrency"? (known: max_concurrency, fail_fast)`},
 	})
 }
 
