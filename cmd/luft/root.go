@@ -255,8 +255,11 @@ Install for one user, for example:
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return &exitError{code: exitUsage, usage: true,
-				err: fmt.Errorf("completion: unknown shell %q (use bash, zsh, fish or powershell)", args[0])}
+			msg := fmt.Sprintf("completion: unknown shell %q", args[0])
+			if near := suggest.Nearest(args[0], []string{"bash", "zsh", "fish", "powershell"}); near != "" {
+				msg += fmt.Sprintf(": did you mean %s?", near)
+			}
+			return &exitError{code: exitUsage, usage: true, err: fmt.Errorf("%s (use bash, zsh, fish or powershell)", msg)}
 		}
 	}
 }
