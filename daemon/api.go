@@ -229,9 +229,40 @@ func (d *Daemon) getDaemon(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, d.status())
 }
 
-func (d *Daemon) postShutdown(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusAccepted, map[string]any{"stopping": true, "pid": d.info.PID})
-	d.Shutdown()
+// ShutdownRequest is the optional body of POST /api/daemon/shutdown.
+type ShutdownRequest struct {
+	// GraceMS, when set, is how long hosted runs may go on before they are suspended,
+	// in place of the daemon's own grace period (0 = suspend them at once).
+	GraceMS *int64 `json:"grace_ms,omitempty"`
+}
+
+// ShutdownReply answers POST /api/daemon/shutdown.
+type ShutdownReply struct {
+	Stopping bool  `json:"stopping"`
+	PID      int   `json:"pid"`
+	GraceMS  int64 `json:"grace_ms"` // the grace period the shutdown has
+}
+
+func (d *Daemon) postShutdown(w http.ResponseWriter, r *http.Request) {
+	var req ShutdownRequest
+	if r.ContentLength != 0 {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			apiError(w, http.StatusBadRequest, "shutdown: the body is not a shutdown request: %v (fields: grace_ms)", err)
+			return
+		}
+	}
+	grace := d.opts.Grace
+	if req.GraceMS != nil {
+		if *req.GraceMS < 0 {
+			apiError(w, http.StatusBadRequest, "shutdown: grace_ms %d is negative: give 0 or more", *req.GraceMS)
+			return
+		}
+		grace = time.Duration(*req.GraceMS) * time.Millisecond
+	}
+	grace = d.ShutdownWithin(grace)
+	writeJSON(w, http.StatusAccepted, ShutdownReply{Stopping: true, PID: d.info.PID, GraceMS: grace.Milliseconds()})
 }
 
 func (d *Daemon) runJSON(r storage.Run) RunJSON {
@@ -512,6 +543,8 @@ type ResumeRequest struct {
 	AllowChangedScript  bool   `json:"allow_changed_script,omitempty"`
 	RerunFromDivergence bool   `json:"rerun_from_divergence,omitempty"`
 	Caller              string `json:"caller,omitempty"`
+	// Repeated are start settings given again (runtime.ResumeSpec.Repeated).
+	Repeated map[string]string `json:"repeated,omitempty"`
 }
 
 func (d *Daemon) resumeRun(w http.ResponseWriter, r *http.Request) {
@@ -520,7 +553,7 @@ func (d *Daemon) resumeRun(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			apiError(w, http.StatusBadRequest, "resume: the body is not a resume request: %v (fields: allow_changed_script, rerun_from_divergence, caller)", err)
+			apiError(w, http.StatusBadRequest, "resume: the body is not a resume request: %v (fields: allow_changed_script, rerun_from_divergence, caller, repeated)", err)
 			return
 		}
 	}
@@ -533,9 +566,11 @@ func (d *Daemon) resumeRun(w http.ResponseWriter, r *http.Request) {
 		ref = ""
 	}
 	run, err := d.opts.Service.Resume(context.WithoutCancel(r.Context()), runtime.ResumeSpec{Run: ref,
-		AllowChangedScript: req.AllowChangedScript, RerunFromDivergence: req.RerunFromDivergence})
+		AllowChangedScript: req.AllowChangedScript, RerunFromDivergence: req.RerunFromDivergence, Repeated: req.Repeated})
 	if err != nil {
 		switch {
+		case errors.Is(err, runtime.ErrSettingChanged):
+			apiError(w, http.StatusBadRequest, "%v", err)
 		case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
 			runError(w, err)
 		case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):

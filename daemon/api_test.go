@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
@@ -362,4 +364,149 @@ func TestShutdownLetsAdmittedTurnsFinish(t *testing.T) {
 	if _, err := gate.Wrap(nil).Admit(stopped, scheduler.Turn{}); err == nil {
 		t.Error("a closed gate admitted a turn")
 	}
+}
+
+// shutdownFixture is a daemon whose runs call the held backend through a Gate in front
+// of a scheduler with the given slots.
+func shutdownFixture(t *testing.T, slots int) (*Daemon, *Gate, *held, storage.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := storage.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	gate := NewGate()
+	b := &held{started: make(chan struct{}, 8), release: make(chan struct{})}
+	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir,
+		Backends:  adapters.NewRegistry("held", b),
+		Scheduler: gate.Wrap(scheduler.NewExecutor(scheduler.Config{DefaultLane: scheduler.LaneConfig{Slots: slots}}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Options{StateDir: dir, Service: svc, Store: st, Gate: gate, Grace: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, gate, b, st
+}
+
+// drainWhileHeld shuts d down while one turn is held, lets that turn finish once the
+// gate is closed, and waits for the shutdown to end.
+func drainWhileHeld(d *Daemon, gate *Gate, b *held) {
+	<-b.started
+	drained := make(chan struct{})
+	go func() {
+		d.drain()
+		close(drained)
+	}()
+	<-gate.closed
+	b.release <- struct{}{}
+	<-drained
+}
+
+// A turn waiting in the scheduler's queue when shutdown is asked is not admitted: only
+// the admitted one finishes, and the run ends suspended without the rest.
+func TestShutdownAdmitsNoQueuedTurn(t *testing.T) {
+	d, gate, b, st := shutdownFixture(t, 1)
+	run, err := d.start(context.Background(), StartRequest{Path: "fan.lua", Script: `function main()
+  parallel({1, 2, 3}, function(i) return agent{prompt = "a" .. i} end)
+end`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first turn is held; the other two wait in the scheduler's queue.
+	deadline := time.Now().Add(time.Minute)
+	for queued(d) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the other two turns never queued (%d queued)", queued(d))
+		}
+		time.Sleep(time.Millisecond) // polls a condition; no timing is asserted
+	}
+	drainWhileHeld(d, gate, b)
+	if n := len(b.started); n != 0 {
+		t.Errorf("%d queued turns were admitted after shutdown was asked", n)
+	}
+	res := run.Wait()
+	entries, _ := st.Journal(context.Background(), run.ID)
+	completed := 0
+	for _, e := range entries {
+		if e.Status == storage.EntryCompleted {
+			completed++
+		}
+	}
+	if res.Status != runtime.StatusSuspended || completed != 1 {
+		t.Errorf("after shutdown: run %s (%v), %d calls completed; want suspended with 1", res.Status, res.Err, completed)
+	}
+}
+
+// A run whose admitted turn finishes after shutdown was asked does not go on into its
+// next phase: it is suspended there, and the phase starts when the run resumes.
+func TestShutdownStartsNoNewPhase(t *testing.T) {
+	d, gate, b, st := shutdownFixture(t, 4)
+	run, err := d.start(context.Background(), StartRequest{Path: "phases.lua", Script: `function main()
+  phase("one")
+  agent{prompt = "a"}
+  phase("two")
+  agent{prompt = "b"}
+end`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainWhileHeld(d, gate, b)
+	res := run.Wait()
+	evs, err := st.EventsOfType(context.Background(), run.ID, 0, 0, []string{event.PhaseStarted, event.PhaseDone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, ev := range evs {
+		seen = append(seen, fmt.Sprintf("%s %v", ev.Type, ev.Data["label"]))
+	}
+	want := []string{event.PhaseStarted + " one", event.PhaseDone + " one"}
+	if res.Status != runtime.StatusSuspended || strings.Join(seen, ", ") != strings.Join(want, ", ") {
+		t.Errorf("after shutdown: run %s (%v), phase events %q; want suspended with %q", res.Status, res.Err, seen, want)
+	}
+	if len(b.started) != 0 {
+		t.Errorf("a turn of the next phase was admitted after shutdown was asked")
+	}
+}
+
+// POST /api/daemon/shutdown with grace_ms shuts down with that grace, not the daemon's
+// own, and says which it has; a negative one is refused.
+func TestShutdownGraceOfTheRequest(t *testing.T) {
+	d, _, _, _ := shutdownFixture(t, 1)
+	h := d.handler(false)
+	post := func(body string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodPost, "/api/daemon/shutdown", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := post(`{"grace_ms": -5}`); rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "negative") {
+		t.Errorf("negative grace: HTTP %d %s", rec.Code, rec.Body)
+	}
+	rec := post(`{"grace_ms": 1500}`)
+	var reply ShutdownReply
+	if err := json.Unmarshal(rec.Body.Bytes(), &reply); err != nil || rec.Code != http.StatusAccepted || reply.GraceMS != 1500 {
+		t.Fatalf("shutdown: HTTP %d %s (%v); want 202 with grace_ms 1500", rec.Code, rec.Body, err)
+	}
+	if g := d.grace(); g != 1500*time.Millisecond {
+		t.Errorf("the shutdown has grace %s, want 1.5s (the daemon's own is 20s)", g)
+	}
+	// Asked again, the first request's grace stands.
+	if rec := post(`{"grace_ms": 9}`); !strings.Contains(rec.Body.String(), `"grace_ms":1500`) {
+		t.Errorf("second shutdown: %s; want the first one's grace", rec.Body)
+	}
+}
+
+// queued is how many turns wait in d's scheduler queue.
+func queued(d *Daemon) int {
+	st, _ := d.opts.Service.SchedulerStats()
+	n := 0
+	for _, l := range st.Lanes {
+		n += l.QueuedInteractive + l.QueuedBatch
+	}
+	return n
 }

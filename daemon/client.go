@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // ErrNotRunning is returned by Dial when no daemon serves the state dir.
@@ -168,24 +169,29 @@ func (c *Client) Approve(ctx context.Context, id, approvalID string, allow bool)
 	return c.do(ctx, http.MethodPost, "/api/runs/"+id+"/approve", ApproveRequest{ApprovalID: approvalID, Allow: &allow}, nil)
 }
 
-// Shutdown asks the daemon to stop, then waits until its process has exited (it holds
-// the state dir's lock until then), or ctx ends.
-func (c *Client) Shutdown(ctx context.Context) error {
+// Shutdown asks the daemon to stop (req.GraceMS: with that grace period instead of its
+// own), then waits until its process has exited (it holds the state dir's lock until
+// then): at most the grace period the daemon answers with plus margin, or until ctx ends.
+func (c *Client) Shutdown(ctx context.Context, req ShutdownRequest, margin time.Duration) error {
 	lock, err := os.OpenFile(filepath.Join(c.dir, LockFile), os.O_RDWR, 0)
 	if err != nil {
 		return fmt.Errorf("daemon %s: open its lock file: %w", c.dir, err)
 	}
 	defer lock.Close()
-	if err := c.do(ctx, http.MethodPost, "/api/daemon/shutdown", nil, nil); err != nil {
+	var reply ShutdownReply
+	if err := c.do(ctx, http.MethodPost, "/api/daemon/shutdown", req, &reply); err != nil {
 		return err
 	}
+	wait := time.Duration(reply.GraceMS)*time.Millisecond + margin
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- waitLock(lock) }()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("daemon %s: still stopping after the wait: %w", c.dir, ctx.Err())
+		return fmt.Errorf("daemon %s: still stopping after %s (its grace period plus %s): %w", c.dir, wait, margin, ctx.Err())
 	}
 }
 

@@ -100,6 +100,9 @@ type Daemon struct {
 	stopping atomic.Bool // no new runs once set
 	shutdown chan struct{}
 	stopOnce sync.Once
+	// stopGrace is the grace period the shutdown was asked with (ShutdownWithin); nil =
+	// Options.Grace.
+	stopGrace atomic.Pointer[time.Duration]
 
 	mu     sync.Mutex
 	hosted int                    // runs started or resumed here
@@ -136,8 +139,30 @@ func New(opts Options) (*Daemon, error) {
 		shutdown: make(chan struct{}), timers: map[string]*time.Timer{}}, nil
 }
 
-// Shutdown asks a running daemon to stop as SIGTERM does.
+// Shutdown asks a running daemon to stop as SIGTERM does, with Options.Grace.
 func (d *Daemon) Shutdown() { d.stopOnce.Do(func() { close(d.shutdown) }) }
+
+// ShutdownWithin asks a running daemon to stop as Shutdown does, giving hosted runs
+// grace (0 = none) instead of Options.Grace. It returns the grace period the shutdown
+// has: the first request's, when the daemon was already asked to stop.
+func (d *Daemon) ShutdownWithin(grace time.Duration) time.Duration {
+	if grace < 0 {
+		grace = 0
+	}
+	d.stopOnce.Do(func() {
+		d.stopGrace.Store(&grace)
+		close(d.shutdown)
+	})
+	return d.grace()
+}
+
+// grace is the grace period of the shutdown.
+func (d *Daemon) grace() time.Duration {
+	if g := d.stopGrace.Load(); g != nil {
+		return *g
+	}
+	return d.opts.Grace
+}
 
 // Run holds the state dir, serves the API and hosts runs until ctx ends or Shutdown is
 // called, then shuts down gracefully (see the package doc).
@@ -259,7 +284,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	case <-ctx.Done():
 		d.log.Printf("signalled: shutting down")
 	case <-d.shutdown:
-		d.log.Printf("asked to shut down")
+		d.log.Printf("asked to shut down (grace %s)", d.grace())
 	case runErr = <-serveErr:
 		d.log.Printf("serving failed: %v", runErr)
 	case why := <-gone:

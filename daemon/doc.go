@@ -11,8 +11,10 @@
 //
 // Runs outlive their callers: on start the daemon resumes every run left running by a
 // process that is gone and wakes suspended runs at their resume time; on shutdown it
-// stops admitting new runs and new turns (see Gate), gives the turns in flight a grace
-// period to finish and be journaled, then suspends the runs (each ends with its journal
-// and events stored) so the next start resumes them.
+// stops admitting new runs and new turns, queued ones included (see Gate), suspends a
+// run that reaches a new phase there (runtime.Service.Quiesce), gives the turns in
+// flight a grace period (Options.Grace, or the shutdown request's) to finish and be
+// journaled, then suspends the runs (each ends with its journal and events stored) so
+// the next start resumes them.
 // A daemon killed outright loses nothing either: the journal holds every finished call.
 package daemon

@@ -224,10 +224,13 @@ func (d *Daemon) drain() {
 	}
 	d.mu.Unlock()
 	if d.opts.Gate != nil {
+		// Nothing new once shutdown is asked: no turn is admitted, not even one that
+		// was queued, and a run that reaches a new phase is suspended there.
+		d.opts.Service.Quiesce()
 		d.opts.Gate.Close()
 	}
 	if live := d.opts.Service.Live(); len(live) > 0 {
-		d.log.Printf("shutdown: %d runs hosted; grace %s", len(live), d.opts.Grace)
+		d.log.Printf("shutdown: %d runs hosted; grace %s", len(live), d.grace())
 		d.settle(live)
 	}
 	for _, r := range d.opts.Service.Live() {
@@ -242,7 +245,7 @@ func (d *Daemon) drain() {
 // settle waits, at most the grace period, until the runs have ended or (behind a Gate)
 // no admitted turn is still running.
 func (d *Daemon) settle(live []*runtime.Run) {
-	grace := time.NewTimer(d.opts.Grace)
+	grace := time.NewTimer(d.grace())
 	defer grace.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

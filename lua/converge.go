@@ -289,7 +289,7 @@ func (v *vm) convergeCheck(L *glua.LState) int {
 				}
 				o.RawSetString("finding_schema", sch)
 			default:
-				msg = fmt.Sprintf("unknown option %q (known: %s)", key, strings.Join(convergeOptions, ", "))
+				msg = unknownOption(key, convergeOptions)
 			}
 		})
 		if msg != "" {

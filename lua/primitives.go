@@ -14,6 +14,7 @@ import (
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/internal/schema"
+	"github.com/luft-run/luft/internal/suggest"
 	"github.com/luft-run/luft/lua/luaval"
 	glua "github.com/yuin/gopher-lua"
 )
@@ -221,7 +222,7 @@ func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
 			}
 			req.Class = c
 		default:
-			bad = fmt.Errorf("unknown option %q (known: %s)", string(key), strings.Join(agentOptions, ", "))
+			bad = errors.New(unknownOption(string(key), agentOptions))
 		}
 	})
 	if bad != nil {
@@ -334,7 +335,7 @@ func (v *vm) parallelFn(pmap bool) glua.LGFunction {
 					}
 					failFast = bool(b)
 				default:
-					err = fmt.Errorf("unknown option %q (known: max_concurrency, fail_fast)", k.String())
+					err = errors.New(unknownOption(k.String(), []string{"max_concurrency", "fail_fast"}))
 				}
 			})
 			if err != nil {
@@ -1054,4 +1055,14 @@ func (v *vm) randomFn(L *glua.LState) int {
 func (v *vm) uuidFn(L *glua.LState) int {
 	L.Push(v.valueEffect(L, KindUUID, hashStrings(KindUUID), func() any { return v.cfg.UUID() }))
 	return 1
+}
+
+// unknownOption is the error text for an option name that is none of known: it names
+// the nearest known one when the name looks like a typo of it (promt: prompt).
+func unknownOption(key string, known []string) string {
+	msg := fmt.Sprintf("unknown option %q", key)
+	if near := suggest.Nearest(key, known); near != "" {
+		msg += fmt.Sprintf(": did you mean %q?", near)
+	}
+	return msg + " (known: " + strings.Join(known, ", ") + ")"
 }

@@ -108,7 +108,8 @@ end`, kind: KindRuntime, errSub: `test.lua:2: agent: missing required 'prompt' (
 		{name: "invalid schema ends the run", src: `function main()
   pcall(agent, {prompt="x", schema={type="objekt"}})
 end`, kind: KindRuntime, errSub: `option schema is not a valid JSON Schema`},
-		{name: "unknown option", src: `function main() agent{prompt="x", promt="y"} end`, kind: KindRuntime, errSub: `unknown option "promt"`},
+		{name: "unknown option", src: `function main() agent{prompt="x", promt="y"} end`, kind: KindRuntime, errSub: `unknown option "promt": did you mean "prompt"? (known: prompt,`},
+		{name: "unknown option, far from any", src: `function main() agent{prompt="x", colour="y"} end`, kind: KindRuntime, errSub: `unknown option "colour" (known: prompt,`},
 		{name: "bad option type", src: `function main() agent{prompt="x", max_tokens="10"} end`, kind: KindRuntime, errSub: "max_tokens must be a number"},
 		{name: "bad class", src: `function main() agent{prompt="x", class="urgent"} end`, kind: KindRuntime, errSub: `class must be "interactive" or "batch"`},
 		{name: "schema as table and JSON string", src: `function main()
@@ -211,7 +212,7 @@ end`, want: `[["echo: a1","echo: b1"],["echo: a2","echo: b2"]]`,
   report(pmap({"a","b"}, function(x, i) return agent{prompt=x}.output .. i end))
 end`, want: `["echo: a1","echo: b2"]`},
 		{name: "bad arguments", src: `function main() parallel({1}, "nope") end`, kind: KindRuntime, errSub: "argument 2 must be a function"},
-		{name: "bad option", src: `function main() parallel({1}, function() end, {max_concurency=2}) end`, kind: KindRuntime, errSub: `unknown option "max_concurency"`},
+		{name: "bad option", src: `function main() parallel({1}, function() end, {max_concurency=2}) end`, kind: KindRuntime, errSub: `unknown option "max_concurency": did you mean "max_concurrency"? (known: max_concurrency, fail_fast)`},
 	})
 }
 

@@ -40,6 +40,8 @@ type host struct {
 	journal  map[string]storage.Entry
 	pinned   map[string]storage.File
 	diverged bool
+	// heldPhase is the phase a quiesced Service did not start (Emit); VM goroutine only.
+	heldPhase int
 
 	mu        sync.Mutex
 	usage     agent.Usage
@@ -159,8 +161,37 @@ func (h *host) emit(typ string, data map[string]any) {
 	h.run.bus.emit(event.New(typ, data))
 }
 
-// Emit implements lua.Host.
-func (h *host) Emit(ev event.Event) { h.run.bus.emit(ev) }
+// Emit implements lua.Host. Once the Service is quiesced, a phase the script starts is
+// not started: the run is suspended there, and neither the phase's start nor its end is
+// emitted (the resume starts it).
+func (h *host) Emit(ev event.Event) {
+	switch ev.Type {
+	case event.PhaseStarted:
+		if h.e.quiesced.Load() {
+			h.heldPhase = phaseIDOf(ev)
+			h.run.Suspend()
+			return
+		}
+	case event.PhaseDone:
+		if h.heldPhase != 0 && phaseIDOf(ev) == h.heldPhase {
+			return
+		}
+	}
+	h.run.bus.emit(ev)
+}
+
+// phaseIDOf is the phase_id of a phase event.
+func phaseIDOf(ev event.Event) int {
+	switch id := ev.Data["phase_id"].(type) {
+	case int:
+		return id
+	case int64:
+		return int(id)
+	case float64:
+		return int(id)
+	}
+	return 0
+}
 
 // Value implements lua.Host: a recorded value is returned as it was; a fresh one is
 // journaled before the script sees it.

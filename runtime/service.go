@@ -10,8 +10,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -70,7 +74,15 @@ type Service struct {
 	live      map[string]*Run                    // runs driven by this process
 	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
 	hosted    map[string]int                     // runs a door of this process drives without a script (Host)
+
+	quiesced atomic.Bool // Quiesce was called
 }
+
+// Quiesce stops the runs of this Service from going into new work while their host
+// shuts down: from now on a run that reaches phase() is suspended there, without
+// starting the phase (a resume starts it). Calls already going are left to finish; the
+// host also stops admitting turns (the daemon's Gate).
+func (s *Service) Quiesce() { s.quiesced.Store(true) }
 
 // New returns a Service.
 func New(opts Options) (*Service, error) {
@@ -183,6 +195,13 @@ type ResumeSpec struct {
 	// auto-fixed script); it is pinned as the run's script, so it needs AllowChangedScript
 	// when it differs from the pinned one.
 	Source []byte
+	// Repeated holds start settings the caller gave again, by the name of luft run's
+	// flag (workflow, args, backend, model, class, timeout, max-agent-calls) with the
+	// value as given (args as JSON; a workflow path relative to this process's folder). A
+	// value equal to the run's own is no change and is accepted; a different one refuses
+	// the resume with ErrSettingChanged, since the run goes on with the settings it was
+	// started with.
+	Repeated map[string]string
 }
 
 // Status of a run.
@@ -243,6 +262,9 @@ var (
 	ErrNotResumable  = errors.New("run cannot be resumed")
 	ErrScriptChanged = errors.New("script changed since the run started")
 	ErrStillRunning  = errors.New("run is still running")
+	// ErrSettingChanged: ResumeSpec.Repeated gave a start setting a value other than
+	// the run's own.
+	ErrSettingChanged = errors.New("a resumed run runs with the settings it was started with")
 )
 
 // Run is one run driven by this process.
@@ -436,6 +458,15 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if row.Status == storage.StatusRunning && !s.driven(row) {
 		if row, err = s.settle(ctx, row); err != nil {
 			return nil, err
+		}
+	}
+	if len(rs.Repeated) > 0 {
+		var started Spec
+		if err := json.Unmarshal(row.Spec, &started); err != nil {
+			return nil, fmt.Errorf("run %s: resume: its stored spec is unreadable: %w", row.ID, err)
+		}
+		if err := sameSettings(started, rs.Repeated); err != nil {
+			return nil, fmt.Errorf("run %s: resume refused: %w", row.ID, err)
 		}
 	}
 	if row.Status == storage.StatusCompleted {
@@ -848,4 +879,83 @@ func defaultBackoff(attempt int) time.Duration {
 	}
 	// Full jitter keeps many failing calls from retrying in lockstep.
 	return time.Duration(float64(d) * (0.5 + 0.5*rand.Float64()))
+}
+
+// sameSettings checks start settings given again on a resume against those the run was
+// started with (ResumeSpec.Repeated): the same value is no change; any other is refused,
+// naming the run's value.
+func sameSettings(started Spec, given map[string]string) error {
+	names := make([]string, 0, len(given))
+	for name := range given {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := given[name]
+		var own string
+		same := false
+		switch name {
+		case "backend":
+			own, same = started.Backend, v == started.Backend
+		case "model":
+			own, same = started.Model, v == started.Model
+		case "class":
+			c := started.Class
+			if c == "" {
+				c = agent.ClassInteractive
+			}
+			own, same = string(c), v == string(c)
+		case "timeout":
+			own = started.Timeout.String()
+			d, err := time.ParseDuration(v)
+			same = err == nil && d == started.Timeout
+		case "workflow":
+			own, same = started.Path, samePath(v, started.Path)
+		case "args":
+			b, _ := json.Marshal(started.Args)
+			own, same = string(b), sameJSON(v, started.Args)
+		case "max-agent-calls":
+			own = strconv.Itoa(started.Limits.MaxAgentCalls)
+			n, err := strconv.Atoi(v)
+			same = err == nil && n == started.Limits.MaxAgentCalls
+		default:
+			return fmt.Errorf("--%s is not a start setting a resume can check", name)
+		}
+		if same {
+			continue
+		}
+		if own == "" {
+			return fmt.Errorf("--%s %s: the run was started without --%s: %w (drop --%s)", name, v, name, ErrSettingChanged, name)
+		}
+		return fmt.Errorf("--%s %s differs from the run's %s: %w (drop --%s, or give --%s %s)", name, v, own, ErrSettingChanged, name, name, own)
+	}
+	return nil
+}
+
+// samePath reports whether two workflow paths name the same file, as this process reads
+// them.
+func samePath(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	x, err1 := filepath.Abs(a)
+	y, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && x == y
+}
+
+// sameJSON reports whether the JSON text given holds the same value as v.
+func sameJSON(given string, v any) bool {
+	var g any
+	if err := json.Unmarshal([]byte(given), &g); err != nil {
+		return false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	var w any
+	if err := json.Unmarshal(b, &w); err != nil {
+		return false
+	}
+	return reflect.DeepEqual(g, w)
 }

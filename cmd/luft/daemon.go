@@ -39,7 +39,8 @@ const startWait = 30 * time.Second
 type daemonFlags struct {
 	foreground bool
 	listen     string
-	grace      time.Duration
+	grace      time.Duration // daemon start --grace
+	stopGrace  time.Duration // daemon stop --grace
 	json       bool
 }
 
@@ -60,6 +61,9 @@ returns, luft attach RUN shows a hosted run.`,
 		Short: "Start the daemon of the state dir (detached unless --foreground)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.grace <= 0 {
+				return usageErr("invalid --grace %s: give a positive duration such as 10s (luft daemon stop --grace 0s suspends the runs at once)", f.grace)
+			}
 			if f.foreground {
 				return serveDaemon(cmd.Context(), e, g, f)
 			}
@@ -79,16 +83,22 @@ returns, luft attach RUN shows a hosted run.`,
 				return err
 			}
 			defer c.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), f.grace+startWait)
-			defer cancel()
-			if err := c.Shutdown(ctx); err != nil {
+			var req daemon.ShutdownRequest
+			if cmd.Flags().Changed("grace") {
+				if f.stopGrace < 0 {
+					return usageErr("invalid --grace %s: give 0 (suspend the runs at once) or more", f.stopGrace)
+				}
+				ms := f.stopGrace.Milliseconds()
+				req.GraceMS = &ms
+			}
+			if err := c.Shutdown(context.Background(), req, startWait); err != nil {
 				return err
 			}
 			fmt.Fprintln(e.stdout, "luft daemon stopped")
 			return nil
 		},
 	}
-	stop.Flags().DurationVar(&f.grace, "grace", 10*time.Second, "the daemon's grace period (stop waits that long plus 30s)")
+	stop.Flags().DurationVar(&f.stopGrace, "grace", 0, "how long hosted runs may go on before they are suspended (default: the grace of daemon start, 10s unless set; 0s = at once); stop waits that long plus 30s")
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show the daemon's pid, address, uptime, version, runs and scheduler lanes",
@@ -384,7 +394,7 @@ func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args an
 	var id string
 	if f.resume {
 		id, err = c.Resume(ctx, resumeRef, daemon.ResumeRequest{AllowChangedScript: f.allowChanged,
-			RerunFromDivergence: f.rerunDiverged, Caller: cliCaller(e)})
+			RerunFromDivergence: f.rerunDiverged, Caller: cliCaller(e), Repeated: f.repeated})
 	} else {
 		var path string
 		var src []byte

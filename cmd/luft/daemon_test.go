@@ -699,3 +699,92 @@ end`})
 		t.Errorf("after SIGTERM the run is %q (%v), want suspended", r.Status, err)
 	}
 }
+
+// luft daemon stop --grace gives the hosted runs that grace, not the one the daemon was
+// started with: a run busy in a long call is suspended after 1s although the daemon's
+// own grace is 10 minutes. A negative grace is a usage error.
+func TestDaemonStopGrace(t *testing.T) {
+	t.Parallel()
+	dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=600000")
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": `function main() agent{prompt = "long"} end`})
+	st := storeView(t, dt.state)
+	defer st.Close()
+	dt.start("--grace", "10m")
+	id, errOut, code := dt.luft("run", "--detach", "-w", "wf.lua")
+	id = strings.TrimSpace(id)
+	if code != 0 {
+		t.Fatalf("run --detach: exit %d\n%s", code, errOut)
+	}
+	waitFor(t, 30*time.Second, "the call to start", func() bool {
+		evs, _ := st.EventsOfType(context.Background(), id, 0, 0, []string{event.AgentStarted})
+		return len(evs) > 0
+	})
+	if _, errOut, code := dt.luft("daemon", "stop", "--grace", "-1s"); code != 2 || !strings.Contains(errOut, "invalid --grace -1s") {
+		t.Errorf("stop --grace -1s: exit %d\n%s", code, errOut)
+	}
+	for _, g := range []string{"0s", "-1s"} {
+		if _, errOut, code := dt.luft("daemon", "start", "--foreground", "--grace", g); code != 2 || !strings.Contains(errOut, "invalid --grace "+g+": give a positive duration") {
+			t.Errorf("start --grace %s: exit %d\n%s", g, code, errOut)
+		}
+	}
+	if out, errOut, code := dt.luft("daemon", "stop", "--grace", "1s"); code != 0 || !strings.Contains(out, "luft daemon stopped") {
+		t.Fatalf("stop --grace 1s: exit %d\n%s%s", code, out, errOut)
+	}
+	log, _ := os.ReadFile(filepath.Join(dt.state, daemon.LogFile))
+	if !strings.Contains(string(log), "asked to shut down (grace 1s)") || !strings.Contains(string(log), "runs hosted; grace 1s") {
+		t.Errorf("the daemon's log does not say grace 1s:\n%s", log)
+	}
+	row, err := st.GetRun(context.Background(), id)
+	if err != nil || row.Status != storage.StatusSuspended {
+		t.Errorf("after stop the run is %q (%v), want suspended", row.Status, err)
+	}
+}
+
+// A resume hosted by the daemon accepts start flags repeated with the run's own value
+// and refuses a different one, as a resume in the calling process does.
+func TestDaemonResumeRepeatedFlags(t *testing.T) {
+	t.Parallel()
+	dt := newDaemonTest(t)
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": `function main()
+  local r = agent{prompt = "x"}
+  if not r.ok then error("the call failed") end
+  report(r.text)
+end`})
+	_, errOut, code := luftIn(t, dt.dir, []string{"LUFT_DAEMON=off", "LUFT_MOCK_FAIL=error"},
+		"--state-dir", dt.state, "run", "-w", "wf.lua", "-b", "mock", "--timeout", "1m")
+	if code != 1 {
+		t.Fatalf("the failing run: exit %d\n%s", code, errOut)
+	}
+	st := storeView(t, dt.state)
+	defer st.Close()
+	runs, err := st.ListRuns(context.Background(), storage.ListOptions{})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("runs: %v %v", runs, err)
+	}
+	id := runs[0].ID
+	info := dt.start()
+	if _, errOut, code := dt.luft("run", "--resume", id, "-b", "acp:codex"); code != 2 ||
+		!strings.Contains(errOut, "--backend acp:codex differs from the run's mock") {
+		t.Errorf("resume with another backend: exit %d\n%s", code, errOut)
+	}
+	if _, errOut, code := dt.luft("run", "--resume", id, "--timeout", "2m"); code != 2 ||
+		!strings.Contains(errOut, "--timeout 2m0s differs from the run's 1m0s") {
+		t.Errorf("resume with another timeout: exit %d\n%s", code, errOut)
+	}
+	// --detach: what is checked is the daemon's answer, not the view that attaches.
+	out, errOut, code := dt.luft("run", "--resume", id, "-b", "mock", "--timeout", "60s", "--detach")
+	if code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("resume with the same flags: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 30*time.Second, "the resumed run to complete", func() bool {
+		r, err := st.GetRun(context.Background(), id)
+		return err == nil && r.Status == storage.StatusCompleted
+	})
+	evs, _ := st.EventsOfType(context.Background(), id, 0, 0, []string{event.RunStarted})
+	if len(evs) != 2 || runtime.AttemptOf(evs[1]) != 2 {
+		t.Fatalf("run_started events: %v", evs)
+	}
+	if row, _ := st.GetRun(context.Background(), id); row.PID != info.PID {
+		t.Errorf("the resume ran in pid %d, not in the daemon (%d)", row.PID, info.PID)
+	}
+}

@@ -6,10 +6,12 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/luft-run/luft/internal/suggest"
 	"github.com/luft-run/luft/internal/version"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes of SPEC §1.
@@ -57,8 +59,8 @@ func newRootCmd(e *env) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.stateDir, "state-dir", "", "where runs are kept (default $LUFT_HOME, else ./.luft)")
 	root.PersistentFlags().BoolVar(&g.noColor, "no-color", false, "no colour in human output (also NO_COLOR)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "lowest level of script log lines shown in progress output: trace, debug, info, warn or error")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return &exitError{code: exitUsage, err: plainFlagError(err), usage: true}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: suggestFlag(c, plainFlagError(err)), usage: true}
 	})
 	root.AddCommand(newRunCmd(e, g), newValidateCmd(e), newVersionCmd(e), newBackendCmd(e, g),
 		newListCmd(e, g), newStatusCmd(e, g), newLogsCmd(e, g), newPhasesCmd(e, g), newCancelCmd(e, g),
@@ -69,7 +71,67 @@ func newRootCmd(e *env) *cobra.Command {
 	root.Version = "-"
 	root.SetVersionTemplate(versionLine())
 	completionCmd(root)
+	commandGroups(root)
 	return root
+}
+
+// commandGroups makes a word after a command group (luft daemon strat) that names none
+// of its subcommands a usage error with the nearest one, instead of cobra's help page with
+// exit 0. The group alone still prints its help.
+func commandGroups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		commandGroups(sub)
+	}
+	if !c.HasSubCommands() || c.Name() == "completion" {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		return unknownCommand(cmd, args[0])
+	}
+	if !c.Runnable() {
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
+}
+
+// unknownCommand is the usage error for a word that is none of cmd's subcommands.
+func unknownCommand(cmd *cobra.Command, word string) error {
+	var names []string
+	for _, sub := range cmd.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", word, cmd.CommandPath())
+	if near := suggest.Nearest(word, names); near != "" {
+		msg += fmt.Sprintf(": did you mean '%s %s'?", cmd.CommandPath(), near)
+	}
+	return &exitError{code: exitUsage, usage: true, err: fmt.Errorf("%s (its commands: %s)", msg, strings.Join(names, ", "))}
+}
+
+// unknownFlagRe matches pflag's error for a long flag it does not know.
+var unknownFlagRe = regexp.MustCompile(`^unknown flag: --([^\s=]+)$`)
+
+// suggestFlag adds the nearest flag of c to an unknown flag's error.
+func suggestFlag(c *cobra.Command, err error) error {
+	m := unknownFlagRe.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	var names []string
+	add := func(f *pflag.Flag) {
+		if !f.Hidden {
+			names = append(names, f.Name)
+		}
+	}
+	c.LocalFlags().VisitAll(add)
+	c.InheritedFlags().VisitAll(add)
+	if near := suggest.Nearest(m[1], names); near != "" {
+		return fmt.Errorf("%w (did you mean --%s?)", err, near)
+	}
+	return err
 }
 
 // strconvRe matches the Go parser's own words in pflag's errors ("strconv.ParseInt:
@@ -193,8 +255,11 @@ Install for one user, for example:
 			if len(args) == 0 {
 				return cmd.Help()
 			}
-			return &exitError{code: exitUsage, usage: true,
-				err: fmt.Errorf("completion: unknown shell %q (use bash, zsh, fish or powershell)", args[0])}
+			msg := fmt.Sprintf("completion: unknown shell %q", args[0])
+			if near := suggest.Nearest(args[0], []string{"bash", "zsh", "fish", "powershell"}); near != "" {
+				msg += fmt.Sprintf(": did you mean %s?", near)
+			}
+			return &exitError{code: exitUsage, usage: true, err: fmt.Errorf("%s (use bash, zsh, fish or powershell)", msg)}
 		}
 	}
 }

@@ -29,6 +29,7 @@ type runFlags struct {
 	resume         bool
 	allowChanged   bool
 	rerunDiverged  bool
+	repeated       map[string]string // start flags given again with --resume, by name (runtime.ResumeSpec.Repeated)
 	workflow       string
 	args           string
 	output         string
@@ -54,6 +55,9 @@ type runFlags struct {
 	autoFix      bool
 }
 
+// resumeChecked are the start flags a resume accepts only with the run's own value.
+var resumeChecked = []string{"workflow", "args", "backend", "model", "class", "timeout", "max-agent-calls"}
+
 func newRunCmd(e *env, g *globalFlags) *cobra.Command {
 	f := &runFlags{}
 	cmd := &cobra.Command{
@@ -74,17 +78,34 @@ and exits 0.`,
 				return err
 			}
 			if f.resume {
-				if f.workflow != "" || f.args != "" {
-					return usageErr("--resume runs the stored workflow with its stored args; drop --workflow and --args")
-				}
 				// A resume runs the run as it was started: settings that would change
 				// what its calls compute or how the run is limited are refused, not
-				// silently ignored.
-				for _, name := range []string{"backend", "model", "class", "timeout", "max-agent-calls"} {
-					if cmd.Flags().Changed(name) {
-						return usageErr("--%s cannot change a resumed run: it runs with the settings it was started with", name)
+				// silently ignored. Given again with the run's own value, they change
+				// nothing and are accepted (the resume checks them against the run).
+				f.repeated = nil
+				for _, name := range resumeChecked {
+					if fl := cmd.Flags().Lookup(name); fl.Changed {
+						if f.repeated == nil {
+							f.repeated = map[string]string{}
+						}
+						f.repeated[name] = fl.Value.String()
 					}
 				}
+				if _, ok := f.repeated["args"]; ok {
+					if _, err := parseArgs(f.args); err != nil {
+						return err
+					}
+					if strings.TrimSpace(f.args) == "" {
+						f.repeated["args"] = "{}" // what a run started without --args has
+					}
+				}
+				if w := f.repeated["workflow"]; w != "" {
+					// The daemon, when it hosts the resume, reads paths from its own folder.
+					if abs, err := filepath.Abs(w); err == nil {
+						f.repeated["workflow"] = abs
+					}
+				}
+				f.workflow, f.args = "", ""
 				if len(args) > 1 {
 					return usageErr("--resume takes one run id (or none for the newest unfinished run)")
 				}
@@ -281,9 +302,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}
 	if f.resume {
-		run, err = svc.Resume(ctx, runtime.ResumeSpec{Run: resumeRef, AllowChangedScript: f.allowChanged, RerunFromDivergence: f.rerunDiverged})
+		run, err = svc.Resume(ctx, runtime.ResumeSpec{Run: resumeRef, AllowChangedScript: f.allowChanged, RerunFromDivergence: f.rerunDiverged,
+			Repeated: f.repeated})
 		if err != nil {
 			switch {
+			case errors.Is(err, runtime.ErrSettingChanged):
+				return usageErr("%v", err)
 			case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
 				return runRefError(err)
 			case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):
