@@ -43,7 +43,11 @@ type Agent struct {
 	Status                           AgentStatus
 	Result                           string // agent_done's status: ok, error, cancelled, timed_out
 	Started, Ended                   time.Time
-	Elapsed                          time.Duration // agent_done's elapsed_ms
+	Elapsed                          time.Duration // agent_done's elapsed_ms: its whole time
+	// Ran is the part of Elapsed the agent itself took; Queued and Approval the parts it
+	// waited for a scheduler slot and for a person (agent_done's run_ms, queued_ms,
+	// approval_ms; events from before they existed have only Elapsed, all of it Ran).
+	Ran, Queued, Approval time.Duration
 	Lane                             string        // the lane it queued or waited on
 	Position                         int           // its place in the lane's queue when it queued
 	Reason                           string        // why it waits or retries
@@ -172,6 +176,7 @@ type State struct {
 	running agentList             // Running agents, in the order they started running
 	waiting agentList             // Queued, Waiting, Retrying and Suspended agents, in the order they stopped
 	queues  map[string]*laneQueue // agents queued per lane, to hand a freed slot to
+	others  map[string][2]int     // per lane, other runs' running and queued turns at the last sample
 	counts  [numStatuses]int      // active agents by status
 	recent  []*Agent              // the latest finished agents, oldest first
 	logs    []LogLine             // the latest log lines, oldest first
@@ -643,6 +648,10 @@ func (s *State) agentDone(ev event.Event) {
 	}
 	a.Cost = num(d["cost"])
 	a.Elapsed, a.Ended = msOf(d, "elapsed_ms"), ev.TS
+	a.Ran, a.Queued, a.Approval = a.Elapsed, msOf(d, "queued_ms"), msOf(d, "approval_ms")
+	if _, ok := d["run_ms"]; ok {
+		a.Ran = msOf(d, "run_ms")
+	}
 	if n := intOf(d, "attempts"); n > 0 {
 		a.Attempt = n
 	}

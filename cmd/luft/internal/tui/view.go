@@ -47,7 +47,7 @@ func (b *board) render() string {
 		b.line(subStyle, sub)
 	}
 	b.line(b.sty.Plain, b.totals())
-	for _, l := range laneLines(b.lanes, b.now, maxLaneLines) {
+	for _, l := range laneLines(st.lanes(b.lanes), b.now, maxLaneLines) {
 		b.line(b.sty.Dim, l)
 	}
 
@@ -456,12 +456,13 @@ func (b *board) agentRow(a *Agent, c agentCols) (string, lipgloss.Style) {
 			tok = "~" + fmtTok(a.Streamed) // output so far, estimated from the streamed text
 		}
 	} else {
-		if a.Elapsed > 0 {
-			el = fmtDur(a.Elapsed)
+		if a.Ran > 0 {
+			el = fmtDur(a.Ran)
 		}
 		if a.Tokens > 0 {
 			tok = fmtTok(a.Tokens)
 		}
+		text = join(a.waits(), text)
 	}
 	row := glyph + " " + pad(a.Label(), c.name)
 	if c.where > 0 {
@@ -484,7 +485,10 @@ func (b *board) agentInfo(a *Agent) (string, lipgloss.Style) {
 	case a.Status.Active() && !a.Started.IsZero():
 		state += " " + fmtClock(b.now.Sub(a.Started))
 	case !a.Status.Active() && a.Elapsed > 0:
-		state += " in " + fmtDur(a.Elapsed)
+		state += " in " + fmtDur(a.Ran)
+		if w := a.waits(); w != "" {
+			state += " (" + w + ")"
+		}
 	}
 	var tok string
 	if a.Tokens > 0 {
