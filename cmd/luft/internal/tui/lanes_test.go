@@ -137,3 +137,21 @@ func TestFinishedAgentShowsItsWaitApart(t *testing.T) {
 		}
 	}
 }
+
+// A running agent's clock on the board counts from when it ran, not from when it asked:
+// 3 s queued for a slot and 3 s running shows 3s, not 6s.
+func TestRunningClockLeavesOutTheQueue(t *testing.T) {
+	s := &script{}
+	s.started().agent("main/1", "first", 0).agent("main/2", "second", 0).queued("main/2", 1)
+	s.wait(3).done("main/1", "first", 10, 5, 3*time.Second) // its slot goes to second
+	st := Fold(StateOptions{}, s.evs...)
+	a := st.Agent("main/2")
+	now := s.now().Add(3 * time.Second)
+	if a.Status != Running || a.RunTime(now) != 3*time.Second {
+		t.Fatalf("second: %s, run time %s at 3 s after it got the slot, want running 3s", a.Status, a.RunTime(now))
+	}
+	b := &board{st: st, now: now, w: 120, sty: NoColor(), loc: time.UTC}
+	if row, _ := b.agentRow(a, b.cols([]*Agent{a})); !strings.Contains(row, " 3s ") || strings.Contains(row, "6s") {
+		t.Fatalf("row %q, want its clock at 3s", row)
+	}
+}

@@ -449,8 +449,8 @@ func (b *board) agentRow(a *Agent, c agentCols) (string, lipgloss.Style) {
 	glyph, text, style := b.agentState(a)
 	var el, tok string
 	if a.Status.Active() {
-		if !a.Started.IsZero() {
-			el = fmtClock(b.now.Sub(a.Started))
+		if run := a.RunTime(b.now); run > 0 || a.Status == Running {
+			el = fmtClock(run)
 		}
 		if a.Streamed > 0 {
 			tok = "~" + fmtTok(a.Streamed) // output so far, estimated from the streamed text
@@ -483,7 +483,7 @@ func (b *board) agentInfo(a *Agent) (string, lipgloss.Style) {
 	state := a.Status.String()
 	switch {
 	case a.Status.Active() && !a.Started.IsZero():
-		state += " " + fmtClock(b.now.Sub(a.Started))
+		state += " " + fmtClock(a.RunTime(b.now))
 	case !a.Status.Active() && a.Elapsed > 0:
 		state += " in " + fmtDur(a.Ran)
 		if w := a.waits(); w != "" {
