@@ -34,7 +34,7 @@ type session struct {
 	collecting bool // between session/prompt and its answer; replayed history is ignored
 	closed     bool // Run has returned: report nothing more
 	text       strings.Builder
-	toolGap    bool // a tool call came after the last text
+	toolGap    bool   // a tool call came after the last text
 	messageID  string // the messageId of the last reply chunk that had one
 	tools      map[sdk.ToolCallId]toolState
 	approval   *tools.ApprovalError
