@@ -155,3 +155,16 @@ func TestRunningClockLeavesOutTheQueue(t *testing.T) {
 		t.Fatalf("row %q, want its clock at 3s", row)
 	}
 }
+
+// A proxied turn's agent_done has wait_ms (its time in luft's queue) inside elapsed_ms: the
+// board shows the rest as its time, the wait apart.
+func TestProxiedTurnShowsItsWaitApart(t *testing.T) {
+	s := &script{}
+	s.started().agent("turn/1", "turn 1", 0)
+	s.wait(6).add(event.AgentDone, map[string]any{"call_key": "turn/1", "name": "turn 1", "status": "ok", "tokens": 30,
+		"elapsed_ms": 6000, "wait_ms": 3000, "backend": "openai", "model": "gpt-4o"})
+	a := Fold(StateOptions{}, s.evs...).Agent("turn/1")
+	if a.Ran != 3*time.Second || a.Queued != 3*time.Second {
+		t.Fatalf("ran %s, queued %s; want 3s each", a.Ran, a.Queued)
+	}
+}

@@ -666,8 +666,14 @@ func (s *State) agentDone(ev event.Event) {
 	a.Cost = num(d["cost"])
 	a.Elapsed, a.Ended = msOf(d, "elapsed_ms"), ev.TS
 	a.Ran, a.Queued, a.Approval = a.Elapsed, msOf(d, "queued_ms"), msOf(d, "approval_ms")
-	if _, ok := d["run_ms"]; ok {
+	_, hasRun := d["run_ms"]
+	_, hasWait := d["wait_ms"]
+	switch {
+	case hasRun:
 		a.Ran = msOf(d, "run_ms")
+	case hasWait: // a proxied turn: elapsed_ms with its wait_ms in luft's queue
+		a.Queued = msOf(d, "wait_ms")
+		a.Ran = max(a.Elapsed-a.Queued, 0)
 	}
 	if n := intOf(d, "attempts"); n > 0 {
 		a.Attempt = n
