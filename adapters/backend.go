@@ -116,7 +116,7 @@ type Progress func(Update)
 
 // Update is one piece of streamed progress.
 type Update struct {
-	Kind string // "text" (a chunk of the reply), "message" (a whole message), "tool_call", "tool_result", "edit", "thought"
+	Kind string // "text" (a chunk of the reply), "message" (a whole message), "tool_call", "tool_result", "edit", "thought", "notice" (the agent about itself, not part of the reply)
 	Text string
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,6 +33,7 @@ func (s setTools) Resolve(_ context.Context, names []string) ([]tools.Tool, erro
 func noteBackend(t *testing.T) (b adapters.Backend, ws string) {
 	t.Helper()
 	eng := testkit.NewEngine(testkit.Config{ToolRules: []testkit.ToolRule{
+		{Match: "long note", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"long.txt","content":"` + strings.Repeat("y", 600) + `"}`}}, Reply: "done"},
 		{Match: "note", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"n.txt","content":"x"}`}}, Reply: "done"},
 	}})
 	srv := httptest.NewServer(testkit.NewServer(eng).Handler())
@@ -133,7 +135,7 @@ func TestDashboardApproval(t *testing.T) {
 	}
 	b, ws := noteBackend(t)
 	addr, d, _ := serveDashboardWith(t, true, b)
-	id := startRun(t, d, `function main() report(agent{backend = "fake", prompt = "note", tools = {"write_file"}}.output) end`)
+	id := startRun(t, d, `function main() report(agent{backend = "fake", prompt = "long note", tools = {"write_file"}}.output) end`)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 		chromedp.WindowSize(1200, 900), chromedp.Flag("disable-dev-shm-usage", true))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -148,7 +150,25 @@ func TestDashboardApproval(t *testing.T) {
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate("http://"+addr+"/#/runs/"+id),
 		until(`document.querySelector('#run-status').textContent === 'awaiting_approval'`),
-		until(`!document.querySelector('#approvals').hidden && document.querySelector('#approvals-list').textContent.includes('n.txt')`),
+		until(`!document.querySelector('#approvals').hidden && document.querySelector('#approvals-list').textContent.includes('long.txt')`),
+		// The agent waits for a person, it does not run.
+		until(`document.querySelector('#agents-body').textContent.includes('awaiting_approval')`),
+	); err != nil {
+		t.Fatalf("the waiting call in the dashboard: %v", err)
+	}
+	if rows := eval(ctx, t, `document.querySelector('#agents-body').textContent`); strings.Contains(rows, "running") {
+		t.Errorf("agents while the tool call waits: %q, want awaiting_approval, not running", rows)
+	}
+	// On a phone the 600-character argument wraps: no sideways scrolling.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2))); err != nil {
+		t.Fatal(err)
+	}
+	if ws, width := eval(ctx, t, `getComputedStyle(document.querySelector('#approvals-list pre')).whiteSpace`),
+		eval(ctx, t, `String(document.documentElement.scrollWidth)`); ws != "pre-wrap" || width != "390" {
+		t.Errorf("approval arguments on a phone: white-space %s, page width %s (want pre-wrap and no horizontal scroll at 390)", ws, width)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.EmulateViewport(1200, 900),
 		// Clicked in the page in one step: the list is redrawn as events arrive, so a
 		// node looked up first and clicked after may be gone by then.
 		until(`(() => { const b = document.querySelector('#approvals-list button[data-allow="true"]'); if (!b) return false; b.click(); return true; })()`),
@@ -157,7 +177,23 @@ func TestDashboardApproval(t *testing.T) {
 	); err != nil {
 		t.Fatalf("approve in the dashboard: %v", err)
 	}
-	if b, err := os.ReadFile(filepath.Join(ws, "n.txt")); err != nil || string(b) != "x" {
-		t.Fatalf("n.txt after allow: %q %v", b, err)
+	if b, err := os.ReadFile(filepath.Join(ws, "long.txt")); err != nil || len(b) != 600 {
+		t.Fatalf("long.txt after allow: %q %v", b, err)
+	}
+	// The latency shown is the agent's run_ms: the person's wait is named apart, if at all.
+	evs, _, err := d.opts.Service.Events(context.Background(), id, runtime.EventsOptions{Types: []string{event.AgentDone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done event.Event
+	for ev := range evs {
+		done = ev
+	}
+	if err := chromedp.Do(ctx, until(`document.querySelector('#agents-body').textContent.includes(' ms')`)); err != nil {
+		t.Fatal(err)
+	}
+	cell := eval(ctx, t, `document.querySelector('#agents-body td[data-l="latency"]').textContent`)
+	if run := fmt.Sprint(done.Data["run_ms"]); run == "<nil>" || !strings.HasPrefix(cell, run+" ms") {
+		t.Errorf("latency cell %q, agent_done %v: want its run_ms first", cell, done.Data)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -135,15 +136,16 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the dashboard test needs Debian's chromium (apt-get install chromium; .ci/run installs it): %v", err)
 	}
 	addr, d, g := serveDashboard(t)
-	md := startRun(t, d, `function main() agent{prompt = "x"} report({markdown = "# Findings\n\n- **first** point\n- second <b>point</b>\n\n`+"```"+`\ncode()\n`+"```"+`"}) end`)
+	md := startRun(t, d, `function main() agent{prompt = "x"} report({markdown = "# Findings\n\n- **first** point\n- second <b>point</b>\n\n`+"```"+`\ncode()\n`+"```"+`\n\n| file | issue |\n|---|---|\n| a.go | <img src=x onerror=alert(1)> |\n| b.go | **leak** |"}) end`)
 	js := startRun(t, d, `function main() report({score = 7, items = {"a", "b"}, nested = {ok = true}}) end`)
 	for _, id := range []string{md, js} {
 		if _, err := d.opts.Service.Wait(context.Background(), id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	live := startRun(t, d, `function main()
-  phase("gathering")
+	live := startRun(t, d, `meta = { phases = { { label = "gathering" }, { label = "wrapping up", description = "the end" } } }
+function main()
+  phase("gathering", 2)
   log("before the gate")
   agent{prompt = "one", backend = "gate"}
   log("after release")
@@ -202,6 +204,16 @@ end`)
 	if strong != "first" || !strings.Contains(raw, "second <b>point</b>") || !strings.Contains(raw, "code()") {
 		t.Errorf("markdown report: strong %q, text:\n%s", strong, raw)
 	}
+	// A markdown table is a table, its cells escaped like any text.
+	table := eval(ctx, t, `[...document.querySelectorAll('#report table th, #report table td')].map((c) => c.textContent).join('|') +
+		' img:' + document.querySelectorAll('#report img').length + ' strong:' + document.querySelectorAll('#report td strong').length`)
+	if table != "file|issue|a.go|<img src=x onerror=alert(1)>|b.go|leak img:0 strong:1" || strings.Contains(raw, "|---|") {
+		t.Errorf("markdown table: %q, report text:\n%s", table, raw)
+	}
+	// The favicon a browser asks for needs no token, like the page.
+	if status := eval(ctx, t, `(() => { const x = new XMLHttpRequest(); x.open('GET', '/favicon.ico', false); x.send(); return String(x.status); })()`); status != "200" {
+		t.Errorf("GET /favicon.ico from the page: HTTP %s, want 200 without the token", status)
+	}
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/#/runs/"+js),
 		until(`document.querySelector('#report details') !== null && document.querySelector('#report').textContent.includes('score')`),
@@ -215,8 +227,14 @@ end`)
 		until(`document.querySelector('#events').textContent.includes('before the gate')`),
 		until(`document.querySelector('#agents-body').textContent.includes('running')`),
 		until(`document.querySelector('#phases-body').textContent.includes('gathering')`),
+		// The planned column: the agents phase() planned; a phase of meta.phases that has
+		// not started is listed as such.
+		until(`document.querySelector('#phases-body').textContent.includes('wrapping up')`),
 	); err != nil {
 		t.Fatalf("live run: %v", err)
+	}
+	if phases := eval(ctx, t, `[...document.querySelectorAll('#phases-body tr')].map((r) => [...r.cells].map((c) => c.textContent).join(',')).join(' / ')`); phases != "gathering,running,2 agents,0,0 / wrapping up the end,not started,in plan,," {
+		t.Errorf("phases table: %q", phases)
 	}
 	g.release <- struct{}{} // the first gated call answers; the script goes on
 	if err := chromedp.Do(ctx,
@@ -231,6 +249,32 @@ end`)
 	}
 	if row, err := d.opts.Service.Status(context.Background(), live); err != nil || row.Status != storage.StatusCancelled {
 		t.Errorf("after the cancel button the run is %q (%v)", row.Status, err)
+	}
+
+	// A proxy run (as the proxy records one) says what it is instead of an empty phases
+	// table and "no report yet".
+	proxyRun := "0194a7c2-5e1f-7b3a-9c1d-2f3e4a5b6c7e"
+	if err := d.opts.Store.CreateRun(context.Background(), storage.Run{ID: proxyRun, Workflow: "proxy:claude", Status: storage.StatusRunning,
+		Attempt: 1, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.opts.Store.Append(context.Background(), proxyRun,
+		event.New(event.RunStarted, map[string]any{"workflow": "proxy:claude", "attempt": 1,
+			"args": map[string]any{"caller": "claude", "model": "m", "idle_timeout_ms": 20 * 60 * 1000}}),
+		event.New(event.AgentStarted, map[string]any{"call_key": "turn/1", "name": "turn 1", "backend": "mock", "model": "m"}),
+		event.New(event.AgentDone, map[string]any{"call_key": "turn/1", "name": "turn 1", "status": "ok", "tokens": 12, "elapsed_ms": 40, "wait_ms": 0})); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/#/runs/"+proxyRun),
+		until(`!document.querySelector('#proxy-note').hidden && document.querySelector('#proxy-note').textContent.includes('20 minutes')`),
+		until(`document.querySelector('#agents-body').textContent.includes('turn 1')`),
+	); err != nil {
+		t.Fatalf("proxy run page: %v", err)
+	}
+	if note, hidden := eval(ctx, t, `document.querySelector('#proxy-note').textContent`),
+		eval(ctx, t, `String(document.querySelector('#phases-section').hidden && document.querySelector('#report-section').hidden)`); !strings.Contains(note, "ends by itself after 20 minutes without a turn") || hidden != "true" {
+		t.Errorf("proxy run page: note %q, phases and report hidden %s", note, hidden)
 	}
 
 	// Dark mode and phone width.
@@ -260,7 +304,7 @@ end`)
 func TestDashboardFiles(t *testing.T) {
 	d, _ := newTestDaemon(t)
 	h := d.handler(true)
-	for _, path := range []string{"/", "/ui/app.js", "/ui/style.css"} {
+	for _, path := range []string{"/", "/ui/app.js", "/ui/style.css", "/favicon.ico", "/ui/favicon.svg"} {
 		req, _ := http.NewRequest("GET", "http://127.0.0.1:1"+path, nil)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

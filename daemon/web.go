@@ -15,7 +15,7 @@ var webFiles embed.FS
 // webCSP allows the page nothing but its own files and the API.
 const webCSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
-// dashboard serves / and /ui/*.
+// dashboard serves /, /favicon.ico and /ui/*.
 func dashboard() http.Handler {
 	sub, err := fs.Sub(webFiles, "web")
 	if err != nil {
@@ -26,8 +26,13 @@ func dashboard() http.Handler {
 		w.Header().Set("Content-Security-Policy", webCSP)
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Referrer-Policy", "no-referrer")
-		if r.URL.Path == "/" {
+		switch r.URL.Path {
+		case "/":
 			http.ServeFileFS(w, r, sub, "index.html")
+			return
+		case "/favicon.ico":
+			// Browsers ask for it whatever the page says; it holds no data, like the rest.
+			http.ServeFileFS(w, r, sub, "favicon.svg")
 			return
 		}
 		files.ServeHTTP(w, r)
@@ -36,5 +41,5 @@ func dashboard() http.Handler {
 
 // isDashboard reports whether a request is for the dashboard's static files.
 func isDashboard(r *http.Request) bool {
-	return r.Method == http.MethodGet && (r.URL.Path == "/" || len(r.URL.Path) > 4 && r.URL.Path[:4] == "/ui/")
+	return r.Method == http.MethodGet && (r.URL.Path == "/" || r.URL.Path == "/favicon.ico" || len(r.URL.Path) > 4 && r.URL.Path[:4] == "/ui/")
 }

@@ -214,7 +214,7 @@ func New(opts Options) (*Proxy, error) {
 		}
 	}
 	p.models = slices.Sorted(maps.Keys(p.byModel))
-	p.rec = newRecorder(opts.Store, opts.Host, p.log)
+	p.rec = newRecorder(opts.Store, opts.Host, p.log, opts.IdleTTL)
 	p.runs = newTable(opts.MaxRuns, opts.MaxToolIDs, p.rec)
 	p.endStale()
 	p.mux = http.NewServeMux()

@@ -25,6 +25,7 @@ type recorder struct {
 	host  RunHost
 	log   *log.Logger
 	pid   int
+	idle  time.Duration // a run with no turn for this long ends (Options.IdleTTL)
 
 	mu     sync.RWMutex // guards ops against close
 	ops    chan recOp
@@ -41,8 +42,8 @@ type recOp struct {
 	synced chan struct{} // closed once everything queued before it is written
 }
 
-func newRecorder(store storage.Store, host RunHost, lg *log.Logger) *recorder {
-	r := &recorder{store: store, host: host, log: lg, pid: os.Getpid(), done: make(chan struct{})}
+func newRecorder(store storage.Store, host RunHost, lg *log.Logger, idle time.Duration) *recorder {
+	r := &recorder{store: store, host: host, log: lg, pid: os.Getpid(), idle: idle, done: make(chan struct{})}
 	if store == nil {
 		close(r.done)
 		return r
@@ -219,7 +220,10 @@ func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
 	spec, _ := json.Marshal(map[string]any{"proxy": map[string]string{"caller": ru.caller, "model": ru.model, "run": ru.clientID}})
 	row := storage.Run{ID: ru.id, Workflow: workflowOf(ru), Status: storage.StatusRunning, Attempt: 1, PID: r.pid,
 		CreatedAt: now, Spec: spec}
-	args := map[string]any{"caller": ru.caller, "backend": ru.backend, "model": ru.model, "class": string(ru.class)}
+	// idle_timeout_ms tells a viewer (the dashboard) the run is a conversation that ends by
+	// itself after that long without a turn.
+	args := map[string]any{"caller": ru.caller, "backend": ru.backend, "model": ru.model, "class": string(ru.class),
+		"idle_timeout_ms": r.idle.Milliseconds()}
 	if ru.clientID != "" {
 		args["run"] = ru.clientID
 	}

@@ -103,6 +103,10 @@ func TestContinuationRecognisedByToolCallIDs(t *testing.T) {
 	if strings.Join(types, " ") != want {
 		t.Fatalf("events: %v", types)
 	}
+	// run_started says how long the conversation may idle, for the dashboard to say so.
+	if args, _ := evs[0].Data["args"].(map[string]any); args == nil || args["idle_timeout_ms"] != float64(DefaultIdleTTL.Milliseconds()) {
+		t.Errorf("run_started: %v, want args.idle_timeout_ms %d", evs[0].Data, DefaultIdleTTL.Milliseconds())
+	}
 	done := evs[len(evs)-2]
 	if done.Data["continuation"] != nil || done.Data["tokens"].(float64) <= 0 || done.Data["wait_ms"] == nil {
 		t.Errorf("agent_done: %v", done.Data)
@@ -300,7 +304,7 @@ func TestIdleRunsExpire(t *testing.T) {
 }
 
 func TestToolIDTableBounded(t *testing.T) {
-	tb := newTable(3, 4, newRecorder(nil, nil, nil))
+	tb := newTable(3, 4, newRecorder(nil, nil, nil, DefaultIdleTTL))
 	now := time.Now()
 	for i := 0; i < 10; i++ {
 		j := tb.join("c", "", "interactive", "b", "m", nil, false, nil, now)

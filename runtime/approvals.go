@@ -53,10 +53,11 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 	if a.Status != storage.ApprovalPending {
 		return a.Allowed(), nil
 	}
+	// The person's time to answer is not the agent's working time (timeout_ms) nor its
+	// latency (agent_done's run_ms): the clock stops before the question is out.
+	defer hold()()
 	h.emit(event.ApprovalRequested, map[string]any{"approval_id": a.ID, "call_key": c.Key, "tool": a.Tool,
 		"arguments": clip(a.Arguments, maxApprovalEventArgs)})
-	// The person's time to answer is not the agent's working time (timeout_ms).
-	defer hold()()
 	for {
 		fired := make(chan struct{})
 		poll := h.e.opts.Clock.AfterFunc(h.e.opts.CancelPoll, func() { close(fired) })

@@ -27,7 +27,7 @@ const maxSchemaRetries = 3
 var errCallTimeout = errors.New("agent call timed out")
 
 // call runs one agent call with its retries.
-func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend) (agent.Result, error) {
+func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, tally *turnTally) (agent.Result, error) {
 	var sch *schema.Schema
 	if req.Schema != nil {
 		s, err := schema.Compile(req.Schema)
@@ -45,7 +45,6 @@ func (h *host) call(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		paid  bool
 	)
 	attempts := 0
-	tally := &turnTally{}
 	for attempt := 1; attempt <= 1+req.Retries; attempt++ {
 		if attempt > 1 {
 			wait := h.e.opts.Backoff(attempt)
@@ -172,6 +171,44 @@ type turnTally struct {
 	schedRetries bool      // the scheduler retries HTTP failures itself (its permits are Retriers)
 	asked        bool      // a turn of the call has asked to run
 	admitted     time.Time // the call's first admission; zero before it
+	// queued is the time the call's turns waited for the scheduler, approval the time its
+	// tool calls waited for a person: neither is the agent's own working time.
+	queued, approval time.Duration
+}
+
+// waited adds d to the call's time in the scheduler's queue.
+func (t *turnTally) waited(d time.Duration) {
+	t.mu.Lock()
+	t.queued += d
+	t.mu.Unlock()
+}
+
+// timed is hold (a call timer's) that also counts the time until resume as waiting for
+// a person.
+func (t *turnTally) timed(now func() time.Time, hold func() (resume func())) func() (resume func()) {
+	return func() func() {
+		since := now()
+		resume := hold()
+		return func() {
+			t.mu.Lock()
+			t.approval += now().Sub(since)
+			t.mu.Unlock()
+			resume()
+		}
+	}
+}
+
+// split divides a call's elapsed time into its wait for the scheduler, its wait for
+// approvals and the rest, the time the agent ran.
+func (t *turnTally) split(elapsed time.Duration) callTime {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return callTime{elapsed: elapsed, queued: t.queued, approval: t.approval, run: max(elapsed-t.queued-t.approval, 0)}
+}
+
+// callTime is how an agent call's time went, for its agent_done event.
+type callTime struct {
+	elapsed, queued, approval, run time.Duration
 }
 
 // begin records a turn asking to run and returns whether it continues the call (any
@@ -249,12 +286,14 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 		var used agent.Usage
 		defer func() { h.settleTurn(c.Key, req, hd, used) }()
 		cont, callStart := tally.begin()
+		asked := h.e.opts.Now()
 		permit, err := h.e.opts.Scheduler.Admit(tctx, scheduler.Turn{
 			RunID: h.run.ID, CallKey: c.Key, Lane: lane, Class: req.Class,
 			Caller: h.caller(), EstTokens: cost.Input + cost.MaxOutput, Continuation: cont,
 			CallStart: callStart, Conversation: conversation,
 			EstOutput: cost.MaxOutput, RunStart: h.start, Notify: h.notify(c.Key),
 		})
+		tally.waited(h.e.opts.Now().Sub(asked))
 		if err != nil {
 			return err
 		}
@@ -268,7 +307,7 @@ func (h *host) turn(ctx context.Context, c lua.Call, req agent.Request, b adapte
 	}
 	prog := &progress{h: h, key: c.Key}
 	res, err := b.Run(actx, req, adapters.Call{Turn: admit, Progress: prog.update, Key: h.run.ID + "/" + c.Key,
-		Transcript: h.session(req.SessionID), Tool: h.toolJournal(c, req, ct.hold)})
+		Transcript: h.session(req.SessionID), Tool: h.toolJournal(c, req, tally.timed(h.e.opts.Now, ct.hold))})
 	prog.flush()
 	h.keepSession(res)
 	var (

@@ -375,34 +375,35 @@ func (h *host) Agent(ctx context.Context, c lua.Call, req agent.Request, complet
 			return agent.Result{}, false, fmt.Errorf("journal entry %s is unreadable: %w", c.Key, err)
 		}
 		res.Cached = true
-		h.done(c, req, res, nil, 0)
+		h.done(c, req, res, nil, callTime{})
 		return res, true, nil
 	}
 	h.emit(event.AgentStarted, map[string]any{"call_key": c.Key, "name": req.Name, "phase_id": c.PhaseID,
 		"backend": req.Backend, "model": req.Model, "class": string(req.Class)})
 	if berr != nil {
-		h.done(c, req, agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, berr, 0)
+		h.done(c, req, agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, berr, callTime{})
 		return agent.Result{}, false, berr
 	}
 	h.calls.Add(1)
 	go func() {
 		defer h.calls.Done()
 		start := h.e.opts.Now()
-		res, err := h.journaled(ctx, c, req, b)
-		h.done(c, req, res, err, h.e.opts.Now().Sub(start))
+		tally := &turnTally{}
+		res, err := h.journaled(ctx, c, req, b, tally)
+		h.done(c, req, res, err, tally.split(h.e.opts.Now().Sub(start)))
 		complete(res, err)
 	}()
 	return agent.Result{}, false, nil
 }
 
 // journaled runs a live call between its scheduled and its finished journal entries.
-func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend) (agent.Result, error) {
+func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, tally *turnTally) (agent.Result, error) {
 	entry := storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind, InputHash: c.Hash,
 		Status: storage.EntryScheduled, WherePos: c.Where}
 	if err := h.store().JournalScheduled(ctx, entry); err != nil {
 		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
-	res, callErr := h.call(ctx, c, req, b)
+	res, callErr := h.call(ctx, c, req, b, tally)
 	entry.Status, entry.Attempts, entry.Usage = storage.EntryCompleted, res.Attempts, storage.Usage(res.Usage)
 	if res.Cost != nil {
 		entry.Cost = *res.Cost
@@ -427,8 +428,10 @@ func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b a
 	return res, callErr
 }
 
-// done accounts a finished call and records agent_done before the script sees the result.
-func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, elapsed time.Duration) {
+// done accounts a finished call and records agent_done before the script sees the result:
+// elapsed_ms is the call's whole time, queued_ms and approval_ms what of it went to the
+// scheduler's queue and to a person's answers, run_ms the rest.
+func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, t callTime) {
 	status := res.Status
 	if status == "" {
 		status = agent.StatusError
@@ -453,7 +456,8 @@ func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, 
 	}
 	h.mu.Unlock()
 	data := map[string]any{"call_key": c.Key, "name": req.Name, "status": string(status), "cached": res.Cached,
-		"tokens": res.Usage.Total(), "usage": res.Usage, "elapsed_ms": elapsed.Milliseconds(),
+		"tokens": res.Usage.Total(), "usage": res.Usage, "elapsed_ms": t.elapsed.Milliseconds(),
+		"queued_ms": t.queued.Milliseconds(), "approval_ms": t.approval.Milliseconds(), "run_ms": t.run.Milliseconds(),
 		"attempts": res.Attempts, "backend": req.Backend, "model": res.Model}
 	if res.Cost != nil {
 		data["cost"] = *res.Cost

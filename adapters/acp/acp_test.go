@@ -655,3 +655,24 @@ func pidGone(pid int) error {
 	}
 	return fmt.Errorf("process %d is still running", pid)
 }
+
+// codex-acp passes Codex's "Model metadata … not found" warning on as reply text with no
+// break after it; the reply must not start with it glued to the answer, and the notice
+// is reported apart.
+func TestAgentNoticeIsNotGluedOntoTheReply(t *testing.T) {
+	f := newFixture(t)
+	b := f.backend(nil)
+	var rec recorder
+	notice := "Model metadata for `gpt-5.1-codex` not found. Defaulting to fallback metadata; this can degrade performance and cause issues."
+	res, err := run(t, b, agent.Request{Prompt: "NOTICE " + notice + "\nhello"}, adapters.Call{Progress: rec.progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake's answer echoes the prompt word by word; the notice before it is gone.
+	if want := "echo: " + strings.Join(strings.Fields("NOTICE "+notice+"\nhello"), " "); res.Text != want {
+		t.Errorf("reply %q\nwant    %q: the answer alone, without the agent's notice", res.Text, want)
+	}
+	if got := rec.text("notice"); got != notice+"|" {
+		t.Errorf("notices reported %q, want %q", got, notice+"|")
+	}
+}

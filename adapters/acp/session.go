@@ -34,7 +34,8 @@ type session struct {
 	collecting bool // between session/prompt and its answer; replayed history is ignored
 	closed     bool // Run has returned: report nothing more
 	text       strings.Builder
-	toolGap    bool // a tool call came after the last text
+	toolGap    bool   // a tool call came after the last text
+	messageID  string // the messageId of the last reply chunk that had one
 	tools      map[sdk.ToolCallId]toolState
 	approval   *tools.ApprovalError
 	refusals   []string       // the permissions refused during the prompt: "what (why)"
@@ -138,6 +139,21 @@ func (s *session) SessionUpdate(_ context.Context, n sdk.SessionNotification) er
 	switch {
 	case u.AgentMessageChunk != nil:
 		if t := u.AgentMessageChunk.Content.Text; t != nil && t.Text != "" {
+			text, notice := splitNotice(t.Text)
+			if notice != "" {
+				s.report("notice", notice)
+			}
+			// A new messageId starts another message: it is a paragraph of its own, not
+			// the end of the last one's sentence.
+			if id := u.AgentMessageChunk.MessageId; id != nil && *id != "" {
+				if s.messageID != "" && *id != s.messageID {
+					s.toolGap = true
+				}
+				s.messageID = *id
+			}
+			if text == "" {
+				return nil
+			}
 			if s.toolGap && s.text.Len() > 0 {
 				switch cur := s.text.String(); {
 				case strings.HasSuffix(cur, "\n\n"):
@@ -148,8 +164,8 @@ func (s *session) SessionUpdate(_ context.Context, n sdk.SessionNotification) er
 				}
 			}
 			s.toolGap = false
-			s.text.WriteString(t.Text)
-			s.report("text", t.Text)
+			s.text.WriteString(text)
+			s.report("text", text)
 		}
 	case u.AgentThoughtChunk != nil:
 		if t := u.AgentThoughtChunk.Content.Text; t != nil && t.Text != "" {

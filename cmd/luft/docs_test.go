@@ -90,3 +90,26 @@ func docsEnv(stdout, stderr io.Writer) *env {
 		exit:   func(code int) { panic("exit during a docs example") },
 	}
 }
+
+// notInBuildRow is a row of coming-from-luft.md's table whose luft column says some of
+// Luft's commands are "not in this build".
+var notInBuildRow = regexp.MustCompile("(?m)^\\| (.*?) \\| [^|\n]*not in this build[^|\n]* \\|")
+
+// TestComingFromLuftNotInBuild checks that every command coming-from-luft.md calls "not in
+// this build" really is missing from luft's command tree, so the page cannot send a user
+// away from a command that exists.
+func TestComingFromLuftNotInBuild(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "docs", "coming-from-luft.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd(&env{stdout: io.Discard, stderr: io.Discard})
+	for _, m := range notInBuildRow.FindAllStringSubmatch(string(src), -1) {
+		for _, name := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(m[1], -1) {
+			words := strings.Fields(strings.TrimPrefix(name[1], "luft "))
+			if c, rest, err := root.Find(words); err == nil && c != root && len(rest) == 0 {
+				t.Errorf("coming-from-luft.md says `%s` is not in this build, but `luft %s` is a command", name[1], strings.Join(words, " "))
+			}
+		}
+	}
+}

@@ -82,6 +82,10 @@ async function listPage() {
 // ---- one run ----
 let agents = new Map();
 let current = ""; // the run the page shows: answers about any other are stale
+let plan = [];    // meta.phases of the run's plan event: the phases it means to have
+let phases = [];  // the phases it has started (GET /api/runs/{id})
+let proxyIdle = null; // a proxy conversation's idle timeout (ms), from its run_started
+let workflow = "";
 
 function renderAgents() {
   $("agents-body").innerHTML = [...agents.values()].map((a) => "<tr>" +
@@ -89,8 +93,17 @@ function renderAgents() {
     cell("state", esc(a.state) + (a.why ? ` <span class="muted">${esc(a.why)}</span>` : ""), "status s-" + esc(a.state)) +
     cell("backend", esc([a.backend, a.model].filter(Boolean).join(" / "))) +
     cell("tokens", a.tokens == null ? "" : String(a.tokens)) +
-    cell("latency", a.ms == null ? "" : a.ms + " ms") + "</tr>").join("") ||
+    cell("latency", latency(a)) + "</tr>").join("") ||
     `<tr><td colspan="5" class="muted">no agents yet</td></tr>`;
+}
+
+// latency is an agent's own run time, with what it waited for (a slot, a person) apart.
+function latency(a) {
+  if (a.ms == null) return "";
+  const waits = [];
+  if (a.queued >= 100) waits.push(`queued ${a.queued} ms`);
+  if (a.approval >= 100) waits.push(`approval ${a.approval} ms`);
+  return esc(`${a.run} ms`) + (waits.length ? ` <span class="muted">(${esc(waits.join(", "))})</span>` : "");
 }
 
 function applyEvent(ev) {
@@ -102,7 +115,17 @@ function applyEvent(ev) {
     case "rate_limit": if (a) { a.state = "queued"; a.why = `${ev.action} ${ev.wait_ms} ms: ${ev.reason || "rate limit"}`; } break;
     case "agent_started": Object.assign(a, { state: "running", why: "", name: ev.name, backend: ev.backend, model: ev.model }); break;
     case "agent_retry": a.why = "retrying"; break;
-    case "agent_done": Object.assign(a, { state: ev.cached ? "cached" : ev.status, why: ev.error || "", tokens: ev.tokens, ms: ev.elapsed_ms, model: ev.model || a.model }); break;
+    case "approval_requested": Object.assign(a, { state: "awaiting_approval", why: `${ev.tool} waits for allow or decline` }); break;
+    case "approval_decided": if (a.state === "awaiting_approval") Object.assign(a, { state: "running", why: ev.allow ? "allowed" : "declined" }); break;
+    case "agent_done": {
+      // run_ms leaves out the waits for a slot and a person; a proxy turn has wait_ms.
+      const queued = ev.queued_ms ?? ev.wait_ms ?? 0, approval = ev.approval_ms ?? 0;
+      Object.assign(a, { state: ev.cached ? "cached" : ev.status, why: ev.error || "", tokens: ev.tokens, ms: ev.elapsed_ms,
+        run: ev.run_ms ?? Math.max(ev.elapsed_ms - queued - approval, 0), queued, approval, model: ev.model || a.model });
+      break;
+    }
+    case "plan": plan = Array.isArray(ev.phases) ? ev.phases : []; renderPhases(); break;
+    case "run_started": proxyIdle = ev.args && typeof ev.args.idle_timeout_ms === "number" ? ev.args.idle_timeout_ms : null; renderProxy(); break;
   }
   if (a) { agents.set(key, a); renderAgents(); }
   const li = document.createElement("li");
@@ -111,6 +134,20 @@ function applyEvent(ev) {
   $("events").appendChild(li);
   if (type === "run_done" || type === "phase_started" || type === "phase_done" || type === "approval_requested" ||
     type === "approval_decided") refreshRun(run_id).catch(() => {});
+}
+
+// loadPlan reads the run's plan and run_started events once, whatever types the event
+// list below is filtered to.
+async function loadPlan(id) {
+  const res = await fetch(`/api/runs/${id}/events?types=plan,run_started`, { headers: { Authorization: "Bearer " + token } });
+  if (!res.ok || id !== current) return;
+  for (const line of (await res.text()).split("\n")) {
+    if (!line.trim()) continue;
+    const ev = JSON.parse(line);
+    if (ev.type === "plan") plan = Array.isArray(ev.phases) ? ev.phases : [];
+    if (ev.type === "run_started") proxyIdle = ev.args && typeof ev.args.idle_timeout_ms === "number" ? ev.args.idle_timeout_ms : null;
+  }
+  if (id === current) { renderPhases(); renderProxy(); }
 }
 
 // follow reads the run's events as Server-Sent Events over fetch (EventSource cannot send
@@ -158,16 +195,49 @@ async function refreshRun(id) {
   $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${r.agents.ok} ok, ${r.agents.failed} failed, ${r.agents.cached} cached · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
   $("cancel").hidden = r.status !== "running" && r.status !== "awaiting_approval";
   renderApprovals(r.pending_approvals || []);
-  $("phases-body").innerHTML = r.phases.map((p) => "<tr>" +
-    cell("phase", esc(p.label) + (p.description ? ` <span class="muted">${esc(p.description)}</span>` : "")) +
-    cell("status", esc(p.status), "status") + cell("planned", String(p.planned || "")) +
-    cell("done", String(p.ok)) + cell("failed", String(p.failed)) + "</tr>").join("") ||
-    `<tr><td colspan="5" class="muted">no phases</td></tr>`;
+  phases = r.phases;
+  workflow = r.workflow;
+  renderPhases();
+  renderProxy();
   if (r.has_report) {
     const res = await fetch(`/api/runs/${id}/report`, { headers: { Authorization: "Bearer " + token } });
     const report = await res.json();
     if (id === current) renderReport(report);
   }
+}
+
+// renderPhases shows the phases the run started and, after them, those its plan
+// (meta.phases) names that have not started yet. planned says what was planned of each:
+// its agents when phase() gave a number, else whether the plan named it.
+function renderPhases() {
+  const inPlan = new Map(plan.filter((p) => p && p.label).map((p) => [p.label, p]));
+  const started = new Set(phases.map((p) => p.label));
+  const planned = (p) => p.planned ? `${p.planned} agents` : inPlan.has(p.label) ? (inPlan.get(p.label).dynamic ? "in plan, repeats" : "in plan") : "not in plan";
+  const rows = phases.map((p) => "<tr>" +
+    cell("phase", esc(p.label) + (p.description ? ` <span class="muted">${esc(p.description)}</span>` : "")) +
+    cell("status", esc(p.status), "status") + cell("planned", esc(planned(p))) +
+    cell("done", String(p.ok)) + cell("failed", String(p.failed)) + "</tr>");
+  for (const p of plan) {
+    if (!p || !p.label || started.has(p.label)) continue;
+    const desc = p.description || p.detail || "";
+    rows.push("<tr>" + cell("phase", esc(p.label) + (desc ? ` <span class="muted">${esc(desc)}</span>` : "")) +
+      cell("status", "not started", "status muted") + cell("planned", esc(p.dynamic ? "in plan, repeats" : "in plan")) +
+      cell("done", "") + cell("failed", "") + "</tr>");
+  }
+  $("phases-body").innerHTML = rows.join("") || `<tr><td colspan="5" class="muted">no phases</td></tr>`;
+}
+
+// renderProxy says what a proxy run is: a client's conversation through luft's proxy,
+// one agent per turn, with no phases or report, that ends by itself once idle.
+function renderProxy() {
+  const isProxy = workflow.startsWith("proxy:");
+  $("proxy-note").hidden = !isProxy;
+  $("phases-section").hidden = isProxy;
+  $("report-section").hidden = isProxy;
+  if (!isProxy) return;
+  const mins = proxyIdle ? Math.round(proxyIdle / 60000) : 15;
+  $("proxy-note").textContent = `A conversation through luft's proxy: each turn the client sends is one agent below. ` +
+    `It has no phases and no report, and ends by itself after ${mins} minute${mins === 1 ? "" : "s"} without a turn.`;
 }
 
 // renderApprovals lists the tool calls the run waits on, each with allow and decline.
@@ -206,8 +276,8 @@ function tree(v) {
     `<div><span class="muted">${esc(k)}:</span> ${tree(x)}</div>`).join("") + "</details>";
 }
 
-// markdown renders the common subset (headings, lists, code, emphasis, links) with every
-// piece of text escaped first, so a report cannot inject markup.
+// markdown renders the common subset (headings, lists, tables, code, emphasis, links) with
+// every piece of text escaped first, so a report cannot inject markup.
 function markdown(src) {
   const out = [];
   let list = null;
@@ -218,7 +288,28 @@ function markdown(src) {
     .replace(/\*([^*]+)\*/g, "<em>$1</em>")
     .replace(/\[([^\]]+)\]\((https?:\/\/[^)\s]+)\)/g, '<a href="$2" rel="noopener noreferrer">$1</a>');
   const close = () => { if (list) { out.push(`</${list}>`); list = null; } };
-  for (const line of src.split("\n")) {
+  // A table is a row of cells and a delimiter row (| --- | :-: |), then rows until a line
+  // that is not one. Cells are escaped like any text.
+  const cells = (l) => { let t = l.trim(); if (t.startsWith("|")) t = t.slice(1); if (t.endsWith("|") && !t.endsWith("\\|")) t = t.slice(0, -1);
+    return t.split(/(?<!\\)\|/).map((c) => c.trim().replace(/\\\|/g, "|")); };
+  const isDelim = (l) => /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/.test(l) && l.includes("-");
+  const lines = src.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    if (code === null && line.includes("|") && i + 1 < lines.length && isDelim(lines[i + 1]) && cells(line).length === cells(lines[i + 1]).length) {
+      close();
+      const align = cells(lines[i + 1]).map((c) => c.startsWith(":") && c.endsWith(":") ? "center" : c.endsWith(":") ? "right" : "");
+      const td = (tag, c, k) => `<${tag}${align[k] ? ` class="a-${align[k]}"` : ""}>${inline(c)}</${tag}>`;
+      const head = cells(line).map((c, k) => td("th", c, k)).join("");
+      const body = [];
+      for (i += 2; i < lines.length && lines[i].includes("|") && lines[i].trim() !== ""; i++) {
+        const row = cells(lines[i]);
+        body.push("<tr>" + align.map((_, k) => td("td", row[k] ?? "", k)).join("") + "</tr>");
+      }
+      i--;
+      out.push(`<table><thead><tr>${head}</tr></thead><tbody>${body.join("")}</tbody></table>`);
+      continue;
+    }
     if (code !== null) {
       if (line.startsWith("```")) { out.push(`<pre><code>${esc(code.join("\n"))}</code></pre>`); code = null; } else code.push(line);
       continue;
@@ -240,6 +331,7 @@ async function runPage(id) {
   current = id;
   show("run");
   agents = new Map();
+  plan = []; phases = []; proxyIdle = null; workflow = "";
   renderAgents();
   $("events").innerHTML = "";
   $("report").innerHTML = "no report yet";
@@ -252,6 +344,7 @@ async function runPage(id) {
   $("f-types").onchange = () => { if (stream) stream.abort(); $("events").innerHTML = ""; follow(current, $("f-types").value.trim()); };
   await refreshRun(id);
   id = current;
+  loadPlan(id).catch(() => {});
   follow(id, $("f-types").value.trim());
 }
 

@@ -23,7 +23,7 @@ type Info struct {
 	Date      string `json:"date"`
 	GoVersion string `json:"go"`
 	Platform  string `json:"platform"` // GOOS/GOARCH
-	Modified  bool   `json:"modified,omitempty"`
+	Modified  bool   `json:"modified"` // the checkout had changes (never for a stamped build)
 }
 
 // Get returns the running binary's Info: the stamped values first, else the build info.
@@ -47,13 +47,12 @@ func resolve(v, c, d string, bi *debug.BuildInfo) Info {
 		if bi.GoVersion != "" {
 			in.GoVersion = bi.GoVersion
 		}
-		if in.Version == "" && bi.Main.Version != "(devel)" {
-			in.Version = bi.Main.Version
-		}
+		checkout := false
 		stamped := c != ""
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
+				checkout = true
 				if in.Commit == "" {
 					in.Commit = s.Value
 				}
@@ -66,6 +65,13 @@ func resolve(v, c, d string, bi *debug.BuildInfo) Info {
 				// release built.
 				in.Modified = !stamped && s.Value == "true"
 			}
+		}
+		// Go 1.24 and later name a build from a checkout with a pseudo-version made of the
+		// commit ("v0.0.1-0.20260102030405-0123abc+dirty"), which looks like a release and
+		// says nothing the commit and date do not. A checkout build is "dev"; only a
+		// module download (go install …@v1.2.3, no VCS settings) has a version of its own.
+		if in.Version == "" && !checkout && bi.Main.Version != "(devel)" {
+			in.Version = bi.Main.Version
 		}
 	}
 	in.Version = normalize(in.Version)

@@ -1,6 +1,10 @@
 package version
 
 import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -42,6 +46,20 @@ func TestResolve(t *testing.T) {
 			wantString: "luft dev (commit abc123-dirty, built 2026-01-02T03:04:05Z, go1.26.0 ",
 		},
 		{
+			name: "a checkout build is dev although Go names it with a pseudo-version",
+			bi: &debug.BuildInfo{
+				GoVersion: "go1.26.0",
+				Main:      debug.Module{Path: "github.com/luft-run/luft", Version: "v0.0.1-0.20260102030405-abc123def456+dirty"},
+				Settings: []debug.BuildSetting{
+					{Key: "vcs.revision", Value: "abc123def456"},
+					{Key: "vcs.time", Value: "2026-01-02T03:04:05Z"},
+					{Key: "vcs.modified", Value: "false"},
+				},
+			},
+			want:       Info{Version: "dev", Commit: "abc123def456", Date: "2026-01-02T03:04:05Z", GoVersion: "go1.26.0"},
+			wantString: "luft dev (commit abc123def456, built 2026-01-02T03:04:05Z, go1.26.0 ",
+		},
+		{
 			name: "goreleaser without git state stamps none",
 			v:    "0.0.1-next", c: "none", d: "2026-01-01T00:00:00Z", bi: vcs,
 			want: Info{Version: "v0.0.1-next", Commit: "abc123", Date: "2026-01-01T00:00:00Z", GoVersion: "go1.26.0", Modified: true},
@@ -77,5 +95,51 @@ func TestGetIsNeverEmpty(t *testing.T) {
 	in := Get()
 	if in.Version == "" || in.Commit == "" || in.Date == "" || in.GoVersion == "" || !strings.Contains(in.Platform, "/") {
 		t.Errorf("Get() = %+v, want every field filled", in)
+	}
+}
+
+// TestCheckoutBuild builds luft from this checkout the way a contributor does (go build)
+// and checks what docs/cli.md promises of such a build: version "dev", the checkout's
+// commit, and a "modified" field in the JSON whether or not the tree had changes.
+func TestCheckoutBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds luft; skipped with -short")
+	}
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout, or git is missing (install git to run this test): %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "luft")
+	build := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-buildvcs=auto", "-o", bin, "github.com/luft-run/luft/cmd/luft")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version", "--json").Output()
+	if err != nil {
+		t.Fatalf("luft version --json: %v", err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("luft version --json printed %q: %v", out, err)
+	}
+	if got["version"] != "dev" {
+		t.Errorf("version = %v, want dev for a build from a checkout", got["version"])
+	}
+	// Go records nothing of a git worktree (its .git is a file), so the commit is checked
+	// only where Go recorded one.
+	recorded, err := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "version", "-m", bin).Output()
+	if err != nil {
+		t.Fatalf("go version -m: %v", err)
+	}
+	vcs := strings.Contains(string(recorded), "vcs.revision=")
+	if vcs && got["commit"] != strings.TrimSpace(string(head)) {
+		t.Errorf("commit = %v, want the checkout's %s", got["commit"], head)
+	}
+	if _, ok := got["modified"].(bool); !ok {
+		t.Errorf("JSON %s has no boolean modified field", out)
+	}
+	line, err := exec.Command(bin, "version").Output()
+	if err != nil || !strings.HasPrefix(string(line), "luft dev (commit ") {
+		t.Errorf("luft version = %q (%v), want it to start with luft dev (commit", line, err)
 	}
 }

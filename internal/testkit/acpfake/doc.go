@@ -31,6 +31,8 @@
 //	HANG          says "hanging until cancelled", then waits for session/cancel (or the
 //	              connection's end) and answers "cancelled"
 //	CRASH         writes a line to stderr and exits with status 3 without answering
+//	NOTICE <text> sends text as a reply chunk with no break after it, as codex-acp
+//	              passes on Codex's warnings ("Model metadata for … not found. …")
 //
 // A refused permission is answered as EnvOnReject says: by default the agent reports the
 // tool call failed and goes on; "cancel" ends the prompt with stopReason "cancelled" (as

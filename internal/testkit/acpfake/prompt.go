@@ -14,7 +14,7 @@ import (
 
 // directive is one prompt line the fake acts on.
 type directive struct {
-	word string // EDIT, RUN, FETCH, READ, WRITE, ENV, HANG, CRASH
+	word string // EDIT, RUN, FETCH, READ, WRITE, ENV, HANG, CRASH, NOTICE
 	arg  string
 }
 
@@ -26,7 +26,7 @@ func directives(text string) []directive {
 			continue
 		}
 		switch f[0] {
-		case "EDIT", "RUN", "FETCH", "READ", "WRITE", "ENV", "HANG", "CRASH":
+		case "EDIT", "RUN", "FETCH", "READ", "WRITE", "ENV", "HANG", "CRASH", "NOTICE":
 			arg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), f[0]))
 			out = append(out, directive{word: f[0], arg: arg})
 		}
@@ -143,6 +143,9 @@ func (t *turnRun) do(d directive) error {
 	t.calls++
 	id := sdk.ToolCallId(fmt.Sprintf("call-%d", t.calls))
 	switch d.word {
+	case "NOTICE":
+		// As codex-acp passes on a Codex warning: reply text with no break after it.
+		return t.a.update(t.ctx, t.sid, sdk.UpdateAgentMessageText(d.arg))
 	case "HANG":
 		if err := t.say("hanging until cancelled\n"); err != nil {
 			return err

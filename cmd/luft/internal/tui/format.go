@@ -307,3 +307,18 @@ func clipLine(s string) string {
 	}
 	return s[:n] + fmt.Sprintf(" … (%d bytes more; luft logs shows them all)", len(s)-n)
 }
+
+// waits says what of a finished agent's time was not its own: "queued 3.0s", "approval
+// 5m27s", or "" when it waited for nothing worth a word (under a tenth of a second:
+// handing on a slot takes a few milliseconds).
+func (a *Agent) waits() string {
+	const worth = 100 * time.Millisecond
+	var parts []string
+	if a.Queued >= worth {
+		parts = append(parts, "queued "+fmtDur(a.Queued))
+	}
+	if a.Approval >= worth {
+		parts = append(parts, "approval "+fmtDur(a.Approval))
+	}
+	return strings.Join(parts, ", ")
+}

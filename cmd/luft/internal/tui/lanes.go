@@ -22,6 +22,10 @@ type Lane struct {
 	Suspended                   uint64
 	PausedUntil                 time.Time
 	Circuit                     string // closed, open, half-open
+
+	// others is what of Running and the queues the run's own agents do not account for
+	// (another run's turns on a shared scheduler), as of the sample; see State.lanes.
+	othersRunning, othersQueued int
 }
 
 // LanesMsg replaces the lanes the board shows.
@@ -41,6 +45,9 @@ func (l Lane) line(now time.Time) string {
 	parts := []string{"lane " + strings.TrimSuffix(l.Name, "/"), fmt.Sprintf("%d running", l.Running)}
 	if q := l.QueuedInteractive + l.QueuedBatch; q > 0 {
 		parts = append(parts, fmt.Sprintf("queued %d interactive, %d batch", l.QueuedInteractive, l.QueuedBatch))
+	}
+	if l.othersRunning+l.othersQueued > 0 {
+		parts = append(parts, fmt.Sprintf("other runs %d running, %d queued", l.othersRunning, l.othersQueued))
 	}
 	if l.TokenLimit > 0 {
 		parts = append(parts, fmt.Sprintf("tokens %s/%s left", fmtTok(int(max(0, l.TokensLeft))), fmtTok(int(l.TokenLimit))))
@@ -135,6 +142,70 @@ func (s *State) SyncLanes(ls []Lane) {
 			s.move(next, Running)
 		}
 	}
+	// What the sample holds beyond the run's own agents is another run's.
+	s.others = map[string][2]int{}
+	for _, l := range ls {
+		r, q := s.onLaneCounts(l.Name)
+		s.others[l.Name] = [2]int{max(l.Running-r, 0), max(l.QueuedInteractive+l.QueuedBatch-q, 0)}
+	}
+}
+
+// onLaneCounts counts the run's agents running and queued on the lane.
+func (s *State) onLaneCounts(lane string) (running, queued int) {
+	for _, a := range s.agents {
+		if !onLane(a, lane) {
+			continue
+		}
+		switch a.Status {
+		case Running:
+			running++
+		case Queued:
+			queued++
+		}
+	}
+	return running, queued
+}
+
+// lanes is the sampled lanes as the board shows them now: on a lane the run uses, the
+// running and queued counts are its agents' as the agent list shows them (one source,
+// so the lane line and the list cannot disagree in a frame, whatever events came after
+// the sample), and the turns of other runs the sample had are shown apart. Budgets,
+// waits and the circuit are the sample's.
+func (s *State) lanes(ls []Lane) []Lane {
+	out := make([]Lane, len(ls))
+	for i, l := range ls {
+		out[i] = l
+		if !s.usesLane(l.Name) {
+			continue
+		}
+		o := s.others[l.Name]
+		out[i].Running, out[i].QueuedInteractive, out[i].QueuedBatch = 0, 0, 0
+		out[i].othersRunning, out[i].othersQueued = o[0], o[1]
+		for _, a := range s.agents {
+			if !onLane(a, l.Name) {
+				continue
+			}
+			switch {
+			case a.Status == Running:
+				out[i].Running++
+			case a.Status == Queued && a.Class == "batch":
+				out[i].QueuedBatch++
+			case a.Status == Queued:
+				out[i].QueuedInteractive++
+			}
+		}
+	}
+	return out
+}
+
+// usesLane reports whether an agent of the run is on the lane now.
+func (s *State) usesLane(lane string) bool {
+	for _, a := range s.agents {
+		if onLane(a, lane) {
+			return true
+		}
+	}
+	return false
 }
 
 // onLane reports whether a is on the scheduler lane named lane. An agent whose model is

@@ -106,7 +106,7 @@ func (p *Plain) Status(now time.Time) error {
 		return err
 	}
 	_, err := io.WriteString(p.w, p.sty.Dim.Render(p.StatusLine(now))+"\n")
-	for _, l := range laneLines(p.lanes, now, maxLaneLines) {
+	for _, l := range laneLines(p.st.lanes(p.lanes), now, maxLaneLines) {
 		if err == nil {
 			_, err = io.WriteString(p.w, p.sty.Dim.Render("  "+l)+"\n")
 		}
@@ -285,9 +285,10 @@ func (p *Plain) agentDone(d map[string]any) (string, lipgloss.Style) {
 		return "", p.sty.Plain
 	}
 	var el, cost string
-	if a.Elapsed > 0 {
-		el = fmtDur(a.Elapsed)
+	if a.Ran > 0 {
+		el = fmtDur(a.Ran)
 	}
+	el = join(el, a.waits())
 	if a.Cost > 0 {
 		cost = fmtCost(a.Cost)
 	}

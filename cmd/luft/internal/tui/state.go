@@ -43,13 +43,17 @@ type Agent struct {
 	Status                           AgentStatus
 	Result                           string // agent_done's status: ok, error, cancelled, timed_out
 	Started, Ended                   time.Time
-	Elapsed                          time.Duration // agent_done's elapsed_ms
-	Lane                             string        // the lane it queued or waited on
-	Position                         int           // its place in the lane's queue when it queued
-	Reason                           string        // why it waits or retries
-	Until                            time.Time     // when the wait or back-off ends
-	Attempt                          int
-	Tokens, In, Out                  int
+	Elapsed                          time.Duration // agent_done's elapsed_ms: its whole time
+	// Ran is the part of Elapsed the agent itself took; Queued and Approval the parts it
+	// waited for a scheduler slot and for a person (agent_done's run_ms, queued_ms,
+	// approval_ms; events from before they existed have only Elapsed, all of it Ran).
+	Ran, Queued, Approval time.Duration
+	Lane                  string    // the lane it queued or waited on
+	Position              int       // its place in the lane's queue when it queued
+	Reason                string    // why it waits or retries
+	Until                 time.Time // when the wait or back-off ends
+	Attempt               int
+	Tokens, In, Out       int
 	// Streamed is the output a running agent has streamed so far, in estimated tokens
 	// (agent_progress "tokens"); its usage is known only when it ends.
 	Streamed int
@@ -61,8 +65,21 @@ type Agent struct {
 	// retryUntil is when the back-off of its latest retry after a 429 ends: a rate_limit
 	// wait before then is that same wait (the lane paused by the 429), counted once.
 	retryUntil time.Time
-	cut        bool   // the start of out was dropped
-	gen        uint32 // bumped whenever the agent leaves a list, so stale entries are skipped
+	// ranFor is the time the agent has been shown running before its current stretch,
+	// runSince when that stretch began: its clock on the board leaves out its time queued.
+	ranFor   time.Duration
+	runSince time.Time
+	cut      bool   // the start of out was dropped
+	gen      uint32 // bumped whenever the agent leaves a list, so stale entries are skipped
+}
+
+// RunTime is how long an active agent has been running at now, its time queued or
+// waiting left out.
+func (a *Agent) RunTime(now time.Time) time.Duration {
+	if a.Status == Running && !a.runSince.IsZero() {
+		return a.ranFor + max(now.Sub(a.runSince), 0)
+	}
+	return a.ranFor
 }
 
 // Label is the agent's name, or its call key when it has none.
@@ -172,6 +189,8 @@ type State struct {
 	running agentList             // Running agents, in the order they started running
 	waiting agentList             // Queued, Waiting, Retrying and Suspended agents, in the order they stopped
 	queues  map[string]*laneQueue // agents queued per lane, to hand a freed slot to
+	others  map[string][2]int     // per lane, other runs' running and queued turns at the last sample
+	clock   time.Time             // the latest event's time: when a status change happened
 	counts  [numStatuses]int      // active agents by status
 	recent  []*Agent              // the latest finished agents, oldest first
 	logs    []LogLine             // the latest log lines, oldest first
@@ -342,6 +361,9 @@ func (s *State) ETA(now time.Time) (left time.Duration, whole, ok bool) {
 
 // Apply folds one event into the state. Unknown types are ignored.
 func (s *State) Apply(ev event.Event) {
+	if ev.TS.After(s.clock) {
+		s.clock = ev.TS
+	}
 	d := ev.Data
 	switch ev.Type {
 	case event.RunStarted:
@@ -542,7 +564,7 @@ func (s *State) agentStarted(ev event.Event) {
 	}
 	a := &Agent{Key: key, Name: oneLine(str(d, "name")), Backend: oneLine(str(d, "backend")),
 		Model: oneLine(str(d, "model")), Class: str(d, "class"), PhaseID: intOf(d, "phase_id"),
-		Started: ev.TS, Status: Running, Attempt: 1}
+		Started: ev.TS, Status: Running, Attempt: 1, runSince: ev.TS}
 	s.Totals.Started++
 	s.agents[key] = a
 	s.counts[Running]++
@@ -643,6 +665,16 @@ func (s *State) agentDone(ev event.Event) {
 	}
 	a.Cost = num(d["cost"])
 	a.Elapsed, a.Ended = msOf(d, "elapsed_ms"), ev.TS
+	a.Ran, a.Queued, a.Approval = a.Elapsed, msOf(d, "queued_ms"), msOf(d, "approval_ms")
+	_, hasRun := d["run_ms"]
+	_, hasWait := d["wait_ms"]
+	switch {
+	case hasRun:
+		a.Ran = msOf(d, "run_ms")
+	case hasWait: // a proxied turn: elapsed_ms with its wait_ms in luft's queue
+		a.Queued = msOf(d, "wait_ms")
+		a.Ran = max(a.Elapsed-a.Queued, 0)
+	}
 	if n := intOf(d, "attempts"); n > 0 {
 		a.Attempt = n
 	}
@@ -762,6 +794,12 @@ func (s *State) move(a *Agent, to AgentStatus) {
 	s.counts[from]--
 	s.counts[to]++
 	a.Status = to
+	if from == Running && !a.runSince.IsZero() {
+		a.ranFor += max(s.clock.Sub(a.runSince), 0)
+	}
+	if to == Running {
+		a.runSince = s.clock
+	}
 	if (from == Running) != (to == Running) {
 		a.gen++
 		s.list(from).drop()

@@ -47,7 +47,7 @@ func (b *board) render() string {
 		b.line(subStyle, sub)
 	}
 	b.line(b.sty.Plain, b.totals())
-	for _, l := range laneLines(b.lanes, b.now, maxLaneLines) {
+	for _, l := range laneLines(st.lanes(b.lanes), b.now, maxLaneLines) {
 		b.line(b.sty.Dim, l)
 	}
 
@@ -449,19 +449,20 @@ func (b *board) agentRow(a *Agent, c agentCols) (string, lipgloss.Style) {
 	glyph, text, style := b.agentState(a)
 	var el, tok string
 	if a.Status.Active() {
-		if !a.Started.IsZero() {
-			el = fmtClock(b.now.Sub(a.Started))
+		if run := a.RunTime(b.now); run > 0 || a.Status == Running {
+			el = fmtClock(run)
 		}
 		if a.Streamed > 0 {
 			tok = "~" + fmtTok(a.Streamed) // output so far, estimated from the streamed text
 		}
 	} else {
-		if a.Elapsed > 0 {
-			el = fmtDur(a.Elapsed)
+		if a.Ran > 0 {
+			el = fmtDur(a.Ran)
 		}
 		if a.Tokens > 0 {
 			tok = fmtTok(a.Tokens)
 		}
+		text = join(a.waits(), text)
 	}
 	row := glyph + " " + pad(a.Label(), c.name)
 	if c.where > 0 {
@@ -482,9 +483,12 @@ func (b *board) agentInfo(a *Agent) (string, lipgloss.Style) {
 	state := a.Status.String()
 	switch {
 	case a.Status.Active() && !a.Started.IsZero():
-		state += " " + fmtClock(b.now.Sub(a.Started))
+		state += " " + fmtClock(a.RunTime(b.now))
 	case !a.Status.Active() && a.Elapsed > 0:
-		state += " in " + fmtDur(a.Elapsed)
+		state += " in " + fmtDur(a.Ran)
+		if w := a.waits(); w != "" {
+			state += " (" + w + ")"
+		}
 	}
 	var tok string
 	if a.Tokens > 0 {
