@@ -492,12 +492,15 @@ var hopByHop = map[string]bool{
 	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 }
 
+// skipRequestHeader reports whether a client header (canonical name) stays behind.
+// The x-luft-* headers are luft's own (run id, caller, class, token): they are for the
+// proxy, and would tell the upstream who the caller is.
 func skipRequestHeader(k string) bool {
 	switch k {
-	case "Host", "Content-Length", "Accept-Encoding", "X-Luft-Token":
+	case "Host", "Content-Length", "Accept-Encoding":
 		return true
 	}
-	return hopByHop[k]
+	return hopByHop[k] || strings.HasPrefix(k, "X-Luft-")
 }
 
 // copyHeader copies an upstream response's headers for the client.
