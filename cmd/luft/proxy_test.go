@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/internal/testkit"
 )
 
@@ -70,10 +71,36 @@ func TestDaemonServesProxy(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitFor("the proxy run listed as running", func(s string) bool {
-		return strings.Contains(s, run) && strings.Contains(s, "running") && strings.Contains(s, "proxy:alice")
+	// Its one turn answered, the run waits for the client's next: it shows as idle, not
+	// running, in list, status and the API until it ends.
+	waitFor("the proxy run listed as idle", func(s string) bool {
+		return strings.Contains(s, run) && strings.Contains(s, "idle") && strings.Contains(s, "proxy:alice") && !strings.Contains(s, "running")
 	}, "list")
 	waitFor("its turn in status", func(s string) bool { return strings.Contains(s, "1 ok") }, "status", run)
+	if out, _, _ := dt.luft("status", run); !strings.Contains(out, "idle") || strings.Contains(out, "running") {
+		t.Errorf("status of an idle proxy run:\n%s", out)
+	}
+	if out, _, _ := dt.luft("list", "--status", "idle"); !strings.Contains(out, run) {
+		t.Errorf("list --status idle leaves the idle proxy run out:\n%s", out)
+	}
+	if out, _, _ := dt.luft("list", "--status", "running"); strings.Contains(out, run) {
+		t.Errorf("list --status running shows the idle proxy run:\n%s", out)
+	}
+	tok, err := os.ReadFile(filepath.Join(dt.state, daemon.TokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, _ := http.NewRequest("GET", url+"/api/runs/"+run, nil)
+	api.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	if r, err := http.DefaultClient.Do(api); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if !strings.Contains(string(b), `"status":"idle"`) {
+			t.Errorf("GET /api/runs/%s of an idle proxy run: HTTP %d %s", run, r.StatusCode, b)
+		}
+	}
 	req, _ := http.NewRequest("DELETE", url+"/v1/runs/r1", nil)
 	req.Header.Set("x-luft-caller", "alice")
 	if r, err := http.DefaultClient.Do(req); err != nil || r.StatusCode != 200 {
