@@ -220,7 +220,7 @@ func skipValue(src string, i int) (int, error) {
 }
 
 // tomlEntry is luft's table in a TOML config: [table...] with keys command and args,
-// and a [table....tools.NAME] sub-table of keys for each of approve's tools.
+// and a [table....tools.NAME] sub-table for each tool it has settings for.
 type tomlEntry struct {
 	table   []string
 	command string
