@@ -72,7 +72,7 @@ func (e *Engine) List(ctx context.Context, o ListOptions) ([]RunInfo, error) {
 		return nil, fmt.Errorf("luft: List: Limit %d is negative (0 = all)", o.Limit)
 	}
 	switch o.Status {
-	case "", StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusSuspended, StatusInterrupted, StatusAwaitingApproval:
+	case "", StatusRunning, StatusCompleted, StatusFailed, StatusCancelled, StatusSuspended, StatusInterrupted, StatusAwaitingApproval, StatusIdle:
 	default:
 		return nil, fmt.Errorf("luft: List: %q is not a run status", o.Status)
 	}

@@ -52,6 +52,9 @@ const (
 	// StatusAwaitingApproval is a running run with a tool call waiting for a person's
 	// answer (Options.Approvals); Engine.Approve answers it.
 	StatusAwaitingApproval Status = "awaiting_approval"
+	// StatusIdle is a proxy run between turns: its last answer is with the client and
+	// no turn of it is in flight (Engine.ProxyHandler).
+	StatusIdle Status = "idle"
 )
 
 // AgentCounts count a run's agent calls by outcome; Cached ones were answered from the

@@ -198,14 +198,17 @@ func readLine(rd *bufio.Reader, limit int) ([]byte, json.RawMessage, error) {
 
 // lineWriter writes whole messages to w, one at a time.
 type lineWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	order *progressOrder // counts the progress lines written; nil = not counted
 }
 
 func (l *lineWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	n, err := l.w.Write(p)
+	l.order.wroteLine(p) // counted even when it failed: no result waits for it
+	return n, err
 }
 
 // boundLines passes the lines of in of at most max bytes on to the reader it returns; a

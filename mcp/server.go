@@ -161,7 +161,14 @@ func (s *Server) MCPServer() *server.MCPServer { return s.mcp }
 
 // AddTool registers a tool. The handler's failures that the caller can fix should be
 // tool results made with ToolError; a returned error becomes a protocol error.
-func (s *Server) AddTool(t mcp.Tool, h server.ToolHandlerFunc) { s.mcp.AddTool(t, h) }
+func (s *Server) AddTool(t mcp.Tool, h server.ToolHandlerFunc) {
+	s.mcp.AddTool(t, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := h(ctx, req)
+		// Nothing of the call may follow its result: progress it sent goes out first.
+		progressOrderOf(ctx).drain(ctx)
+		return res, err
+	})
+}
 
 // OnAwaitEvent adds a hook told of each event of a run a tool call awaits.
 func (s *Server) OnAwaitEvent(h AwaitHook) {
@@ -246,7 +253,9 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer, er
 	ctx = withSessionKey(ctx, newSessionKey())
 	// Lines over MaxBody are answered here with a JSON-RPC error and never reach mcp-go,
 	// which would read a line of any length into memory.
-	lw := &lineWriter{w: out}
+	order := newProgressOrder()
+	ctx = withProgressOrder(ctx, order)
+	lw := &lineWriter{w: out, order: order}
 	lines := boundLines(in, MaxBody, lw)
 	defer lines.Close()
 	err := st.Listen(ctx, lines, lw)
@@ -306,7 +315,14 @@ func (s *Server) Progress(ctx context.Context, req mcp.CallToolRequest, progress
 	if message != "" {
 		p["message"] = message
 	}
+	o := progressOrderOf(ctx)
+	if o != nil {
+		o.sent.Add(1) // before the send: the writer may count it at once
+	}
 	if err := s.mcp.SendNotificationToClient(ctx, "notifications/progress", p); err != nil {
+		if o != nil {
+			o.sent.Add(-1)
+		}
 		s.log.Printf("progress for %s: %v", req.Params.Name, err)
 	}
 }

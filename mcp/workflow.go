@@ -528,7 +528,7 @@ type listArgs struct {
 	Status string `json:"status"`
 }
 
-var statuses = []string{storage.StatusRunning, string(runtime.StatusAwaitingApproval), storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled,
+var statuses = []string{storage.StatusRunning, string(runtime.StatusAwaitingApproval), string(runtime.StatusIdle), storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled,
 	storage.StatusSuspended, storage.StatusInterrupted}
 
 func (s *Server) listRuns(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {

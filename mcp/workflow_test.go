@@ -244,7 +244,7 @@ func TestRunArgumentErrors(t *testing.T) {
 			{"workflow_await", map[string]any{"run_id": a.RunID, "timeout_s": -1}, "timeout_s -1"},
 			{"workflow_await", map[string]any{"run_id": a.RunID, "timeout_s": 1e9}, "use 0 to 3600"},
 			{"workflow_list_runs", map[string]any{"limit": 1000}, "limit 1000"},
-			{"workflow_list_runs", map[string]any{"status": "done"}, `status "done": use one of running, awaiting_approval, completed`},
+			{"workflow_list_runs", map[string]any{"status": "done"}, `status "done": use one of running, awaiting_approval, idle, completed`},
 			{"workflow_list_runs", map[string]any{"cursor": "nope"}, "start again without cursor"},
 			{"workflow_list_files", map[string]any{"dir": "no/such/dir"}, "is not a directory"},
 			{"workflow_list_files", map[string]any{"dir": "/no/such/dir"}, "is outside the server's workspace"},

@@ -21,12 +21,15 @@ import (
 // whatever its name, so a credential under an unusual name cannot cross either.
 var forwardOtherHost = map[string]bool{
 	"Accept": true, "Accept-Language": true, "Content-Type": true, "User-Agent": true,
-	"Openai-Beta": true, "X-Luft-Run-Id": true, "X-Luft-Caller": true, "X-Luft-Class": true,
+	"Openai-Beta": true,
 }
 
 // forwardableElsewhere reports whether a client header (canonical name) may go to an
 // upstream at another origin.
 func forwardableElsewhere(k string) bool {
+	if skipRequestHeader(k) {
+		return false
+	}
 	// The openai SDKs' X-Stainless-* headers name the SDK, its version, the OS and the
 	// retry count.
 	return forwardOtherHost[k] || strings.HasPrefix(k, "X-Stainless-")
@@ -85,18 +88,7 @@ func (t *turn) header(up *Upstream, replica int) (http.Header, error) {
 	h := make(http.Header, len(t.r.Header)+1)
 	at := origin(baseOf(up, replica))
 	if up == t.up || t.up.origins[at] {
-		for k, vv := range t.r.Header {
-			if !skipRequestHeader(k) {
-				h[k] = vv
-			}
-		}
-		switch auth := t.r.Header.Get("Authorization"); {
-		case up.APIKey != "":
-			h.Set("Authorization", "Bearer "+up.APIKey)
-		case t.p.opts.Secret != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == t.p.opts.Secret:
-			h.Del("Authorization") // luft's own token never leaves
-		}
-		return h, nil
+		return t.p.homeHeader(t.r, up), nil
 	}
 	if up.APIKey == "" {
 		return nil, &fallbackKeyError{home: t.up.Name, fallback: up.Name, at: at}
@@ -108,4 +100,22 @@ func (t *turn) header(up *Upstream, replica int) (http.Header, error) {
 	}
 	h.Set("Authorization", "Bearer "+up.APIKey)
 	return h, nil
+}
+
+// homeHeader is the header of a request to up, the upstream the client addressed: the
+// client's own headers less luft's, with up's key when it has one.
+func (p *Proxy) homeHeader(r *http.Request, up *Upstream) http.Header {
+	h := make(http.Header, len(r.Header)+1)
+	for k, vv := range r.Header {
+		if !skipRequestHeader(k) {
+			h[k] = vv
+		}
+	}
+	switch auth := r.Header.Get("Authorization"); {
+	case up.APIKey != "":
+		h.Set("Authorization", "Bearer "+up.APIKey)
+	case p.opts.Secret != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == p.opts.Secret:
+		h.Del("Authorization") // luft's own token never leaves
+	}
+	return h
 }

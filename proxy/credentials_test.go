@@ -29,7 +29,14 @@ var clientCredentials = map[string]string{
 var descriptive = map[string]string{
 	"User-Agent":       "OpenAI/Python 1.50.0",
 	"X-Stainless-Lang": "python",
-	"x-luft-caller":    "agent-1",
+}
+
+// luftHeaders are luft's own request headers: for the proxy, never for an upstream.
+var luftHeaders = map[string]string{
+	"x-luft-caller": "agent-1",
+	"x-luft-run-id": "run-7",
+	"x-luft-class":  "batch",
+	"x-luft-token":  "not-checked-on-loopback",
 }
 
 // downUpstream answers every request 503 and keeps the Authorization it got.
@@ -77,7 +84,7 @@ func sendAsClient(t *testing.T, front string) (*http.Response, []byte) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", front+"/v1/chat/completions",
 		strings.NewReader(`{"model":"ma","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
-	for _, m := range []map[string]string{clientCredentials, descriptive} {
+	for _, m := range []map[string]string{clientCredentials, descriptive, luftHeaders} {
 		for k, v := range m {
 			req.Header.Set(k, v)
 		}
@@ -138,6 +145,38 @@ func TestFallbackElsewhereGetsItsOwnKey(t *testing.T) {
 				t.Errorf("turn %d: b got %s %q, want %q", i+1, k, h.Get(k), v)
 			}
 		}
+		for k := range luftHeaders {
+			if h.Get(k) != "" {
+				t.Errorf("turn %d: luft's own header %s reached b", i+1, k)
+			}
+		}
+	}
+}
+
+// TestLuftHeadersStayBehind: the upstream a client addressed gets the client's headers
+// but none of luft's own x-luft-* ones (run id, caller, class, token).
+func TestLuftHeadersStayBehind(t *testing.T) {
+	a, aBase := fakeUpstream(t, "ma")
+	_, front := serve(t, Options{Upstreams: []Upstream{{Name: "a", BaseURL: aBase, Model: "ma"}}})
+	if resp, body := sendAsClient(t, front); resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d %s", resp.StatusCode, body)
+	}
+	seen := a.RequestHeaders()
+	if len(seen) != 1 {
+		t.Fatalf("the upstream got %d requests, want 1", len(seen))
+	}
+	for k := range seen[0] {
+		if strings.HasPrefix(strings.ToLower(k), "x-luft-") {
+			t.Errorf("luft's own header %s reached the upstream", k)
+		}
+	}
+	for k, v := range descriptive {
+		if seen[0].Get(k) != v {
+			t.Errorf("the upstream got %s %q, want %q", k, seen[0].Get(k), v)
+		}
+	}
+	if got := seen[0].Get("Authorization"); got != "Bearer sk-for-a" {
+		t.Errorf("the upstream got Authorization %q, want the client's", got)
 	}
 }
 

@@ -72,6 +72,14 @@ func orderFixture(t *testing.T) (*testkit.Engine, *heldEngine, *queueWatch, stri
 	return e, h, q, front.URL
 }
 
+// asCaller names the request's x-luft-caller to the fake engine too, in the header a
+// gateway's fairness id travels in: the proxy keeps luft's own headers to itself.
+func asCaller(req *http.Request) {
+	if c := req.Header.Get("x-luft-caller"); c != "" {
+		req.Header.Set("x-gateway-inference-fairness-id", c)
+	}
+}
+
 func postAsync(url, body string, hdr map[string]string) <-chan int {
 	done := make(chan int, 1)
 	go func() {
@@ -79,6 +87,7 @@ func postAsync(url, body string, hdr map[string]string) <-chan int {
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
+		asCaller(req)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			done <- -1
@@ -123,6 +132,7 @@ func TestContinuationAheadOfBatchFlood(t *testing.T) {
 	c := &convo{msgs: []map[string]any{{"role": "user", "content": "what is the weather"}}}
 	req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(c.body(false)))
 	req.Header.Set("x-luft-caller", "agent")
+	asCaller(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

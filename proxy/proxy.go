@@ -362,23 +362,80 @@ func (p *Proxy) endStale() {
 	}
 }
 
-// listModels answers GET /v1/models with the configured upstreams' models.
+// modelJSON is one entry of GET /v1/models.
+type modelJSON struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// modelsTimeout bounds the question to the default upstream for its models.
+const modelsTimeout = 10 * time.Second
+
+// listModels answers GET /v1/models with the configured upstreams' models. The default
+// upstream, when it names no model, takes any: the models it lists itself are added (asked
+// with the client's credentials, as a turn would be), or, when it cannot say, its backend
+// name, so that the list is never empty while the proxy serves something.
 func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
 	out := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
+		Object string      `json:"object"`
+		Data   []modelJSON `json:"data"`
+	}{Object: "list", Data: []modelJSON{}}
 	for _, m := range p.models {
-		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: p.byModel[m].Name})
+		out.Data = append(out.Data, modelJSON{ID: m, Object: "model", OwnedBy: p.byModel[m].Name})
+	}
+	if p.def != nil {
+		ids, err := p.upstreamModels(r, p.def)
+		if err != nil {
+			p.log.Printf("GET /v1/models: ask backend %q for its models: %v (listing the backend's name instead)", p.def.Name, err)
+			ids = []string{p.def.Name}
+		}
+		for _, id := range ids {
+			if _, listed := p.byModel[id]; !listed {
+				out.Data = append(out.Data, modelJSON{ID: id, Object: "model", OwnedBy: p.def.Name})
+			}
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// upstreamModels asks up for the models it serves (GET {base_url}/models).
+func (p *Proxy) upstreamModels(r *http.Request, up *Upstream) ([]string, error) {
+	ctx, cancel := context.WithTimeout(r.Context(), modelsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, up.BaseURL+"/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header = p.homeHeader(r, up)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxParsed)).Decode(&list); err != nil {
+		return nil, fmt.Errorf("its answer is not a model list: %w", err)
+	}
+	var ids []string
+	for _, m := range list.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("it lists no model")
+	}
+	return ids, nil
 }
 
 // deleteRun ends a run at once: DELETE /v1/runs/{id}, the id the client named

@@ -200,6 +200,71 @@ func TestModels(t *testing.T) {
 	}
 }
 
+// TestModelsOfABackendWithoutModel: when the only backend names no model (it takes
+// any), /v1/models lists what that backend's own /v1/models says, asked with the client's
+// key; when it cannot say, the backend's name. The list is never empty.
+func TestModelsOfABackendWithoutModel(t *testing.T) {
+	list := func(t *testing.T, front string) []struct{ ID, OwnedBy string } {
+		t.Helper()
+		req, _ := http.NewRequest("GET", front+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer sk-client")
+		req.Header.Set("x-luft-caller", "me")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Data []struct {
+				ID      string `json:"id"`
+				OwnedBy string `json:"owned_by"`
+			}
+		}
+		b := readAll(t, resp)
+		if err := json.Unmarshal(b, &out); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("models: HTTP %d %s", resp.StatusCode, b)
+		}
+		var got []struct{ ID, OwnedBy string }
+		for _, m := range out.Data {
+			got = append(got, struct{ ID, OwnedBy string }{m.ID, m.OwnedBy})
+		}
+		return got
+	}
+	t.Run("the backend lists its models", func(t *testing.T) {
+		var auth, caller string
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/models" {
+				w.WriteHeader(404)
+				return
+			}
+			auth, caller = r.Header.Get("Authorization"), r.Header.Get("x-luft-caller")
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"object":"list","data":[{"id":"llama-3","object":"model"},{"id":"qwen-2","object":"model"}]}`)
+		}))
+		defer up.Close()
+		_, front := serve(t, Options{Upstreams: []Upstream{{Name: "local", BaseURL: up.URL + "/v1"}}, Default: "local"})
+		got := list(t, front)
+		if len(got) != 2 || got[0].ID != "llama-3" || got[1].ID != "qwen-2" || got[0].OwnedBy != "local" {
+			t.Fatalf("models %v, want the backend's llama-3 and qwen-2 owned by local", got)
+		}
+		if auth != "Bearer sk-client" || caller != "" {
+			t.Fatalf("the backend was asked with Authorization %q and x-luft-caller %q: want the client's key and no luft header", auth, caller)
+		}
+	})
+	t.Run("the backend cannot say", func(t *testing.T) {
+		up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(404) }))
+		defer up.Close()
+		var logs bytes.Buffer
+		_, front := serve(t, Options{Upstreams: []Upstream{{Name: "local", BaseURL: up.URL + "/v1"}}, Default: "local", Log: &logs})
+		got := list(t, front)
+		if len(got) != 1 || got[0].ID != "local" || got[0].OwnedBy != "local" {
+			t.Fatalf("models %v, want the backend's name", got)
+		}
+		if !strings.Contains(logs.String(), `ask backend "local" for its models: HTTP 404`) {
+			t.Fatalf("the proxy's log does not say why: %q", logs.String())
+		}
+	})
+}
+
 // serve starts a proxy with o (the scheduler defaults to a fresh Executor) behind a test
 // server; it returns the proxy and its URL.
 func serve(t *testing.T, o Options) (*Proxy, string) {

@@ -159,11 +159,11 @@ func (r *recorder) write(ctx context.Context, batch []recOp) {
 		}
 		events[op.runID] = append(events[op.runID], op.events...)
 		if op.update != nil {
-			if prev := updates[op.runID]; prev != nil && prev.Status != nil && op.update.Status == nil {
-				// A turn that ended after its run: keep the run's end.
-				op.update.Status, op.update.FinishedAt, op.update.Error = prev.Status, prev.FinishedAt, prev.Error
+			if prev := updates[op.runID]; prev != nil {
+				updates[op.runID] = merged(prev, op.update)
+			} else {
+				updates[op.runID] = op.update
 			}
-			updates[op.runID] = op.update
 		}
 	}
 	type pending struct {
@@ -203,6 +203,29 @@ func (r *recorder) write(ctx context.Context, batch []recOp) {
 	wg.Wait()
 }
 
+// merged is the row update of prev then next, in one: next's fields win, except that a
+// run's end (its status, finish and error) stays once recorded — a turn that ended
+// after its run does not undo it, nor does a later spec make an ended run idle.
+func merged(prev, next *storage.RunUpdate) *storage.RunUpdate {
+	m := *prev
+	if next.Usage != nil {
+		m.Usage = next.Usage
+	}
+	if next.Cost != nil {
+		m.Cost = next.Cost
+	}
+	if next.Agents != nil {
+		m.Agents = next.Agents
+	}
+	if prev.Status == nil {
+		m.Status, m.FinishedAt, m.Error = next.Status, next.FinishedAt, next.Error
+		if next.Spec != nil {
+			m.Spec = next.Spec
+		}
+	}
+	return &m
+}
+
 // workflowOf names a run: proxy:<caller>, or proxy:<model> for a run without a caller.
 func workflowOf(ru *run) string {
 	if ru.caller != "" && ru.caller != callerOr("") {
@@ -217,9 +240,8 @@ func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
 	if r.store == nil {
 		return release
 	}
-	spec, _ := json.Marshal(map[string]any{"proxy": map[string]string{"caller": ru.caller, "model": ru.model, "run": ru.clientID}})
 	row := storage.Run{ID: ru.id, Workflow: workflowOf(ru), Status: storage.StatusRunning, Attempt: 1, PID: r.pid,
-		CreatedAt: now, Spec: spec}
+		CreatedAt: now, Spec: specOf(ru, false)}
 	// idle_timeout_ms tells a viewer (the dashboard) the run is a conversation that ends by
 	// itself after that long without a turn.
 	args := map[string]any{"caller": ru.caller, "backend": ru.backend, "model": ru.model, "class": string(ru.class),
@@ -235,14 +257,31 @@ func (r *recorder) runStarted(ru *run, now time.Time) (release func()) {
 	return release
 }
 
-// turnStarted records agent_started for a turn.
+// specOf is a run's stored spec: who it is for, and whether it is idle (no turn in
+// flight), which status and list show as idle (see runtime.StatusIdle).
+func specOf(ru *run, idle bool) json.RawMessage {
+	sp := map[string]any{"proxy": map[string]string{"caller": ru.caller, "model": ru.model, "run": ru.clientID}}
+	if idle {
+		sp["idle"] = true
+	}
+	b, _ := json.Marshal(sp)
+	return b
+}
+
+// turnStarted records agent_started for a turn; the first turn in flight of a run that
+// was idle makes it running again.
 func (r *recorder) turnStarted(ru *run, turn int, class agent.Class, backend, model string, cont bool, now time.Time) {
 	if r.store == nil {
 		return
 	}
-	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.AgentStarted, map[string]any{
+	op := recOp{runID: ru.id, events: []event.Event{event.New(event.AgentStarted, map[string]any{
 		"call_key": callKey(turn), "name": "turn " + strconv.Itoa(turn), "backend": backend, "model": model,
-		"class": string(class), "continuation": cont})}})
+		"class": string(class), "continuation": cont})}}
+	if ru.inflight == 1 && turn > 1 {
+		spec := specOf(ru, false)
+		op.update = &storage.RunUpdate{Spec: &spec}
+	}
+	r.send(op)
 }
 
 // notice records what the scheduler said about a waiting turn.
@@ -269,8 +308,13 @@ func (r *recorder) turnDone(ru *run, turn int, e turnEnd) {
 	}
 	usage, cost := storage.Usage(ru.usage), ru.cost
 	counts := storage.AgentCounts{OK: ru.ok, Failed: ru.fail}
-	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.AgentDone, data)},
-		update: &storage.RunUpdate{Usage: &usage, Cost: &cost, Agents: &counts}})
+	up := &storage.RunUpdate{Usage: &usage, Cost: &cost, Agents: &counts}
+	if ru.inflight == 0 && !ru.ended {
+		// The answer is the client's: the run waits for its next turn.
+		spec := specOf(ru, true)
+		up.Spec = &spec
+	}
+	r.send(recOp{runID: ru.id, events: []event.Event{event.New(event.AgentDone, data)}, update: up})
 }
 
 // runEnded records a run's end (it is stored completed, or cancelled) and unmarks it.

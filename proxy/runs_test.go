@@ -372,3 +372,64 @@ func TestCancelRequestStopsRun(t *testing.T) {
 		t.Fatalf("cancelled run stored as %s", row.Status)
 	}
 }
+
+// TestRunIdleBetweenTurns: a run's stored spec says idle once its turn is answered, not
+// idle while a turn of it is in flight (list and status show it as idle or running, see
+// runtime.StatusIdle), and its end stays its end.
+func TestRunIdleBetweenTurns(t *testing.T) {
+	hold, arrived := make(chan struct{}), make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("x-test-hold") != "" {
+			arrived <- struct{}{}
+			<-hold
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
+	}))
+	defer up.Close()
+	st, err := storage.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	p, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Store: st})
+	idle := func(run string) bool {
+		t.Helper()
+		p.rec.sync()
+		row, err := st.GetRun(context.Background(), run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sp struct{ Idle bool }
+		if err := json.Unmarshal(row.Spec, &sp); err != nil {
+			t.Fatalf("spec %s: %v", row.Spec, err)
+		}
+		return sp.Idle
+	}
+	send := func(hdr map[string]string) <-chan int { return postAsync(front, hello2, hdr) }
+	if code := <-send(map[string]string{"x-luft-run-id": "r"}); code != 200 {
+		t.Fatalf("turn 1: %d", code)
+	}
+	p.runs.mu.Lock()
+	run := p.runs.byClient["proxy\x00r"].id
+	p.runs.mu.Unlock()
+	if !idle(run) {
+		t.Fatal("after its answer the run is not idle")
+	}
+	second := send(map[string]string{"x-luft-run-id": "r", "x-test-hold": "1"})
+	<-arrived
+	if idle(run) {
+		t.Fatal("with a turn in flight the run is idle")
+	}
+	close(hold)
+	if code := <-second; code != 200 {
+		t.Fatalf("turn 2: %d", code)
+	}
+	if !idle(run) {
+		t.Fatal("after its second answer the run is not idle")
+	}
+	p.Close()
+	if row, err := st.GetRun(context.Background(), run); err != nil || row.Status != storage.StatusCompleted || row.Agents.OK != 2 {
+		t.Fatalf("ended run stored as %+v (%v)", row, err)
+	}
+}

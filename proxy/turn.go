@@ -156,7 +156,9 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		lane: up.Name + "/" + req.Model, start: now, estIn: in}
 	end := t.run(scheduler.Turn{RunID: j.id, CallKey: callKey(j.turn), Lane: t.lane, Class: class, Caller: caller,
 		EstTokens: in + maxOut, EstOutput: maxOut, Continuation: j.continuation, CallStart: j.callStart,
-		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.id, callKey(j.turn))})
+		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.id, callKey(j.turn)),
+		// The client retries on its own: while a lane keeps failing it is told so at once.
+		NoCircuitWait: true})
 	end.elapsed = p.opts.Clock.Now().Sub(now)
 	p.runs.finish(j, end, p.opts.Clock.Now())
 }
@@ -280,6 +282,9 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			if ctx.Err() != nil {
 				return t.stopped(end)
 			}
+			if circuitOpen(serr) {
+				return t.refusedAfter(end, serr)
+			}
 			msg := fmt.Sprintf("luft could not reach backend %q at %s: %v", up.Name, baseOf(up, replica), err)
 			if serr != nil {
 				msg += " (" + serr.Error() + ")"
@@ -293,7 +298,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			// Kept, so that the client gets the upstream's own answer if luft gives up.
 			failed, _ := io.ReadAll(io.LimitReader(resp.Body, maxRetainedError))
 			resp.Body.Close()
-			next, _ := scheduler.Finish(ctx, permit, scheduler.Outcome{StatusCode: resp.StatusCode, Header: resp.Header,
+			next, serr := scheduler.Finish(ctx, permit, scheduler.Outcome{StatusCode: resp.StatusCode, Header: resp.Header,
 				Err: fmt.Errorf("backend %s: HTTP %d", up.Name, resp.StatusCode)})
 			if next != nil {
 				permit = next
@@ -301,6 +306,10 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			}
 			if ctx.Err() != nil {
 				return t.stopped(end)
+			}
+			if circuitOpen(serr) {
+				// The failure opened the lane's circuit while the turn waited to retry.
+				return t.refusedAfter(end, serr)
 			}
 			copyHeader(t.w.Header(), resp.Header)
 			t.w.Header().Set("Content-Length", strconv.Itoa(len(failed)))
@@ -361,6 +370,20 @@ func (t *turn) stopped(end turnEnd) turnEnd {
 	return end
 }
 
+// circuitOpen reports whether err is the scheduler's refusal of a turn whose lane's
+// circuit is open with no fallback to take it.
+func circuitOpen(err error) bool {
+	var re *scheduler.RefuseError
+	return errors.As(err, &re) && re.Reason == scheduler.ReasonCircuitOpen
+}
+
+// refusedAfter answers a turn refused after some attempts, keeping their count.
+func (t *turn) refusedAfter(end turnEnd, err error) turnEnd {
+	r := t.refused(err)
+	r.wait, r.attempts, r.backend = end.wait, end.attempts, end.backend
+	return r
+}
+
 // refused answers a turn the scheduler would not admit.
 func (t *turn) refused(err error) turnEnd {
 	end := turnEnd{status: string(agent.StatusError), errMsg: err.Error(), backend: t.up.Name}
@@ -378,6 +401,19 @@ func (t *turn) refused(err error) turnEnd {
 		t.w.Header().Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
 		writeError(t.w, http.StatusTooManyRequests, "rate_limit_exceeded", "luft_budget_wait",
 			fmt.Sprintf("luft holds this turn back: lane %s is short of %s for %s, longer than luft waits in line (suspend_after); retry after that", se.Lane, se.Reason, wait.Round(time.Second)))
+	case errors.As(err, &re) && re.Reason == scheduler.ReasonCircuitOpen:
+		// Said at once rather than held until the circuit half-opens: the client's own
+		// retry (the openai SDKs honour retry-after on a 503) comes back then.
+		wait := max(re.Until.Sub(t.p.opts.Clock.Now()), time.Second)
+		secs := int((wait + time.Second - 1) / time.Second)
+		t.w.Header().Set("Retry-After", strconv.Itoa(secs))
+		t.w.Header().Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
+		msg := fmt.Sprintf("backend %q keeps failing: luft stopped sending it turns for now (its circuit is open) and it has no fallback; retry after %s, or set fallback in [backends.%s]",
+			t.up.Name, wait.Round(time.Second), t.up.Name)
+		if re.Err != nil {
+			msg += "; its last failure: " + re.Err.Error()
+		}
+		writeError(t.w, http.StatusServiceUnavailable, "server_error", "backend_circuit_open", msg)
 	case errors.As(err, &re):
 		writeError(t.w, http.StatusBadRequest, "invalid_request_error", "too_large_for_rate_limit",
 			"luft refuses this turn: "+re.Error())
@@ -456,12 +492,15 @@ var hopByHop = map[string]bool{
 	"Proxy-Connection": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 }
 
+// skipRequestHeader reports whether a client header (canonical name) stays behind.
+// The x-luft-* headers are luft's own (run id, caller, class, token): they are for the
+// proxy, and would tell the upstream who the caller is.
 func skipRequestHeader(k string) bool {
 	switch k {
-	case "Host", "Content-Length", "Accept-Encoding", "X-Luft-Token":
+	case "Host", "Content-Length", "Accept-Encoding":
 		return true
 	}
-	return hopByHop[k]
+	return hopByHop[k] || strings.HasPrefix(k, "X-Luft-")
 }
 
 // copyHeader copies an upstream response's headers for the client.

@@ -230,8 +230,8 @@ func (s *Service) awaiting(ctx context.Context, rs []storage.Run) error {
 	return nil
 }
 
-// Running reports whether a run's shown status is one of a run in progress: running, or
-// running and waiting for an approval.
+// Running reports whether a run's shown status is one of a run in progress: running,
+// running and waiting for an approval, or idle (a proxy conversation between turns).
 func Running(status string) bool {
-	return status == storage.StatusRunning || status == string(StatusAwaitingApproval)
+	return status == storage.StatusRunning || status == string(StatusAwaitingApproval) || status == string(StatusIdle)
 }

@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -27,8 +29,14 @@ type RunInfo struct {
 // (SPEC §4: it resumes). Status and List show it; the store keeps running.
 const StatusInterrupted Status = storage.StatusInterrupted
 
+// StatusIdle is how Status and List show a running run whose turns come from a client
+// that keeps its own loop (a proxy conversation) while no turn of it is in flight: it
+// stays open for the client's next turn until it ends (DELETE, idle timeout). Its driver
+// says so in the run's spec as "idle": true; the store keeps running.
+const StatusIdle Status = "idle"
+
 // shown returns r as users are shown it: interrupted instead of running when no live
-// process drives it.
+// process drives it, idle when its driver says no turn of it is in flight.
 func (s *Service) shown(ctx context.Context, r storage.Run) storage.Run {
 	if r.Status == storage.StatusRunning && !s.driven(r) {
 		// It may have ended between the read and the check: a run's row says so before
@@ -38,7 +46,21 @@ func (s *Service) shown(ctx context.Context, r storage.Run) storage.Run {
 		}
 		r.Status = storage.StatusInterrupted
 	}
+	if r.Status == storage.StatusRunning && specIdle(r.Spec) {
+		r.Status = string(StatusIdle)
+	}
 	return r
+}
+
+// specIdle reports whether a run's spec says it is idle between turns.
+func specIdle(spec json.RawMessage) bool {
+	if !bytes.Contains(spec, []byte(`"idle"`)) {
+		return false // a workflow's spec: no decoding
+	}
+	var sp struct {
+		Idle bool `json:"idle"`
+	}
+	return json.Unmarshal(spec, &sp) == nil && sp.Idle
 }
 
 // Resolve finds a run by id or unique id prefix.

@@ -93,7 +93,8 @@ const (
 	// resume time Action.Until); turns already running finish normally.
 	ActSuspend
 	// ActRefuse: the turn will never run (Reason: oversize, retries_exhausted,
-	// duplicate). The core has forgotten it.
+	// duplicate, or circuit_open for a turn with NoCircuitWait, Until then being when the
+	// circuit half-opens). The core has forgotten it.
 	ActRefuse
 	// ActRetry: the admitted turn failed (429 or 5xx) and is queued again at its
 	// original rank; it will not be admitted before Action.Until. Attempt is the
@@ -647,8 +648,13 @@ func (c *Core) finish(j *job, now time.Time) {
 }
 
 func (c *Core) refuse(j *job, reason string, now time.Time) {
+	c.refuseUntil(j, reason, time.Time{}, now)
+}
+
+// refuseUntil refuses j, saying when it could run (zero: not known).
+func (c *Core) refuseUntil(j *job, reason string, until time.Time, now time.Time) {
 	j.home.st.Refused++
-	c.emit(Action{Kind: ActRefuse, ID: j.ID, RunID: j.RunID, Lane: j.home.name, Reason: reason})
+	c.emit(Action{Kind: ActRefuse, ID: j.ID, RunID: j.RunID, Lane: j.home.name, Until: until, Reason: reason})
 	c.finish(j, now)
 }
 
@@ -809,6 +815,10 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 			if fb := l.fallback; fb != nil && fb.br.current(now) == breakerClosed {
 				t = fb
 				l.wakeAt = l.br.openUntil // the probe is due then
+			} else if j.NoCircuitWait {
+				l.unqueue(j, ns)
+				c.refuseUntil(j, ReasonCircuitOpen, l.br.openUntil, now)
+				continue
 			} else {
 				if c.block(l, j, l.br.openUntil, ReasonCircuitOpen, now) {
 					continue
@@ -820,6 +830,10 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 				probe = true
 			} else if fb := l.fallback; fb != nil && fb.br.current(now) == breakerClosed {
 				t = fb
+			} else if j.NoCircuitWait {
+				l.unqueue(j, ns)
+				c.refuseUntil(j, ReasonCircuitOpen, time.Time{}, now)
+				continue
 			} else {
 				// Wait for the probe's verdict; its Complete runs tryAdmit again.
 				c.block(l, j, time.Time{}, ReasonCircuitOpen, now)

@@ -55,9 +55,14 @@ type RefuseError struct {
 	Allow  int    // the bucket's limit per minute; 0 = not known
 	Budget string // "tokens", "input tokens" or "output tokens"
 
-	// For ReasonRetriesExhausted: the attempts made and the last one's failure.
+	// For ReasonRetriesExhausted and ReasonCircuitOpen: the attempts made and the last
+	// one's failure.
 	Attempts int
 	Err      error
+
+	// For ReasonCircuitOpen: when the lane's circuit half-opens (zero: its probe is
+	// under way).
+	Until time.Time
 }
 
 func (e *RefuseError) Error() string {
@@ -73,6 +78,15 @@ func (e *RefuseError) Error() string {
 		msg := fmt.Sprintf("turn %s on lane %s: gave up after %d attempts", e.CallKey, e.Lane, e.Attempts)
 		if e.Err != nil {
 			msg += ": " + e.Err.Error()
+		}
+		return msg
+	case ReasonCircuitOpen:
+		msg := fmt.Sprintf("turn %s refused: lane %s keeps failing (its circuit is open) and no fallback takes its turns", e.CallKey, e.Lane)
+		if !e.Until.IsZero() {
+			msg += "; it tries again after " + e.Until.Format(time.RFC3339)
+		}
+		if e.Err != nil {
+			msg += "; last failure: " + e.Err.Error()
 		}
 		return msg
 	}

@@ -481,6 +481,8 @@ func (e *Executor) refuse(tk *ticket, a Action) {
 		err.Need, err.Allow, err.Budget = e.core.oversize(tk.turn, a.Lane)
 	case ReasonRetriesExhausted:
 		err.Attempts, err.Err = tk.sends, tk.lastErr
+	case ReasonCircuitOpen:
+		err.Attempts, err.Err, err.Until = tk.sends, tk.lastErr, a.Until
 	}
 	e.forget(tk)
 	tk.ch <- err

@@ -43,6 +43,11 @@ type Turn struct {
 	// called outside the scheduler's lock, in the order the scheduler decided, and must
 	// neither block for long nor call the scheduler.
 	Notify func(Notice)
+	// NoCircuitWait refuses the turn at once (a *RefuseError with Reason
+	// ReasonCircuitOpen and Until, when the lane's circuit is due to half-open) instead
+	// of letting it wait while its lane's circuit is open and no fallback takes it: for
+	// a door whose client retries on its own and should not be kept waiting (the proxy).
+	NoCircuitWait bool
 }
 
 // Outcome is what a turn cost and how it ended, reported when its permit is released.

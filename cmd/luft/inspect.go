@@ -122,9 +122,9 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			switch status {
-			case "", storage.StatusRunning, string(runtime.StatusAwaitingApproval), storage.StatusInterrupted, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled, storage.StatusSuspended:
+			case "", storage.StatusRunning, string(runtime.StatusAwaitingApproval), string(runtime.StatusIdle), storage.StatusInterrupted, storage.StatusCompleted, storage.StatusFailed, storage.StatusCancelled, storage.StatusSuspended:
 			default:
-				return usageErr("invalid --status %q: use running, awaiting_approval, interrupted, completed, failed, cancelled or suspended", status)
+				return usageErr("invalid --status %q: use running, awaiting_approval, idle, interrupted, completed, failed, cancelled or suspended", status)
 			}
 			return withService(cmd, e, g, func(ctx context.Context, svc *runtime.Service) error {
 				runs, err := svc.List(ctx, storage.ListOptions{Status: status, Limit: limit})
@@ -226,6 +226,8 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				if info.Stale {
 					st.Status = storage.StatusInterrupted // its events stop short of run_done
+				} else if info.Status == string(runtime.StatusIdle) {
+					st.Status = info.Status // a proxy conversation between turns
 				}
 				fmt.Fprintf(e.stdout, "\n%s\n", tui.StatusView(st, e.now(), e.width(), styles(e, g), time.Local))
 				if len(j.Report) > 0 {

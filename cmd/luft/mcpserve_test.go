@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -291,5 +292,108 @@ func TestMCPServeStartsOneDaemon(t *testing.T) {
 	logText, _ := os.ReadFile(filepath.Join(dt.state, daemon.LogFile))
 	if n := strings.Count(string(logText), "started: pid"); n != 1 {
 		t.Errorf("%d daemons started:\n%s", n, logText)
+	}
+}
+
+// luft mcp serve --standalone writes every progress notification of a call before the
+// call's result: a client reading the raw stream never sees a progress for an await it
+// already has the answer of. Each round spawns mock sub-agents and awaits them with a
+// progressToken; the last "settled" progress is sent just before await answers.
+func TestMCPServeStandaloneProgressBeforeResult(t *testing.T) {
+	dt := newDaemonTest(t)
+	cmd := exec.Command(luftBinary(t), "--state-dir", dt.state, "mcp", "serve", "--standalone")
+	cmd.Dir, cmd.Env = dt.dir, testEnv(nil, dt.env...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { in.Close(); cmd.Wait() }()
+	lines := make(chan map[string]any, 64)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(make([]byte, 1<<20), 1<<24)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				lines <- m
+			}
+		}
+	}()
+	id := 0
+	send := func(method string, params any) int {
+		id++
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+		if _, err := in.Write(append(b, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	// answer reads up to the result of call want; progress of an answered call fails.
+	answered := map[float64]bool{}
+	answer := func(want int) map[string]any {
+		t.Helper()
+		timeout := time.After(60 * time.Second)
+		for {
+			select {
+			case m, ok := <-lines:
+				if !ok {
+					t.Fatal("luft mcp serve closed its output")
+				}
+				if m["method"] == "notifications/progress" {
+					tok, _ := m["params"].(map[string]any)["progressToken"].(float64)
+					if answered[tok] {
+						t.Fatalf("a progress notification of call %v came after its result: %v", tok, m)
+					}
+					continue
+				}
+				if got, ok := m["id"].(float64); ok {
+					answered[got] = true
+					if int(got) == want {
+						return m
+					}
+				}
+			case <-timeout:
+				t.Fatalf("no answer to call %d", want)
+			}
+		}
+	}
+	answer(send("initialize", map[string]any{"protocolVersion": "2025-06-18", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "t", "version": "1"}}))
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/initialized"})
+	in.Write(append(b, '\n'))
+	for round := 0; round < 15; round++ {
+		var handles []any
+		for i := 0; i < 3; i++ {
+			res := answer(send("tools/call", map[string]any{"name": "spawn", "arguments": map[string]any{"prompt": fmt.Sprintf("part %d", i), "backend": "mock"}}))
+			sc, _ := res["result"].(map[string]any)["structuredContent"].(map[string]any)
+			if sc["handle"] == nil {
+				t.Fatalf("spawn: %v", res)
+			}
+			handles = append(handles, sc["handle"])
+		}
+		next := id + 1
+		res := answer(send("tools/call", map[string]any{"name": "await", "arguments": map[string]any{"handles": handles, "timeout_s": 30},
+			"_meta": map[string]any{"progressToken": next}}))
+		if r, _ := res["result"].(map[string]any); r == nil || r["isError"] == true {
+			t.Fatalf("await: %v", res)
+		}
+	}
+	// The stream's tail: a progress notification still on its way shows here.
+	in.Close()
+	for m := range lines {
+		if m["method"] == "notifications/progress" {
+			tok, _ := m["params"].(map[string]any)["progressToken"].(float64)
+			if answered[tok] {
+				t.Fatalf("a progress notification of call %v came after its result", tok)
+			}
+		}
 	}
 }

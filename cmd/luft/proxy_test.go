@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/internal/testkit"
 )
 
@@ -70,10 +72,36 @@ func TestDaemonServesProxy(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitFor("the proxy run listed as running", func(s string) bool {
-		return strings.Contains(s, run) && strings.Contains(s, "running") && strings.Contains(s, "proxy:alice")
+	// Its one turn answered, the run waits for the client's next: it shows as idle, not
+	// running, in list, status and the API until it ends.
+	waitFor("the proxy run listed as idle", func(s string) bool {
+		return strings.Contains(s, run) && strings.Contains(s, "idle") && strings.Contains(s, "proxy:alice") && !strings.Contains(s, "running")
 	}, "list")
 	waitFor("its turn in status", func(s string) bool { return strings.Contains(s, "1 ok") }, "status", run)
+	if out, _, _ := dt.luft("status", run); !strings.Contains(out, "idle") || strings.Contains(out, "running") {
+		t.Errorf("status of an idle proxy run:\n%s", out)
+	}
+	if out, _, _ := dt.luft("list", "--status", "idle"); !strings.Contains(out, run) {
+		t.Errorf("list --status idle leaves the idle proxy run out:\n%s", out)
+	}
+	if out, _, _ := dt.luft("list", "--status", "running"); strings.Contains(out, run) {
+		t.Errorf("list --status running shows the idle proxy run:\n%s", out)
+	}
+	tok, err := os.ReadFile(filepath.Join(dt.state, daemon.TokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, _ := http.NewRequest("GET", url+"/api/runs/"+run, nil)
+	api.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	if r, err := http.DefaultClient.Do(api); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if !strings.Contains(string(b), `"status":"idle"`) {
+			t.Errorf("GET /api/runs/%s of an idle proxy run: HTTP %d %s", run, r.StatusCode, b)
+		}
+	}
 	req, _ := http.NewRequest("DELETE", url+"/v1/runs/r1", nil)
 	req.Header.Set("x-luft-caller", "alice")
 	if r, err := http.DefaultClient.Do(req); err != nil || r.StatusCode != 200 {
@@ -216,5 +244,100 @@ model = "md"
 	}
 	if strings.Contains(errOut, "for-a") || strings.Contains(errOut, "for-b") {
 		t.Errorf("a key reached the proxy's log:\n%s", errOut)
+	}
+}
+
+// TestProxyServeDoors: through luft proxy serve with one backend that names no model,
+// GET /v1/models lists what that backend's own /v1/models says; luft's x-luft-* headers
+// never reach the backend; and once the backend's failures open its circuit (no
+// fallback), a turn is answered at once with an OpenAI-shaped 503 and Retry-After
+// instead of waiting for the circuit to half-open.
+func TestProxyServeDoors(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []http.Header
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == "GET" && r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"llama-3","object":"model"}]}`)
+			return
+		}
+		mu.Lock()
+		seen = append(seen, r.Header.Clone())
+		mu.Unlock()
+		b, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(b), `"model":"broken"`) {
+			w.WriteHeader(500)
+			io.WriteString(w, `{"error":{"message":"boom","type":"server_error"}}`)
+			return
+		}
+		io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":3,"completion_tokens":1}}`)
+	}))
+	defer up.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "luft.toml")
+	writeFiles(t, dir, map[string]string{"luft.toml": "[backends.local]\ntype = \"openai\"\nbase_url = \"" + up.URL + "/v1\"\n"})
+	p := startLuft(t, nil, "--config", cfg, "--state-dir", filepath.Join(dir, "st"), "proxy", "serve", "--listen", "127.0.0.1:0")
+	line := p.waitStdout("luft proxy listening on ")
+	url := strings.TrimSuffix(strings.Fields(strings.TrimPrefix(line, "luft proxy listening on "))[0], "/v1")
+
+	resp, err := http.Get(url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"id":"llama-3"`) || !strings.Contains(string(b), `"owned_by":"local"`) {
+		t.Errorf("GET /v1/models with a backend that names no model: %s", b)
+	}
+
+	client := &http.Client{Timeout: 20 * time.Second}
+	turn := func(model string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", url+"/v1/chat/completions",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
+		req.Header.Set("Authorization", "Bearer sk-client")
+		req.Header.Set("x-luft-caller", "me")
+		req.Header.Set("x-luft-run-id", "r1")
+		req.Header.Set("x-luft-class", "batch")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("turn for %s: %v", model, err)
+			return nil, ""
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	if resp, body := turn("llama-3"); resp == nil || resp.StatusCode != 200 {
+		t.Fatalf("turn: %v %s", resp, body)
+	}
+	mu.Lock()
+	for k := range seen[0] {
+		if strings.HasPrefix(strings.ToLower(k), "x-luft-") {
+			t.Errorf("luft's own header %s reached the backend", k)
+		}
+	}
+	mu.Unlock()
+
+	// Five turns at once fail together and open the lane's circuit; their retries, and
+	// the turn after them, are answered 503 at once.
+	var wg sync.WaitGroup
+	for i := 0; i < 5; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); turn("broken") }()
+	}
+	wg.Wait()
+	start := time.Now()
+	resp, body := turn("broken")
+	if resp == nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(body, `"code":"backend_circuit_open"`) {
+		t.Fatalf("a turn while the backend's circuit is open: %v %s", resp, body)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the 503 took %s", d)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.exitCode(); code != 0 {
+		t.Errorf("proxy exit %d", code)
 	}
 }

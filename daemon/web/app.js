@@ -193,7 +193,7 @@ async function refreshRun(id) {
   $("run-status").textContent = r.status;
   $("run-status").className = "status s-" + r.status;
   $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${r.agents.ok} ok, ${r.agents.failed} failed, ${r.agents.cached} cached · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
-  $("cancel").hidden = r.status !== "running" && r.status !== "awaiting_approval";
+  $("cancel").hidden = !["running", "awaiting_approval", "idle"].includes(r.status);
   renderApprovals(r.pending_approvals || []);
   phases = r.phases;
   workflow = r.workflow;

@@ -64,7 +64,7 @@ func agentsFor(home string, getenv func(string) string, binary string) []*agent 
 	}, {
 		name:    Codex,
 		config:  filepath.Join(codexDir, "config.toml"),
-		toml:    &tomlEntry{table: []string{"mcp_servers", "luft"}, command: binary, args: args},
+		toml:    &tomlEntry{table: []string{"mcp_servers", "luft"}, command: binary, args: args, tools: codexTools},
 		skills:  shared,
 		marks:   []string{codexDir},
 		program: "codex",
@@ -133,4 +133,17 @@ func lookPath(name, path string) string {
 // with --agent that is not installed.
 func (a *agent) notFoundWhere() string {
 	return "no " + strings.Join(a.marks, ", no ") + ", no " + a.program + " on PATH"
+}
+
+// codexTools are the per-tool settings luft writes for Codex. Codex asks before every MCP
+// tool call that is not marked read-only, and `codex exec`, which cannot ask, refuses
+// them: luft's tools that start work (spawn, run, workflow_execute) would only run with
+// --dangerously-bypass-approvals-and-sandbox. approval_mode = "approve" lets them run.
+// The tools that end or decide something — cancel, workflow_cancel, and approve (a
+// sub-agent's destructive call) — stay Codex's to ask about: the model must not approve
+// its own sub-agents' calls.
+var codexTools = map[string]map[string]string{
+	"spawn":            {"approval_mode": "approve"},
+	"run":              {"approval_mode": "approve"},
+	"workflow_execute": {"approval_mode": "approve"},
 }

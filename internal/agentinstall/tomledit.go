@@ -2,6 +2,7 @@ package agentinstall
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -218,11 +219,15 @@ func skipValue(src string, i int) (int, error) {
 	return len(src), nil
 }
 
-// tomlEntry is luft's table in a TOML config: [table...] with keys command and args.
+// tomlEntry is luft's table in a TOML config: [table...] with keys command and args,
+// and a [table....tools.NAME] sub-table for each tool it has settings for.
 type tomlEntry struct {
 	table   []string
 	command string
 	args    []string
+	// tools are the per-tool settings luft adds (Codex: approval_mode for the tools that
+	// start work), by tool name; a tool's table the file already has is left as it is.
+	tools map[string]map[string]string
 }
 
 // body is the table's keys as TOML lines.
@@ -243,7 +248,63 @@ func (e tomlEntry) header() string {
 }
 
 func (e tomlEntry) snippet() string {
-	return e.header() + "\n" + e.body()
+	return e.header() + "\n" + e.body() + e.toolTables(nil)
+}
+
+// toolTables is the [table....tools.NAME] tables of the tools not in have, in name
+// order, each after a blank line.
+func (e tomlEntry) toolTables(have map[string]any) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(e.tools)) {
+		if _, ok := have[name]; ok {
+			continue
+		}
+		var kv bytes.Buffer
+		if err := toml.NewEncoder(&kv).Encode(e.tools[name]); err != nil {
+			panic(fmt.Sprintf("agentinstall: encoding a TOML table: %v", err)) // strings only
+		}
+		key := strings.Join(e.table, ".") + ".tools." + name
+		if !isBareKey(name) {
+			q, _ := json.Marshal(name)
+			key = strings.Join(e.table, ".") + ".tools." + string(q)
+		}
+		b.WriteString("\n[" + key + "]\n" + kv.String())
+	}
+	return b.String()
+}
+
+func isBareKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if !isBareKeyByte(k[i]) {
+			return false
+		}
+	}
+	return k != ""
+}
+
+// wantTOML is luft's table as the document should hold it: command, args, and its tools
+// with luft's tables added to those the file has.
+func (e tomlEntry) wantTOML(cur map[string]any) (map[string]any, map[string]any) {
+	want := map[string]any{"command": e.command, "args": e.args}
+	have, _ := cur["tools"].(map[string]any)
+	if len(e.tools) == 0 {
+		return want, have
+	}
+	tools := maps.Clone(have)
+	if tools == nil {
+		tools = map[string]any{}
+	}
+	for name, kv := range e.tools {
+		if _, ok := tools[name]; !ok {
+			m := map[string]any{}
+			for k, v := range kv {
+				m[k] = v
+			}
+			tools[name] = m
+		}
+	}
+	want["tools"] = tools
+	return want, have
 }
 
 // decodeTOML parses a document into plain maps.
@@ -388,17 +449,23 @@ func installTOML(src string, e tomlEntry) (string, bool, error) {
 	if err != nil {
 		return "", false, err
 	}
-	want := map[string]any{"command": e.command, "args": e.args}
 	cur, exists := lookup(doc, e.table)
+	var t map[string]any
 	if exists {
-		t, ok := cur.(map[string]any)
-		if !ok {
+		var ok bool
+		if t, ok = cur.(map[string]any); !ok {
 			return "", false, fmt.Errorf("%s is not a table; remove it, then run luft install again", strings.Join(e.table, "."))
 		}
-		if reflect.DeepEqual(normalise(t["command"]), normalise(want["command"])) &&
-			reflect.DeepEqual(normalise(t["args"]), normalise(want["args"])) {
-			return src, false, nil
-		}
+	}
+	want, haveTools := e.wantTOML(t)
+	if _, ok := t["tools"]; ok && haveTools == nil {
+		return "", false, fmt.Errorf("%s.tools is not a table; remove it, then run luft install again", strings.Join(e.table, "."))
+	}
+	missing := e.toolTables(haveTools)
+	if exists && missing == "" &&
+		reflect.DeepEqual(normalise(t["command"]), normalise(want["command"])) &&
+		reflect.DeepEqual(normalise(t["args"]), normalise(want["args"])) {
+		return src, false, nil
 	}
 	stmts, err := splitTOML(src)
 	if err != nil {
@@ -418,13 +485,20 @@ func installTOML(src string, e tomlEntry) (string, bool, error) {
 		default:
 			sep = "\n\n"
 		}
-		out = src + sep + e.header() + "\n" + e.body()
+		out = src + sep + e.header() + "\n" + e.body() + missing
 	} else {
 		h := findTable(stmts, e.table)
 		if h < 0 {
 			return "", false, fmt.Errorf("%s is written in a form luft install does not edit (not a %s table of its own); remove it, then run luft install again", strings.Join(e.table, "."), e.header())
 		}
 		out = replaceKeys(src, stmts, h, e)
+		if missing != "" {
+			// At the end of the file: a table header may come anywhere after its parent.
+			if !strings.HasSuffix(out, "\n") {
+				out += "\n"
+			}
+			out += missing
+		}
 	}
 	got, err := decodeTOML(out)
 	if err != nil || !sameTOML(got, withEntry(doc, e.table, want)) {

@@ -150,3 +150,33 @@ func TestSplitTOMLHostile(t *testing.T) {
 		}
 	}
 }
+
+// Codex's per-tool settings: installed with luft's table, added to an older install that
+// lacks them, a tool table the user wrote is left alone, and uninstall removes them all.
+func TestInstallTOMLTools(t *testing.T) {
+	e := tomlEntry{table: []string{"mcp_servers", "luft"}, command: "/opt/luft", args: []string{"mcp", "serve"},
+		tools: map[string]map[string]string{"spawn": {"approval_mode": "approve"}, "run": {"approval_mode": "approve"}}}
+	const block = "[mcp_servers.luft]\ncommand = \"/opt/luft\"\nargs = [\"mcp\", \"serve\"]\n"
+	const tools = "\n[mcp_servers.luft.tools.run]\napproval_mode = \"approve\"\n\n[mcp_servers.luft.tools.spawn]\napproval_mode = \"approve\"\n"
+	for _, tc := range []struct{ name, in, want string }{
+		{"new", "", block + tools},
+		{"older install", "model = \"o3\"\n\n" + block, "model = \"o3\"\n\n" + block + tools},
+		{"the user's own setting", block + "\n[mcp_servers.luft.tools.spawn]\napproval_mode = \"prompt\"\n",
+			block + "\n[mcp_servers.luft.tools.spawn]\napproval_mode = \"prompt\"\n" + "\n[mcp_servers.luft.tools.run]\napproval_mode = \"approve\"\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, changed, err := installTOML(tc.in, e)
+			if err != nil || !changed || got != tc.want {
+				t.Fatalf("install: changed %v, err %v\n%s\nwant\n%s", changed, err, got, tc.want)
+			}
+			again, changed, err := installTOML(got, e)
+			if err != nil || changed || again != got {
+				t.Fatalf("a second install changed %v (err %v):\n%s", changed, err, again)
+			}
+			out, _, err := uninstallTOML(got, e)
+			if err != nil || strings.Contains(out, "luft") {
+				t.Fatalf("uninstall: err %v\n%s", err, out)
+			}
+		})
+	}
+}

@@ -9,7 +9,8 @@ const require = createRequire(nodeDir + "/package.json");
 const { default: OpenAI } = await import(pathToFileURL(require.resolve("openai")).href);
 
 const [baseURL, mode, runID] = process.argv.slice(2);
-const headers = { "x-luft-caller": "agent" };
+// The fairness id names the caller to the fake engine: the proxy keeps x-luft-* to itself.
+const headers = { "x-luft-caller": "agent", "x-gateway-inference-fairness-id": "agent" };
 if (runID) headers["x-luft-run-id"] = runID;
 const client = new OpenAI({ baseURL, apiKey: "sk-client-test", defaultHeaders: headers, maxRetries: 0 });
 
