@@ -146,7 +146,7 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 				fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tWORKFLOW")
 				for _, r := range runs {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Status, r.CreatedAt.Local().Format("2006-01-02 15:04:05"),
-						r.Agents.OK+r.Agents.Failed+r.Agents.Cached, r.Usage.Input+r.Usage.Output, e.outLine(r.Workflow))
+						r.Agents.Finished(), r.Usage.Input+r.Usage.Output, e.outLine(r.Workflow))
 				}
 				return w.Flush()
 			})
@@ -190,7 +190,7 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				if j.FinishedAt != nil {
 					fmt.Fprintf(w, "finished\t%s\n", j.FinishedAt.Local().Format(time.RFC3339))
 				}
-				fmt.Fprintf(w, "agents\t%d ok, %d failed, %d cached\n", j.Agents.OK, j.Agents.Failed, j.Agents.Cached)
+				fmt.Fprintf(w, "agents\t%s\n", j.Agents)
 				fmt.Fprintf(w, "tokens\t%d in / %d out\n", j.Usage.Input, j.Usage.Output)
 				if j.Cost > 0 {
 					fmt.Fprintf(w, "cost\t$%.4f\n", j.Cost)
@@ -207,12 +207,9 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				if err := w.Flush(); err != nil {
 					return err
 				}
-				if len(j.Phases) > 0 {
-					fmt.Fprintln(e.stdout, "\nphases:")
-					printPhases(e, j.Phases)
-				}
-				// The board of the live view, folded from the stored events: what runs,
-				// what waits and why, the latest log lines.
+				// The board of the live view, folded from the stored events: the phases,
+				// what runs, what waits and why, the latest log lines. It is the one
+				// place the phases are shown (luft phases has the table).
 				evs, errc, err := svc.Events(ctx, info.Run.ID, runtime.EventsOptions{})
 				if err != nil {
 					return err

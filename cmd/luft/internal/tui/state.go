@@ -119,6 +119,7 @@ type Totals struct {
 	OK            int
 	Failed        int
 	Cached        int
+	Cancelled     int // cut off by a cancel, a timeout or a suspension: not Failed
 	In, Out       int // tokens
 	Cost          float64
 	Retries       int
@@ -128,7 +129,7 @@ type Totals struct {
 }
 
 // Finished is the number of calls finished, cached ones included.
-func (t Totals) Finished() int { return t.OK + t.Failed + t.Cached }
+func (t Totals) Finished() int { return t.OK + t.Failed + t.Cached + t.Cancelled }
 
 // LogLine is one line of the log pane.
 type LogLine struct {
@@ -656,13 +657,14 @@ func (s *State) agentDone(ev event.Event) {
 	case a.Result == "ok" && a.Err == "":
 		a.Status = Done
 		s.Totals.OK++
+	case a.Result == "cancelled":
+		// Cancelled siblings of a failure are its echo, not news, and no failure.
+		a.Status = Failed
+		s.Totals.Cancelled++
 	default:
 		a.Status = Failed
 		s.Totals.Failed++
-		if a.Result != "cancelled" {
-			// Cancelled siblings of a failure are its echo, not news.
-			s.log(ev.TS, "error", a.Label()+" "+failure(a))
-		}
+		s.log(ev.TS, "error", a.Label()+" "+failure(a))
 	}
 	s.Totals.In += a.In
 	s.Totals.Out += a.Out
@@ -705,6 +707,7 @@ func (s *State) runDone(ev event.Event) {
 	// run_done's figures are the run's own account: they win over the sums of events.
 	if c := fields(d["agents"]); c != nil {
 		s.Totals.OK, s.Totals.Failed, s.Totals.Cached = intOf(c, "ok"), intOf(c, "failed"), intOf(c, "cached")
+		s.Totals.Cancelled = intOf(c, "cancelled")
 	}
 	if u := fields(d["usage"]); u != nil {
 		s.Totals.In, s.Totals.Out = intOf(u, "input"), intOf(u, "output")
