@@ -37,6 +37,10 @@ function cell(label, html, cls) {
   return `<td data-l="${esc(label)}"${cls ? ` class="${cls}"` : ""}>${html}</td>`;
 }
 
+// counts is a run's agent counts; cancelled calls are counted apart from failed ones.
+function counts(a, sep = ", ") {
+  return [`${a.ok} ok`, `${a.failed} failed`, `${a.cached} cached`].concat(a.cancelled ? [`${a.cancelled} cancelled`] : []).join(sep);
+}
 function when(ts) { return ts ? new Date(ts).toLocaleString() : ""; }
 
 // ---- runs list ----
@@ -51,7 +55,7 @@ async function loadRuns(append) {
     cell("run", `<a href="#/runs/${esc(r.id)}">${esc(r.id.slice(0, 13))}</a>`) +
     cell("status", esc(r.status), "status s-" + esc(r.status)) +
     cell("workflow", esc(r.workflow)) +
-    cell("agents", `${r.agents.ok} ok · ${r.agents.failed} failed · ${r.agents.cached} cached`) +
+    cell("agents", counts(r.agents, " · ")) +
     cell("tokens", String(r.tokens)) +
     cell("cost", "$" + r.cost.toFixed(4)) +
     cell("started", esc(when(r.created_at))) + "</tr>").join("");
@@ -111,6 +115,16 @@ function applyEvent(ev) {
   $("events").appendChild(li);
   if (type === "run_done" || type === "phase_started" || type === "phase_done" || type === "approval_requested" ||
     type === "approval_decided") refreshRun(run_id).catch(() => {});
+  else if (type === "agent_done") refreshSoon();
+}
+
+// refreshSoon brings the shown run's header (its live counts and tokens) up to date after
+// a call ends, at most every half second however many calls end. It refreshes the run
+// shown when it fires, which may be another than the one whose call ended.
+let refreshTimer = null;
+function refreshSoon() {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(() => { refreshTimer = null; if (current) refreshRun(current).catch(() => {}); }, 500);
 }
 
 // follow reads the run's events as Server-Sent Events over fetch (EventSource cannot send
@@ -155,7 +169,7 @@ async function refreshRun(id) {
   $("run-title").textContent = `run ${r.id.slice(0, 13)}`;
   $("run-status").textContent = r.status;
   $("run-status").className = "status s-" + r.status;
-  $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${r.agents.ok} ok, ${r.agents.failed} failed, ${r.agents.cached} cached · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
+  $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${counts(r.agents)} · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
   $("cancel").hidden = r.status !== "running" && r.status !== "awaiting_approval";
   renderApprovals(r.pending_approvals || []);
   $("phases-body").innerHTML = r.phases.map((p) => "<tr>" +
