@@ -230,6 +230,7 @@ end`)
 		until(`document.querySelector('#events').textContent.includes('run_done')`),
 		// The call the cancel cut off is cancelled, not failed.
 		until(`document.querySelector('#run-meta').textContent.includes('1 ok, 0 failed, 0 cached, 1 cancelled · ')`),
+		until(`document.querySelector('#phases-body').textContent.includes('+1 cancelled')`),
 	); err != nil {
 		t.Fatalf("live events and cancel: %v; the header says %q", err, eval(ctx, t, `document.querySelector('#run-meta').textContent`))
 	}

@@ -68,7 +68,7 @@ func progressText(info runtime.RunInfo) string {
 	s := fmt.Sprintf("%s: agents %s", info.Status, info.Agents)
 	if n := len(info.Phases); n > 0 {
 		p := info.Phases[n-1]
-		s = fmt.Sprintf("phase %d %q (%s, %d/%d): %s", p.ID, p.Label, p.Status, p.OK+p.Failed, p.Planned, s)
+		s = fmt.Sprintf("phase %d %q (%s, %d/%d): %s", p.ID, p.Label, p.Status, p.OK+p.Failed+p.Cancelled, p.Planned, s)
 	}
 	return s
 }

@@ -68,12 +68,13 @@ type RunView struct {
 
 // PhaseView is one phase of a run.
 type PhaseView struct {
-	ID      int    `json:"id"`
-	Label   string `json:"label"`
-	Status  string `json:"status"`
-	Planned int    `json:"planned"`
-	OK      int    `json:"ok"`
-	Failed  int    `json:"failed"`
+	ID        int    `json:"id"`
+	Label     string `json:"label"`
+	Status    string `json:"status"`
+	Planned   int    `json:"planned"`
+	OK        int    `json:"ok"`
+	Failed    int    `json:"failed"`
+	Cancelled int    `json:"cancelled"`
 }
 
 func runView(r storage.Run, phases []storage.Phase, withReport bool) RunView {
@@ -86,7 +87,7 @@ func runView(r storage.Run, phases []storage.Phase, withReport bool) RunView {
 		v.ResumeAfter = &r.ResumeAfter
 	}
 	for _, p := range phases {
-		v.Phases = append(v.Phases, PhaseView{ID: p.ID, Label: p.Label, Status: p.Status, Planned: p.Planned, OK: p.OK, Failed: p.Failed})
+		v.Phases = append(v.Phases, PhaseView{ID: p.ID, Label: p.Label, Status: p.Status, Planned: p.Planned, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
 	}
 	if withReport && r.HasReport {
 		v.Report = json.RawMessage(r.Report)

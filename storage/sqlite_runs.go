@@ -435,7 +435,7 @@ func (s *SQLite) Phases(ctx context.Context, runID string) (_ []Phase, err error
 		return nil, err
 	}
 	rows, err := db.QueryContext(ctx, `SELECT phase_id, label, planned, description, status, ok, failed,
-		started_at, done_at FROM phases WHERE run_id = ? ORDER BY phase_id`, runID)
+		cancelled, started_at, done_at FROM phases WHERE run_id = ? ORDER BY phase_id`, runID)
 	if err != nil {
 		return nil, errf("phases of run", runID, err)
 	}
@@ -445,7 +445,7 @@ func (s *SQLite) Phases(ctx context.Context, runID string) (_ []Phase, err error
 		p := Phase{RunID: runID}
 		var started, done sql.NullString
 		if err := rows.Scan(&p.ID, &p.Label, &p.Planned, &p.Description, &p.Status, &p.OK, &p.Failed,
-			&started, &done); err != nil {
+			&p.Cancelled, &started, &done); err != nil {
 			return nil, errf("phases of run", runID, err)
 		}
 		var e1, e2 error

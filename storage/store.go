@@ -267,6 +267,7 @@ type Phase struct {
 	Status      string // PhaseRunning or PhaseDone
 	OK          int
 	Failed      int
+	Cancelled   int       // calls cut off by a cancel, not counted in Failed
 	StartedAt   time.Time // zero when only phase_done was seen
 	DoneAt      time.Time // zero while running
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -87,6 +88,7 @@ type phaseJSON struct {
 	Status      string `json:"status"`
 	OK          int    `json:"ok"`
 	Failed      int    `json:"failed"`
+	Cancelled   int    `json:"cancelled"`
 }
 
 // toJSON is the JSON form of a run; its resume hint carries --state-dir when one was
@@ -107,7 +109,7 @@ func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) 
 	}
 	for _, p := range phases {
 		j.Phases = append(j.Phases, phaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
-			Status: p.Status, OK: p.OK, Failed: p.Failed})
+			Status: p.Status, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
 	}
 	return j
 }
@@ -241,11 +243,22 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// printPhases prints the phases table; a CANCELLED column is added when a cancel cut
+// calls off in some phase.
 func printPhases(e *env, phases []phaseJSON) {
+	cancelled := slices.ContainsFunc(phases, func(p phaseJSON) bool { return p.Cancelled > 0 })
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tPHASE\tSTATUS\tPLANNED\tOK\tFAILED")
+	head := "  #\tPHASE\tSTATUS\tPLANNED\tOK\tFAILED"
+	if cancelled {
+		head += "\tCANCELLED"
+	}
+	fmt.Fprintln(tw, head)
 	for _, p := range phases {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\n", p.ID, e.outLine(p.Label), p.Status, p.Planned, p.OK, p.Failed)
+		line := fmt.Sprintf("  %d\t%s\t%s\t%d\t%d\t%d", p.ID, e.outLine(p.Label), p.Status, p.Planned, p.OK, p.Failed)
+		if cancelled {
+			line += fmt.Sprintf("\t%d", p.Cancelled)
+		}
+		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
 }

@@ -13,6 +13,7 @@ import (
 // liveScript runs three quick agents, says so, then four that wait until cancelled.
 const liveScript = `
 function main()
+  phase("work")
   for i = 1, 3 do agent{ name = "quick " .. i, prompt = "go " .. i } end
   log("quick ones done")
   parallel({1, 2, 3, 4}, function(i) return agent{ name = "slow " .. i, prompt = "wait " .. i } end)
@@ -119,5 +120,19 @@ func TestLiveCountsAndCancelledCalls(t *testing.T) {
 	}
 	if text := luftOut(t, "--state-dir", state, "status", runID); !strings.Contains(text, "\nagents    3 ok, 0 failed, 0 cached, 4 cancelled\n") {
 		t.Errorf("luft status after the cancel does not count 4 cancelled:\n%s", text)
+	}
+	// The phase the cancel ended counts them the same way.
+	var phases struct {
+		Actual []struct{ OK, Failed, Cancelled int } `json:"actual"`
+	}
+	if err := json.Unmarshal([]byte(luftOut(t, "--state-dir", state, "phases", "--json", runID)), &phases); err != nil {
+		t.Fatal(err)
+	}
+	if len(phases.Actual) != 1 || phases.Actual[0].OK != 3 || phases.Actual[0].Failed != 0 || phases.Actual[0].Cancelled != 4 {
+		t.Errorf("luft phases --json after the cancel: %+v, want one phase with 3 ok, 0 failed, 4 cancelled", phases.Actual)
+	}
+	if text := luftOut(t, "--state-dir", state, "phases", runID); !strings.Contains(text, "CANCELLED") ||
+		!strings.Contains(strings.Join(strings.Fields(text), " "), "1 work done 0 3 0 4") {
+		t.Errorf("luft phases after the cancel does not show 4 cancelled:\n%s", text)
 	}
 }

@@ -175,7 +175,7 @@ async function refreshRun(id) {
   $("phases-body").innerHTML = r.phases.map((p) => "<tr>" +
     cell("phase", esc(p.label) + (p.description ? ` <span class="muted">${esc(p.description)}</span>` : "")) +
     cell("status", esc(p.status), "status") + cell("planned", String(p.planned || "")) +
-    cell("done", String(p.ok)) + cell("failed", String(p.failed)) + "</tr>").join("") ||
+    cell("done", String(p.ok)) + cell("failed", String(p.failed) + (p.cancelled ? ` <span class="muted">+${p.cancelled} cancelled</span>` : "")) + "</tr>").join("") ||
     `<tr><td colspan="5" class="muted">no phases</td></tr>`;
   if (r.has_report) {
     const res = await fetch(`/api/runs/${id}/report`, { headers: { Authorization: "Bearer " + token } });

@@ -2,3 +2,4 @@
 -- apart from failed ones, so a cancelled run's totals say what happened.
 
 ALTER TABLE runs ADD COLUMN agents_cancelled INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE phases ADD COLUMN cancelled INTEGER NOT NULL DEFAULT 0;

@@ -104,6 +104,7 @@ type Phase struct {
 	Description string
 	Planned     int // planned agent calls (phase(label, planned)); 0 = not said
 	OK, Failed  int // calls finished in it
+	Cancelled   int // calls a cancel cut off in it (not in Failed)
 	Started     bool
 	Done        bool
 	StartedAt   time.Time
@@ -111,7 +112,7 @@ type Phase struct {
 }
 
 // Finished is the number of calls finished in the phase.
-func (p *Phase) Finished() int { return p.OK + p.Failed }
+func (p *Phase) Finished() int { return p.OK + p.Failed + p.Cancelled }
 
 // Totals count a run's agent calls, tokens, money and waits.
 type Totals struct {
@@ -365,7 +366,7 @@ func (s *State) Apply(ev event.Event) {
 			return
 		}
 		p.Done, p.EndedAt = true, ev.TS
-		p.OK, p.Failed = intOf(d, "ok"), intOf(d, "failed")
+		p.OK, p.Failed, p.Cancelled = intOf(d, "ok"), intOf(d, "failed"), intOf(d, "cancelled")
 		if s.current == p {
 			s.current = nil
 		}
@@ -674,9 +675,12 @@ func (s *State) agentDone(ev event.Event) {
 		p = s.current
 	}
 	if p != nil && !p.Done {
-		if a.Status == Failed {
+		switch {
+		case a.Result == "cancelled":
+			p.Cancelled++
+		case a.Status == Failed:
 			p.Failed++
-		} else {
+		default:
 			p.OK++
 		}
 	}
