@@ -368,7 +368,7 @@ var schemaColumns = map[string][]string{
 		"output_tokens", "cached_tokens", "cost", "attempts", "completed_seq", "where_pos", "created_at", "updated_at"},
 	"phases": {"run_id", "phase_id", "label", "planned", "description", "status", "ok", "failed", "started_at", "done_at",
 		"cancelled"},
-	"files":  {"run_id", "path", "sha256", "content", "created_at"},
+	"files": {"run_id", "path", "sha256", "content", "created_at"},
 	"tool_calls": {"run_id", "call_key", "conversation", "turn", "tool_call_id", "name", "args_hash", "status",
 		"output", "created_at", "updated_at"},
 }
