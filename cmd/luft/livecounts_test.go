@@ -99,9 +99,10 @@ func TestLiveCountsAndCancelledCalls(t *testing.T) {
 	if len(list) != 1 || list[0].Agents.OK != 3 || list[0].Tokens != 45 {
 		t.Errorf("luft list --json while the run goes on: %+v, want 3 ok and 45 tokens", list)
 	}
-	if table := luftOut(t, "--state-dir", state, "list"); !strings.Contains(table, "  running  ") ||
-		!strings.Contains(strings.Fields(strings.Split(table, "\n")[1])[4], "3") {
-		t.Errorf("luft list while the run goes on does not count 3 agents:\n%s", table)
+	// RUN STATUS STARTED (date and time) AGENTS TOKENS WORKFLOW
+	table := luftOut(t, "--state-dir", state, "list")
+	if row := strings.Fields(strings.Split(table, "\n")[1]); len(row) < 6 || row[1] != "running" || row[4] != "3" || row[5] != "45" {
+		t.Errorf("luft list while the run goes on does not count 3 agents and 45 tokens:\n%s", table)
 	}
 
 	p.signal(os.Interrupt)
