@@ -58,11 +58,14 @@ const (
 )
 
 // AgentCounts count a run's agent calls by outcome; Cached ones were answered from the
-// journal on resume without running.
+// journal on resume without running, Cancelled ones were cut off by a cancel, a timeout
+// or a suspension (they are not Failed). While a run goes on they count the calls
+// finished so far.
 type AgentCounts struct {
-	OK     int `json:"ok"`
-	Failed int `json:"failed"`
-	Cached int `json:"cached"`
+	OK        int `json:"ok"`
+	Failed    int `json:"failed"`
+	Cached    int `json:"cached"`
+	Cancelled int `json:"cancelled"`
 }
 
 // Result is how a run (its latest attempt) ended.

@@ -67,6 +67,7 @@ type PhaseJSON struct {
 	Status      string `json:"status"`
 	OK          int    `json:"ok"`
 	Failed      int    `json:"failed"`
+	Cancelled   int    `json:"cancelled"`
 }
 
 // RunPage is one page of GET /api/runs.
@@ -332,7 +333,7 @@ func (d *Daemon) getRun(w http.ResponseWriter, r *http.Request) {
 	phases := make([]PhaseJSON, 0, len(info.Phases))
 	for _, p := range info.Phases {
 		phases = append(phases, PhaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
-			Status: p.Status, OK: p.OK, Failed: p.Failed})
+			Status: p.Status, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
 	}
 	run := d.runJSON(info.Run)
 	for _, a := range info.Pending {

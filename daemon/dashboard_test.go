@@ -240,12 +240,17 @@ end`)
 	if err := chromedp.Do(ctx,
 		until(`document.querySelector('#events').textContent.includes('after release')`),
 		until(`document.querySelector('#agents-body').textContent.includes('ok')`),
+		// The header counts the finished call while the run goes on.
+		until(`document.querySelector('#run-meta').textContent.includes('1 ok, 0 failed, 0 cached · ')`),
 		shoot("dashboard-run.png"),
 		chromedp.Click(chromedp.CSS("#cancel")),
 		until(`document.querySelector('#run-status').textContent === 'cancelled'`),
 		until(`document.querySelector('#events').textContent.includes('run_done')`),
+		// The call the cancel cut off is cancelled, not failed.
+		until(`document.querySelector('#run-meta').textContent.includes('1 ok, 0 failed, 0 cached, 1 cancelled · ')`),
+		until(`document.querySelector('#phases-body').textContent.includes('+1 cancelled')`),
 	); err != nil {
-		t.Fatalf("live events and cancel: %v", err)
+		t.Fatalf("live events and cancel: %v; the header says %q", err, eval(ctx, t, `document.querySelector('#run-meta').textContent`))
 	}
 	if row, err := d.opts.Service.Status(context.Background(), live); err != nil || row.Status != storage.StatusCancelled {
 		t.Errorf("after the cancel button the run is %q (%v)", row.Status, err)

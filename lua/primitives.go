@@ -101,9 +101,12 @@ func (v *vm) agentOutcome(c Call, req agent.Request, ph *phaseState, r agent.Res
 		r.Error = "the agent reported status " + string(r.Status)
 	}
 	if ph != nil {
-		if r.OK() {
+		switch {
+		case r.OK():
 			ph.ok++
-		} else {
+		case r.Status == agent.StatusCancelled:
+			ph.cancelled++
+		default:
 			ph.failed++
 		}
 	}

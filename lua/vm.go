@@ -288,6 +288,7 @@ type phaseState struct {
 	id         int
 	label      string
 	ok, failed int
+	cancelled  int // cut off by a cancel: not failed
 }
 
 func newVM(ctx context.Context, cfg Config) (*vm, error) {
@@ -875,7 +876,7 @@ func (v *vm) closePhase() {
 	}
 	p := v.phase
 	v.phase = nil
-	v.emit(event.PhaseDone, map[string]any{"phase_id": p.id, "label": p.label, "ok": p.ok, "failed": p.failed})
+	v.emit(event.PhaseDone, map[string]any{"phase_id": p.id, "label": p.label, "ok": p.ok, "failed": p.failed, "cancelled": p.cancelled})
 }
 
 // scriptError turns an error from Resume into a *ScriptError with a script position.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
@@ -64,10 +65,10 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 
 // progressText is a run's phase and agent counts for a progress notification.
 func progressText(info runtime.RunInfo) string {
-	s := fmt.Sprintf("%s: agents %d ok, %d failed, %d cached", info.Status, info.Agents.OK, info.Agents.Failed, info.Agents.Cached)
+	s := fmt.Sprintf("%s: agents %s", info.Status, info.Agents)
 	if n := len(info.Phases); n > 0 {
 		p := info.Phases[n-1]
-		s = fmt.Sprintf("phase %d %q (%s, %d/%d): %s", p.ID, p.Label, p.Status, p.OK+p.Failed, p.Planned, s)
+		s = fmt.Sprintf("phase %d %q (%s, %d/%d): %s", p.ID, p.Label, p.Status, p.OK+p.Failed+p.Cancelled, p.Planned, s)
 	}
 	return s
 }
@@ -154,25 +155,9 @@ func (s *Server) live(id string) *runtime.Run {
 	return nil
 }
 
-// liveStatus is Status with the agent counts of a running run as of now: the store
-// keeps a run's counts when it ends, so they are counted from its agent_done events.
+// liveStatus is Status: a running run's counts, tokens and cost are live there.
 func (s *Server) liveStatus(ctx context.Context, id string) (runtime.RunInfo, error) {
-	info, err := s.svc.Status(ctx, id)
-	if err != nil || !runtime.Running(info.Status) {
-		return info, err
-	}
-	evs, errc, err := s.svc.Events(ctx, info.ID, runtime.EventsOptions{Types: []string{event.AgentDone}, Attempt: info.Attempt})
-	if err != nil {
-		return info, nil // the counts stay as stored
-	}
-	var c storage.AgentCounts
-	for ev := range evs {
-		countAgent(&c, ev)
-	}
-	if <-errc == nil {
-		info.Agents = c
-	}
-	return info, nil
+	return s.svc.Status(ctx, id)
 }
 
 // countAgent counts an agent_done event as the runtime counts the call.
@@ -182,6 +167,8 @@ func countAgent(c *storage.AgentCounts, ev event.Event) {
 		c.Cached++
 	case ev.Data["status"] == "ok" && ev.Data["error"] == nil:
 		c.OK++
+	case ev.Data["status"] == string(agent.StatusCancelled):
+		c.Cancelled++
 	default:
 		c.Failed++
 	}

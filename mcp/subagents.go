@@ -409,7 +409,7 @@ func (sa *subagents) handle(ctx context.Context, tool, h string) (string, *mcp.C
 	case errors.Is(err, storage.ErrRunNotFound):
 		return "", ToolError("%s: no sub-agent has the handle %q (spawn gives handles)", tool, h)
 	case errors.Is(err, storage.ErrAmbiguousRun):
-		return "", ToolError("%s: %q is the start of more than one handle: give all of it", tool, h)
+		return "", ToolError("%s: %s", tool, ambiguous(err, "handle", "give all of it"))
 	case err != nil:
 		return "", ToolError("%s: handle %s: %v", tool, h, err)
 	}

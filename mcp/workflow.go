@@ -68,12 +68,13 @@ type RunView struct {
 
 // PhaseView is one phase of a run.
 type PhaseView struct {
-	ID      int    `json:"id"`
-	Label   string `json:"label"`
-	Status  string `json:"status"`
-	Planned int    `json:"planned"`
-	OK      int    `json:"ok"`
-	Failed  int    `json:"failed"`
+	ID        int    `json:"id"`
+	Label     string `json:"label"`
+	Status    string `json:"status"`
+	Planned   int    `json:"planned"`
+	OK        int    `json:"ok"`
+	Failed    int    `json:"failed"`
+	Cancelled int    `json:"cancelled"`
 }
 
 func runView(r storage.Run, phases []storage.Phase, withReport bool) RunView {
@@ -86,7 +87,7 @@ func runView(r storage.Run, phases []storage.Phase, withReport bool) RunView {
 		v.ResumeAfter = &r.ResumeAfter
 	}
 	for _, p := range phases {
-		v.Phases = append(v.Phases, PhaseView{ID: p.ID, Label: p.Label, Status: p.Status, Planned: p.Planned, OK: p.OK, Failed: p.Failed})
+		v.Phases = append(v.Phases, PhaseView{ID: p.ID, Label: p.Label, Status: p.Status, Planned: p.Planned, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
 	}
 	if withReport && r.HasReport {
 		v.Report = json.RawMessage(r.Report)
@@ -101,7 +102,7 @@ func (v RunView) summary() string {
 	if v.Attempt > 1 {
 		fmt.Fprintf(&b, ", attempt %d", v.Attempt)
 	}
-	fmt.Fprintf(&b, "; agents %d ok, %d failed, %d cached", v.Agents.OK, v.Agents.Failed, v.Agents.Cached)
+	fmt.Fprintf(&b, "; agents %s", v.Agents)
 	if n := len(v.Phases); n > 0 {
 		p := v.Phases[n-1]
 		fmt.Fprintf(&b, "; phase %d/%d %q %s", n, n, p.Label, p.Status)
@@ -404,7 +405,7 @@ func (s *Server) runRef(ctx context.Context, tool, id string) (runtime.RunInfo, 
 	case errors.Is(err, storage.ErrRunNotFound):
 		return info, ToolError("%s: no run %q here (workflow_list_runs lists the runs)", tool, id)
 	case errors.Is(err, storage.ErrAmbiguousRun):
-		return info, ToolError("%s: %q is the start of more than one run id: give more of it", tool, id)
+		return info, ToolError("%s: %s", tool, ambiguous(err, "run", "workflow_list_runs lists the runs"))
 	case err != nil:
 		return info, ToolError("%s: run %s: %v", tool, id, err)
 	}
@@ -677,4 +678,17 @@ func (s *Server) validate(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 		return Result(res, "invalid: "+res.Error), nil
 	}
 	return Result(res, fmt.Sprintf("ok (dry run on the mock backend: %d agent calls)", res.AgentCalls)), nil
+}
+
+// ambiguous says which ids an ambiguous prefix matches, so the caller can pick one.
+func ambiguous(err error, what, hint string) string {
+	var ae *storage.AmbiguousRunError
+	if !errors.As(err, &ae) {
+		return fmt.Sprintf("the %s id is the start of more than one %s id: give more of it (%s)", what, what, hint)
+	}
+	ids := strings.Join(ae.Candidates, ", ")
+	if ae.More {
+		ids += ", ..."
+	}
+	return fmt.Sprintf("%q is the start of more than one %s id: %s; give more of it (%s)", ae.Prefix, what, ids, hint)
 }

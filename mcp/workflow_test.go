@@ -228,7 +228,7 @@ func TestRunArgumentErrors(t *testing.T) {
 			fails(t, e.c, tool, map[string]any{"run_id": "0000-no-such-run"}, `no run "0000-no-such-run"`, "workflow_list_runs")
 			fails(t, e.c, tool, map[string]any{}, "run_id is required")
 			fails(t, e.c, tool, map[string]any{"run_id": strings.Repeat("x", 10000)}, "run_id is 10000 characters")
-			fails(t, e.c, tool, map[string]any{"run_id": common}, "more than one run")
+			fails(t, e.c, tool, map[string]any{"run_id": common}, "more than one run", a.RunID, b.RunID) // it names them
 			fails(t, e.c, tool, map[string]any{"run_id": 7}, `"run_id" must be a string`)
 		}
 		for _, tc := range []struct {

@@ -27,6 +27,12 @@
 // shown as interrupted by Status and List; Resume of a completed run runs nothing and
 // returns its stored result.
 //
+// A run's agent counts, usage and cost are live (runtime/totals.go): the run's row is
+// brought up to date as calls finish, so every process reading the state dir sees them
+// while the run goes on, and Status and List of a run this process drives read them from
+// memory. A call cut off by a cancel, a timeout or a suspension counts as cancelled, not
+// failed.
+//
 // runtime does not know how a backend speaks or how turns are ordered; it asks an
 // adapters.Backend and a scheduler.Scheduler.
 package runtime

@@ -54,6 +54,7 @@ type host struct {
 	before    time.Duration   // driven time of earlier attempts, counted by the time budget
 	beforeErr error
 	calls     sync.WaitGroup // call goroutines still running
+	live      *totals        // writes the counts to the run's row as calls finish
 
 	// sessions holds the latest transcript of each session_id of the run (SPEC §2:
 	// openai agents continue a conversation from it), from the journal and from live calls.
@@ -74,6 +75,7 @@ func newHost(s *Service, r *Run, ctx context.Context, journal map[string]storage
 	if r.Attempt > 1 {
 		h.before, h.beforeErr = drivenBefore(ctx, s.opts.Store, r.ID)
 	}
+	h.live = newTotals(s.opts.Store, r.ID, h.result)
 	return h
 }
 
@@ -451,10 +453,13 @@ func (h *host) done(c lua.Call, req agent.Request, res agent.Result, err error, 
 		h.counts.Cached++
 	case err == nil && res.OK():
 		h.counts.OK++
+	case status == agent.StatusCancelled:
+		h.counts.Cancelled++ // cut off by a cancel, a timeout or a suspension: not a failure
 	default:
 		h.counts.Failed++
 	}
 	h.mu.Unlock()
+	h.live.changed()
 	data := map[string]any{"call_key": c.Key, "name": req.Name, "status": string(status), "cached": res.Cached,
 		"tokens": res.Usage.Total(), "usage": res.Usage, "elapsed_ms": t.elapsed.Milliseconds(),
 		"queued_ms": t.queued.Milliseconds(), "approval_ms": t.approval.Milliseconds(), "run_ms": t.run.Milliseconds(),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,9 +64,32 @@ func specIdle(spec json.RawMessage) bool {
 	return json.Unmarshal(spec, &sp) == nil && sp.Idle
 }
 
+// current puts the live totals of a run this process drives on r: its row has them too,
+// written as calls finish, but a moment later.
+func (s *Service) current(r storage.Run) storage.Run {
+	if r.Status != storage.StatusRunning {
+		return r
+	}
+	s.mu.Lock()
+	live := s.live[r.ID]
+	var tally func() Result
+	if live != nil {
+		tally = live.tally
+	}
+	s.mu.Unlock()
+	if tally != nil {
+		t := tally()
+		r.Usage, r.Cost, r.Agents = storage.Usage(t.Usage), t.Cost, t.Agents
+	}
+	return r
+}
+
 // Resolve finds a run by id or unique id prefix.
 func (s *Service) Resolve(ctx context.Context, idOrPrefix string) (storage.Run, error) {
 	r, err := s.opts.Store.ResolveRun(ctx, idOrPrefix)
+	if errors.Is(err, storage.ErrAmbiguousRun) {
+		return storage.Run{}, err // it names the prefix and the candidates
+	}
 	if err != nil {
 		return storage.Run{}, fmt.Errorf("run %s: %w", idOrPrefix, err)
 	}
@@ -82,7 +106,7 @@ func (s *Service) Status(ctx context.Context, idOrPrefix string) (RunInfo, error
 	if err != nil {
 		return RunInfo{}, fmt.Errorf("run %s: phases: %w", r.ID, err)
 	}
-	info := RunInfo{Run: s.shown(ctx, r), Phases: phases}
+	info := RunInfo{Run: s.current(s.shown(ctx, r)), Phases: phases}
 	s.mu.Lock()
 	_, info.Live = s.live[r.ID]
 	s.mu.Unlock()
@@ -113,7 +137,7 @@ func (s *Service) List(ctx context.Context, opts storage.ListOptions) ([]storage
 		return nil, err
 	}
 	for i := range runs {
-		runs[i] = s.shown(ctx, runs[i])
+		runs[i] = s.current(s.shown(ctx, runs[i]))
 	}
 	if err := s.awaiting(ctx, runs); err != nil {
 		return nil, err

@@ -277,6 +277,9 @@ type Run struct {
 	done    chan struct{}
 	result  Result
 	already bool // completed before this process resumed it: nothing ran
+	// tally returns the counts, tokens and cost so far while the run goes on; set once
+	// its host exists, read under the Service's mu.
+	tally func() Result
 }
 
 // Subscribe streams the run's events with seq > since, in order, ending after run_done.
@@ -693,6 +696,9 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	// The caller's context ends the run like a cancel does.
 	stop := context.AfterFunc(ctx, func() { r.cancel(ErrCancelled) })
 	h := newHost(s, r, rctx, journal, pinned, rs)
+	s.mu.Lock()
+	r.tally = h.result
+	s.mu.Unlock()
 	go func() {
 		defer stop()
 		if deadline != nil {
@@ -728,6 +734,7 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 	r.cancel(ErrCancelled)
 	close(pollDone)
 	h.calls.Wait()
+	h.live.close() // the end's row below holds the final totals
 	res := h.result()
 	res.RunID, res.Attempt = r.ID, r.Attempt
 	res.Elapsed = s.opts.Now().Sub(start)

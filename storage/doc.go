@@ -13,8 +13,9 @@
 //
 //   - runs: one row per run (id is a UUIDv7 string): workflow, script hash, status (queued,
 //     running, completed, failed, cancelled, suspended), error, args, report, token usage,
-//     cost, agent counts, attempt, pid, timestamps, resume_after, cancel_requested and
-//     spec_json (whatever the runtime needs to resume).
+//     cost, agent counts (ok, failed, cached, cancelled; the runtime keeps them and the
+//     usage up to date while the run goes on), attempt, pid, timestamps, resume_after,
+//     cancel_requested and spec_json (whatever the runtime needs to resume).
 //   - events: (run_id, seq) → ts, type, data_json. data_json holds the event's fields as
 //     a JSON object with sorted keys, so an event read back marshals exactly as it did when
 //     appended (numbers come back as float64, as event.Event.UnmarshalJSON gives them).
@@ -22,7 +23,7 @@
 //     failed), result_json, error, usage, cost, attempts, completed_seq, where_pos.
 //     completed_seq is the run's completion order (previous maximum + 1), unique per run.
 //   - phases: (run_id, phase_id) → label, planned, description, status, ok, failed,
-//     started_at, done_at; written by Append, in the same transaction, from phase_started and
+//     cancelled, started_at, done_at; written by Append, in the same transaction, from phase_started and
 //     phase_done events.
 //   - files: (run_id, path) → sha256, content: the pinned script and the files it loaded.
 //   - tool_calls: (run_id, call_key, conversation, turn, tool_call_id) → name, args_hash,

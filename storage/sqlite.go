@@ -362,12 +362,13 @@ func (s *SQLite) migrate(ctx context.Context) error {
 var schemaColumns = map[string][]string{
 	"runs": {"id", "workflow", "script_hash", "status", "error", "args_json", "report_json", "has_report",
 		"input_tokens", "output_tokens", "cached_tokens", "cost", "agents_ok", "agents_failed", "agents_cached",
-		"attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json"},
+		"agents_cancelled", "attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json"},
 	"events": {"run_id", "seq", "ts", "type", "data_json"},
 	"journal": {"run_id", "call_key", "kind", "input_hash", "status", "result_json", "error", "input_tokens",
 		"output_tokens", "cached_tokens", "cost", "attempts", "completed_seq", "where_pos", "created_at", "updated_at"},
-	"phases": {"run_id", "phase_id", "label", "planned", "description", "status", "ok", "failed", "started_at", "done_at"},
-	"files":  {"run_id", "path", "sha256", "content", "created_at"},
+	"phases": {"run_id", "phase_id", "label", "planned", "description", "status", "ok", "failed", "started_at", "done_at",
+		"cancelled"},
+	"files": {"run_id", "path", "sha256", "content", "created_at"},
 	"tool_calls": {"run_id", "call_key", "conversation", "turn", "tool_call_id", "name", "args_hash", "status",
 		"output", "created_at", "updated_at"},
 }

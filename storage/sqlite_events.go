@@ -25,6 +25,7 @@ type phaseRow struct {
 	done               bool
 	id, planned        int64
 	ok, failed         int64
+	cancelled          int64
 	label, description string
 }
 
@@ -101,6 +102,7 @@ func phaseOf(ev event.Event) *phaseRow {
 	p.planned, _ = toInt(ev.Data["planned"])
 	p.ok, _ = toInt(ev.Data["ok"])
 	p.failed, _ = toInt(ev.Data["failed"])
+	p.cancelled, _ = toInt(ev.Data["cancelled"])
 	return p
 }
 
@@ -180,17 +182,17 @@ func projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
 		_, err := tx.Exec(`INSERT INTO phases (run_id, phase_id, label, planned, description, status, started_at)
 			VALUES (?, ?, ?, ?, ?, 'running', ?)
 			ON CONFLICT (run_id, phase_id) DO UPDATE SET label = excluded.label, planned = excluded.planned,
-				description = excluded.description, status = 'running', ok = 0, failed = 0,
+				description = excluded.description, status = 'running', ok = 0, failed = 0, cancelled = 0,
 				started_at = excluded.started_at, done_at = NULL`,
 			runID, p.id, p.label, p.planned, p.description, ts)
 		return err
 	}
-	_, err := tx.Exec(`INSERT INTO phases (run_id, phase_id, label, status, ok, failed, done_at)
-		VALUES (?, ?, ?, 'done', ?, ?, ?)
+	_, err := tx.Exec(`INSERT INTO phases (run_id, phase_id, label, status, ok, failed, cancelled, done_at)
+		VALUES (?, ?, ?, 'done', ?, ?, ?, ?)
 		ON CONFLICT (run_id, phase_id) DO UPDATE SET status = 'done', ok = excluded.ok, failed = excluded.failed,
-			done_at = excluded.done_at,
+			cancelled = excluded.cancelled, done_at = excluded.done_at,
 			label = CASE WHEN excluded.label <> '' THEN excluded.label ELSE phases.label END`,
-		runID, p.id, p.label, p.ok, p.failed, ts)
+		runID, p.id, p.label, p.ok, p.failed, p.cancelled, ts)
 	return err
 }
 

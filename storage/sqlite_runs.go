@@ -13,7 +13,7 @@ import (
 
 const runColumns = `id, workflow, script_hash, status, error, args_json, report_json, has_report,
 	input_tokens, output_tokens, cached_tokens, cost, agents_ok, agents_failed, agents_cached,
-	attempt, pid, created_at, updated_at, finished_at, resume_after, cancel_requested, spec_json`
+	agents_cancelled, attempt, pid, created_at, updated_at, finished_at, resume_after, cancel_requested, spec_json`
 
 // jsonArg stores nil as NULL and anything else as TEXT, after checking it is JSON.
 func jsonArg(field string, raw json.RawMessage) (any, error) {
@@ -75,10 +75,10 @@ func (s *SQLite) CreateRun(ctx context.Context, r Run) error {
 			return errf("create run", r.ID, ErrRunExists)
 		}
 		_, err := tx.Exec(`INSERT INTO runs (`+runColumns+`) VALUES
-			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, r.Workflow, r.ScriptHash, r.Status, r.Error, args, report, r.HasReport,
 			r.Usage.Input, r.Usage.Output, r.Usage.Cached, r.Cost, r.Agents.OK, r.Agents.Failed, r.Agents.Cached,
-			r.Attempt, r.PID, created, created, nullTime(r.FinishedAt), nullTime(r.ResumeAfter),
+			r.Agents.Cancelled, r.Attempt, r.PID, created, created, nullTime(r.FinishedAt), nullTime(r.ResumeAfter),
 			r.CancelRequested, spec)
 		if err != nil {
 			return errf("create run", r.ID, err)
@@ -137,6 +137,7 @@ func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
 		set("agents_ok", u.Agents.OK)
 		set("agents_failed", u.Agents.Failed)
 		set("agents_cached", u.Agents.Cached)
+		set("agents_cancelled", u.Agents.Cancelled)
 	}
 	if u.Attempt != nil {
 		set("attempt", *u.Attempt)
@@ -201,7 +202,7 @@ func scanRun(sc scanner) (Run, error) {
 	var args, report, spec []byte
 	err := sc.Scan(&r.ID, &r.Workflow, &r.ScriptHash, &r.Status, &r.Error, &args, &report, &r.HasReport,
 		&r.Usage.Input, &r.Usage.Output, &r.Usage.Cached, &r.Cost, &r.Agents.OK, &r.Agents.Failed, &r.Agents.Cached,
-		&r.Attempt, &r.PID, &created, &updated, &finished, &resume, &r.CancelRequested, &spec)
+		&r.Agents.Cancelled, &r.Attempt, &r.PID, &created, &updated, &finished, &resume, &r.CancelRequested, &spec)
 	if err != nil {
 		return Run{}, err
 	}
@@ -296,8 +297,9 @@ func (s *SQLite) ResolveRun(ctx context.Context, idOrPrefix string) (Run, error)
 			e := &AmbiguousRunError{Prefix: idOrPrefix, More: len(runs) == limit}
 			for _, r := range runs[:min(len(runs), 5)] {
 				e.Candidates = append(e.Candidates, r.ID)
+				e.Runs = append(e.Runs, r)
 			}
-			return Run{}, fmt.Errorf("storage: resolve run: %w", e)
+			return Run{}, e // its message is for the user as it is
 		}
 	}
 	return Run{}, fmt.Errorf("storage: resolve run %q: %w (see luft list)", idOrPrefix, ErrRunNotFound)
@@ -433,7 +435,7 @@ func (s *SQLite) Phases(ctx context.Context, runID string) (_ []Phase, err error
 		return nil, err
 	}
 	rows, err := db.QueryContext(ctx, `SELECT phase_id, label, planned, description, status, ok, failed,
-		started_at, done_at FROM phases WHERE run_id = ? ORDER BY phase_id`, runID)
+		cancelled, started_at, done_at FROM phases WHERE run_id = ? ORDER BY phase_id`, runID)
 	if err != nil {
 		return nil, errf("phases of run", runID, err)
 	}
@@ -443,7 +445,7 @@ func (s *SQLite) Phases(ctx context.Context, runID string) (_ []Phase, err error
 		p := Phase{RunID: runID}
 		var started, done sql.NullString
 		if err := rows.Scan(&p.ID, &p.Label, &p.Planned, &p.Description, &p.Status, &p.OK, &p.Failed,
-			&started, &done); err != nil {
+			&p.Cancelled, &started, &done); err != nil {
 			return nil, errf("phases of run", runID, err)
 		}
 		var e1, e2 error

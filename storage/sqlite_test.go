@@ -246,9 +246,9 @@ func TestRunsLifecycle(t *testing.T) {
 		{"clear report", RunUpdate{HasReport: ptr(false)},
 			func(r Run) bool { return !r.HasReport && r.Report == nil }},
 		{"usage, cost, agents", RunUpdate{Usage: &Usage{Input: 10, Output: 20, Cached: 5}, Cost: ptr(0.25),
-			Agents: &AgentCounts{OK: 3, Failed: 1, Cached: 2}},
+			Agents: &AgentCounts{OK: 3, Failed: 1, Cached: 2, Cancelled: 4}},
 			func(r Run) bool {
-				return r.Usage == Usage{10, 20, 5} && r.Cost == 0.25 && r.Agents == AgentCounts{3, 1, 2}
+				return r.Usage == Usage{10, 20, 5} && r.Cost == 0.25 && r.Agents == AgentCounts{3, 1, 2, 4}
 			}},
 		{"attempt, pid, spec, hash", RunUpdate{Attempt: ptr(2), PID: ptr(7), Spec: ptr(json.RawMessage(`{}`)), ScriptHash: ptr("def")},
 			func(r Run) bool {

@@ -71,20 +71,38 @@ func Broken(err error) bool {
 }
 
 // AmbiguousRunError is returned by ResolveRun when a prefix matches several runs.
-// errors.Is(err, ErrAmbiguousRun) holds.
+// errors.Is(err, ErrAmbiguousRun) holds. Its message names the prefix and lists the
+// candidates, one a line, so a person can pick the one meant.
 type AmbiguousRunError struct {
 	Prefix     string
 	Candidates []string // up to 5 matching ids, newest first
-	More       bool     // more runs match than are listed
+	// Runs are the candidates' runs, in the same order (id, status, workflow for the
+	// message); it may be left empty.
+	Runs []Run
+	More bool // more runs match than are listed
 }
 
 func (e *AmbiguousRunError) Error() string {
-	more := ""
+	var b strings.Builder
+	n := fmt.Sprintf("%d runs", len(e.Candidates))
 	if e.More {
-		more = ", ..."
+		n = fmt.Sprintf("more than %d runs, the newest", len(e.Candidates))
 	}
-	return fmt.Sprintf("%v: %q matches %s%s; give more characters", ErrAmbiguousRun, e.Prefix,
-		strings.Join(e.Candidates, ", "), more)
+	fmt.Fprintf(&b, "%v %q: it is the start of %s; give more characters of the one you mean (luft list shows them all):",
+		ErrAmbiguousRun, e.Prefix, n)
+	for i, id := range e.Candidates {
+		b.WriteString("\n  " + id)
+		if i < len(e.Runs) && e.Runs[i].ID == id {
+			fmt.Fprintf(&b, "  %s  %s", e.Runs[i].Status, e.Runs[i].CreatedAt.UTC().Format("2006-01-02 15:04:05Z"))
+			if w := e.Runs[i].Workflow; w != "" {
+				b.WriteString("  " + strings.Join(strings.Fields(w), " "))
+			}
+		}
+	}
+	if e.More {
+		b.WriteString("\n  ...")
+	}
+	return b.String()
 }
 
 // Unwrap lets errors.Is find ErrAmbiguousRun.
@@ -151,12 +169,27 @@ type Usage struct {
 	Cached int `json:"cached"`
 }
 
-// AgentCounts counts a run's finished agent calls.
+// AgentCounts counts a run's finished agent calls. Cancelled calls (cut off by a cancel,
+// a timeout or a suspension) are not Failed: each call is in exactly one count.
 type AgentCounts struct {
-	OK     int `json:"ok"`
-	Failed int `json:"failed"`
-	Cached int `json:"cached"`
+	OK        int `json:"ok"`
+	Failed    int `json:"failed"`
+	Cached    int `json:"cached"`
+	Cancelled int `json:"cancelled"`
 }
+
+// String is the counts as a person reads them: "3 ok, 1 failed, 0 cached", with
+// ", 4 cancelled" when any call was cancelled.
+func (c AgentCounts) String() string {
+	s := fmt.Sprintf("%d ok, %d failed, %d cached", c.OK, c.Failed, c.Cached)
+	if c.Cancelled > 0 {
+		s += fmt.Sprintf(", %d cancelled", c.Cancelled)
+	}
+	return s
+}
+
+// Finished is the number of finished calls, whatever their outcome.
+func (c AgentCounts) Finished() int { return c.OK + c.Failed + c.Cached + c.Cancelled }
 
 // Run is one execution of a workflow.
 type Run struct {
@@ -234,6 +267,7 @@ type Phase struct {
 	Status      string // PhaseRunning or PhaseDone
 	OK          int
 	Failed      int
+	Cancelled   int       // calls cut off by a cancel, not counted in Failed
 	StartedAt   time.Time // zero when only phase_done was seen
 	DoneAt      time.Time // zero while running
 }

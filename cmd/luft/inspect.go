@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -87,6 +88,7 @@ type phaseJSON struct {
 	Status      string `json:"status"`
 	OK          int    `json:"ok"`
 	Failed      int    `json:"failed"`
+	Cancelled   int    `json:"cancelled"`
 }
 
 // toJSON is the JSON form of a run; its resume hint carries --state-dir when one was
@@ -107,7 +109,7 @@ func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) 
 	}
 	for _, p := range phases {
 		j.Phases = append(j.Phases, phaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
-			Status: p.Status, OK: p.OK, Failed: p.Failed})
+			Status: p.Status, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
 	}
 	return j
 }
@@ -146,7 +148,7 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 				fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tWORKFLOW")
 				for _, r := range runs {
 					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Status, r.CreatedAt.Local().Format("2006-01-02 15:04:05"),
-						r.Agents.OK+r.Agents.Failed+r.Agents.Cached, r.Usage.Input+r.Usage.Output, e.outLine(r.Workflow))
+						r.Agents.Finished(), r.Usage.Input+r.Usage.Output, e.outLine(r.Workflow))
 				}
 				return w.Flush()
 			})
@@ -190,7 +192,7 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				if j.FinishedAt != nil {
 					fmt.Fprintf(w, "finished\t%s\n", j.FinishedAt.Local().Format(time.RFC3339))
 				}
-				fmt.Fprintf(w, "agents\t%d ok, %d failed, %d cached\n", j.Agents.OK, j.Agents.Failed, j.Agents.Cached)
+				fmt.Fprintf(w, "agents\t%s\n", j.Agents)
 				fmt.Fprintf(w, "tokens\t%d in / %d out\n", j.Usage.Input, j.Usage.Output)
 				if j.Cost > 0 {
 					fmt.Fprintf(w, "cost\t$%.4f\n", j.Cost)
@@ -207,12 +209,9 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				if err := w.Flush(); err != nil {
 					return err
 				}
-				if len(j.Phases) > 0 {
-					fmt.Fprintln(e.stdout, "\nphases:")
-					printPhases(e, j.Phases)
-				}
-				// The board of the live view, folded from the stored events: what runs,
-				// what waits and why, the latest log lines.
+				// The board of the live view, folded from the stored events: the phases,
+				// what runs, what waits and why, the latest log lines. It is the one
+				// place the phases are shown (luft phases has the table).
 				evs, errc, err := svc.Events(ctx, info.Run.ID, runtime.EventsOptions{})
 				if err != nil {
 					return err
@@ -246,11 +245,22 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 	return cmd
 }
 
+// printPhases prints the phases table; a CANCELLED column is added when a cancel cut
+// calls off in some phase.
 func printPhases(e *env, phases []phaseJSON) {
+	cancelled := slices.ContainsFunc(phases, func(p phaseJSON) bool { return p.Cancelled > 0 })
 	tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  #\tPHASE\tSTATUS\tPLANNED\tOK\tFAILED")
+	head := "  #\tPHASE\tSTATUS\tPLANNED\tOK\tFAILED"
+	if cancelled {
+		head += "\tCANCELLED"
+	}
+	fmt.Fprintln(tw, head)
 	for _, p := range phases {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%d\n", p.ID, e.outLine(p.Label), p.Status, p.Planned, p.OK, p.Failed)
+		line := fmt.Sprintf("  %d\t%s\t%s\t%d\t%d\t%d", p.ID, e.outLine(p.Label), p.Status, p.Planned, p.OK, p.Failed)
+		if cancelled {
+			line += fmt.Sprintf("\t%d", p.Cancelled)
+		}
+		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
 }

@@ -37,6 +37,10 @@ function cell(label, html, cls) {
   return `<td data-l="${esc(label)}"${cls ? ` class="${cls}"` : ""}>${html}</td>`;
 }
 
+// counts is a run's agent counts; cancelled calls are counted apart from failed ones.
+function counts(a, sep = ", ") {
+  return [`${a.ok} ok`, `${a.failed} failed`, `${a.cached} cached`].concat(a.cancelled ? [`${a.cancelled} cancelled`] : []).join(sep);
+}
 function when(ts) { return ts ? new Date(ts).toLocaleString() : ""; }
 
 // ---- runs list ----
@@ -51,7 +55,7 @@ async function loadRuns(append) {
     cell("run", `<a href="#/runs/${esc(r.id)}">${esc(r.id.slice(0, 13))}</a>`) +
     cell("status", esc(r.status), "status s-" + esc(r.status)) +
     cell("workflow", esc(r.workflow)) +
-    cell("agents", `${r.agents.ok} ok · ${r.agents.failed} failed · ${r.agents.cached} cached`) +
+    cell("agents", counts(r.agents, " · ")) +
     cell("tokens", String(r.tokens)) +
     cell("cost", "$" + r.cost.toFixed(4)) +
     cell("started", esc(when(r.created_at))) + "</tr>").join("");
@@ -134,6 +138,16 @@ function applyEvent(ev) {
   $("events").appendChild(li);
   if (type === "run_done" || type === "phase_started" || type === "phase_done" || type === "approval_requested" ||
     type === "approval_decided") refreshRun(run_id).catch(() => {});
+  else if (type === "agent_done") refreshSoon();
+}
+
+// refreshSoon brings the shown run's header (its live counts and tokens) up to date after
+// a call ends, at most every half second however many calls end. It refreshes the run
+// shown when it fires, which may be another than the one whose call ended.
+let refreshTimer = null;
+function refreshSoon() {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(() => { refreshTimer = null; if (current) refreshRun(current).catch(() => {}); }, 500);
 }
 
 // loadPlan reads the run's plan and run_started events once, whatever types the event
@@ -192,7 +206,7 @@ async function refreshRun(id) {
   $("run-title").textContent = `run ${r.id.slice(0, 13)}`;
   $("run-status").textContent = r.status;
   $("run-status").className = "status s-" + r.status;
-  $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${r.agents.ok} ok, ${r.agents.failed} failed, ${r.agents.cached} cached · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
+  $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${counts(r.agents)} · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
   $("cancel").hidden = !["running", "awaiting_approval", "idle"].includes(r.status);
   renderApprovals(r.pending_approvals || []);
   phases = r.phases;
@@ -216,7 +230,7 @@ function renderPhases() {
   const rows = phases.map((p) => "<tr>" +
     cell("phase", esc(p.label) + (p.description ? ` <span class="muted">${esc(p.description)}</span>` : "")) +
     cell("status", esc(p.status), "status") + cell("planned", esc(planned(p))) +
-    cell("done", String(p.ok)) + cell("failed", String(p.failed)) + "</tr>");
+    cell("done", String(p.ok)) + cell("failed", String(p.failed) + (p.cancelled ? ` <span class="muted">+${p.cancelled} cancelled</span>` : "")) + "</tr>");
   for (const p of plan) {
     if (!p || !p.label || started.has(p.label)) continue;
     const desc = p.description || p.detail || "";

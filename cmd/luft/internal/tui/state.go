@@ -121,6 +121,7 @@ type Phase struct {
 	Description string
 	Planned     int // planned agent calls (phase(label, planned)); 0 = not said
 	OK, Failed  int // calls finished in it
+	Cancelled   int // calls a cancel cut off in it (not in Failed)
 	Started     bool
 	Done        bool
 	StartedAt   time.Time
@@ -128,7 +129,7 @@ type Phase struct {
 }
 
 // Finished is the number of calls finished in the phase.
-func (p *Phase) Finished() int { return p.OK + p.Failed }
+func (p *Phase) Finished() int { return p.OK + p.Failed + p.Cancelled }
 
 // Totals count a run's agent calls, tokens, money and waits.
 type Totals struct {
@@ -136,6 +137,7 @@ type Totals struct {
 	OK            int
 	Failed        int
 	Cached        int
+	Cancelled     int // cut off by a cancel, a timeout or a suspension: not Failed
 	In, Out       int // tokens
 	Cost          float64
 	Retries       int
@@ -145,7 +147,7 @@ type Totals struct {
 }
 
 // Finished is the number of calls finished, cached ones included.
-func (t Totals) Finished() int { return t.OK + t.Failed + t.Cached }
+func (t Totals) Finished() int { return t.OK + t.Failed + t.Cached + t.Cancelled }
 
 // LogLine is one line of the log pane.
 type LogLine struct {
@@ -386,7 +388,7 @@ func (s *State) Apply(ev event.Event) {
 			return
 		}
 		p.Done, p.EndedAt = true, ev.TS
-		p.OK, p.Failed = intOf(d, "ok"), intOf(d, "failed")
+		p.OK, p.Failed, p.Cancelled = intOf(d, "ok"), intOf(d, "failed"), intOf(d, "cancelled")
 		if s.current == p {
 			s.current = nil
 		}
@@ -688,13 +690,14 @@ func (s *State) agentDone(ev event.Event) {
 	case a.Result == "ok" && a.Err == "":
 		a.Status = Done
 		s.Totals.OK++
+	case a.Result == "cancelled":
+		// Cancelled siblings of a failure are its echo, not news, and no failure.
+		a.Status = Failed
+		s.Totals.Cancelled++
 	default:
 		a.Status = Failed
 		s.Totals.Failed++
-		if a.Result != "cancelled" {
-			// Cancelled siblings of a failure are its echo, not news.
-			s.log(ev.TS, "error", a.Label()+" "+failure(a))
-		}
+		s.log(ev.TS, "error", a.Label()+" "+failure(a))
 	}
 	s.Totals.In += a.In
 	s.Totals.Out += a.Out
@@ -704,9 +707,12 @@ func (s *State) agentDone(ev event.Event) {
 		p = s.current
 	}
 	if p != nil && !p.Done {
-		if a.Status == Failed {
+		switch {
+		case a.Result == "cancelled":
+			p.Cancelled++
+		case a.Status == Failed:
 			p.Failed++
-		} else {
+		default:
 			p.OK++
 		}
 	}
@@ -737,6 +743,7 @@ func (s *State) runDone(ev event.Event) {
 	// run_done's figures are the run's own account: they win over the sums of events.
 	if c := fields(d["agents"]); c != nil {
 		s.Totals.OK, s.Totals.Failed, s.Totals.Cached = intOf(c, "ok"), intOf(c, "failed"), intOf(c, "cached")
+		s.Totals.Cancelled = intOf(c, "cancelled")
 	}
 	if u := fields(d["usage"]); u != nil {
 		s.Totals.In, s.Totals.Out = intOf(u, "input"), intOf(u, "output")

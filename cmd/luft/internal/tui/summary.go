@@ -65,7 +65,11 @@ func Summary(st *State, o SummaryOptions) string {
 		row(label, strings.ReplaceAll(msg, "\n", "\n"+strings.Repeat(" ", 12)))
 	}
 	t := st.Totals
-	row("agents", fmt.Sprintf("%d ok, %d failed, %d cached", t.OK, t.Failed, t.Cached))
+	agents := fmt.Sprintf("%d ok, %d failed, %d cached", t.OK, t.Failed, t.Cached)
+	if t.Cancelled > 0 {
+		agents += fmt.Sprintf(", %d cancelled", t.Cancelled)
+	}
+	row("agents", agents)
 	row("tokens", fmt.Sprintf("%d in / %d out", t.In, t.Out))
 	row("cost", fmt.Sprintf("$%.4f", t.Cost))
 	waits := "none on rate limits"
