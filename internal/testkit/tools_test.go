@@ -35,7 +35,7 @@ func TestNeedTool(t *testing.T) {
 	t.Setenv("PATH", dir)
 	for _, tc := range []struct {
 		require, what, install string
-		want, skip, fail         string
+		want, skip, fail       string
 	}{
 		{what: "luft-test-tool", want: prog},
 		{what: file, want: file},
