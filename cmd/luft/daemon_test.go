@@ -72,7 +72,7 @@ func (dt *daemonTest) cleanup() {
 	for pid := range dt.pids {
 		// The kernel frees the daemon's lock (which daemon stop waits for) a moment
 		// before the exiting process turns into a zombie: give it that moment.
-		for deadline := time.Now().Add(5 * time.Second); processRunning(pid) && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(30 * time.Second); processRunning(pid) && time.Now().Before(deadline); {
 			time.Sleep(5 * time.Millisecond) // an external process
 		}
 		if processRunning(pid) {
@@ -166,7 +166,7 @@ end`})
 	}
 	// stop returns once the daemon has let go of its lock, which it does as it exits;
 	// the kernel may take a moment more to finish the exit (an external process).
-	for deadline := time.Now().Add(5 * time.Second); processRunning(info.PID) && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(30 * time.Second); processRunning(info.PID) && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if processRunning(info.PID) {
