@@ -220,7 +220,9 @@ func TestOpenAICancel(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// Not cancelled, the 30 tokens would take 30 s: half of that is a margin a loaded
+	// machine meets.
+	if d := time.Since(start); d > 15*time.Second {
 		t.Fatalf("took %v after cancel", d)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,10 +128,7 @@ func TestAPIApprove(t *testing.T) {
 
 // The dashboard shows a run's waiting tool call with allow and decline; allow runs it.
 func TestDashboardApproval(t *testing.T) {
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("the dashboard test needs Debian's chromium (apt-get install chromium; .ci/run installs it): %v", err)
-	}
+	browser := testkit.NeedTool(t, "chromium", "apt-get install chromium")
 	b, ws := noteBackend(t)
 	addr, d, _ := serveDashboardWith(t, true, b)
 	id := startRun(t, d, `function main() report(agent{backend = "fake", prompt = "long note", tools = {"write_file"}}.output) end`)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -131,10 +131,7 @@ func eval(ctx context.Context, t *testing.T, expr string) string {
 // report (markdown as HTML, JSON as a tree), a live run's events arriving over SSE, the
 // cancel button, the lanes, dark mode and phone width.
 func TestDashboardInBrowser(t *testing.T) {
-	browser, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("the dashboard test needs Debian's chromium (apt-get install chromium; .ci/run installs it): %v", err)
-	}
+	browser := testkit.NeedTool(t, "chromium", "apt-get install chromium")
 	addr, d, g := serveDashboard(t)
 	md := startRun(t, d, `function main() agent{prompt = "x"} report({markdown = "# Findings\n\n- **first** point\n- second <b>point</b>\n\n`+"```"+`\ncode()\n`+"```"+`\n\n| file | issue |\n|---|---|\n| a.go | <img src=x onerror=alert(1)> |\n| b.go | **leak** |"}) end`)
 	js := startRun(t, d, `function main() report({score = 7, items = {"a", "b"}, nested = {ok = true}}) end`)

@@ -48,7 +48,7 @@ func TestUncaughtErrorObjects(t *testing.T) {
 			if len(h.calls) != 0 {
 				t.Errorf("%d agent calls, want none", len(h.calls))
 			}
-			if d := time.Since(start); d > 5*time.Second {
+			if d := time.Since(start); d > time.Minute { // a hang guard, with room for a busy machine
 				t.Errorf("the run took %s to end", d)
 			}
 		})

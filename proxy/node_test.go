@@ -5,7 +5,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,17 +21,9 @@ func TestOpenAINodeClientOwnLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs node and internal/testkit/node/node_modules")
 	}
-	nodeDir, err := filepath.Abs("../internal/testkit/node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "openai")); err != nil {
-		t.Fatalf("the openai npm client is not installed: run npm ci in %s (.ci/run does)", nodeDir)
-	}
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("node is not installed (.ci/run installs it)")
-	}
+	node := testkit.Node(t)
+	testkit.NodeFile(t, "openai/package.json")
+	nodeDir := testkit.NodeDir()
 	for _, mode := range []string{"plain", "stream"} {
 		t.Run(mode, func(t *testing.T) {
 			e := testkit.NewEngine(testkit.Config{Models: []string{"m1"}, DecodePerToken: 3 * time.Millisecond,

@@ -115,9 +115,11 @@ func cmdNogrep(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// cmdExitwithin runs a program and asserts that it exits with CODE within DUR of its start;
-// with -term AFTER it is sent SIGTERM after AFTER. A process still alive at DUR is killed and
-// fails the check. Its stdout and stderr go to $WORK/exitwithin.stdout and .stderr (use grep
+// cmdExitwithin runs a program and asserts that it exits with CODE having used at most DUR
+// of CPU time (user and system, its own and its children's); with -term AFTER it is sent
+// SIGTERM after AFTER. CPU time, not the wall clock, is the bound so that a busy machine
+// cannot fail the check; a process still alive hangFactor × DUR after its start (hung
+// without spinning) is killed and fails the check too. Its stdout and stderr go to $WORK/exitwithin.stdout and .stderr (use grep
 // on them). It runs through the exitwithinHelper program, started by testscript's own exec,
 // so the program gets exactly the script's environment (everything set with env), plus the
 // KEY=VALUE arguments before CODE.
@@ -161,7 +163,7 @@ func cmdExitwithin(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(os.WriteFile(ts.MkAbs("exitwithin.stdout"), []byte(stdout), 0o644))
 	ts.Check(os.WriteFile(ts.MkAbs("exitwithin.stderr"), []byte(stderr), 0o644))
 	if strings.Contains(stderr, withinKilled) {
-		ts.Fatalf("%s was still running after %s (killed); stderr:\n%s", args[1], bound, tail(stderr, 2000))
+		ts.Fatalf("%s went over its bound of %s CPU time; stderr:\n%s", args[1], bound, tail(stderr, 2000))
 	}
 	ts.Logf("%s exited %d", args[1], got)
 	if got != want {
@@ -173,8 +175,13 @@ func cmdExitwithin(ts *testscript.TestScript, neg bool, args []string) {
 // a deadline (see TestMain): exitwithinHelper TERM BOUND [KEY=VALUE...] -- program [args...].
 const exitwithinHelper = "luft-exitwithin"
 
-// withinKilled starts the line the helper writes when the deadline killed the program.
-const withinKilled = "exitwithin: still running after"
+// withinKilled starts the line the helper writes when the program used more CPU time than
+// its bound, or was killed at the wall-clock backstop.
+const withinKilled = "exitwithin: over its bound:"
+
+// hangFactor × BOUND is exitwithin's wall-clock backstop: far more than a loaded machine
+// stretches a program that keeps to its CPU bound, and still an end for one that hangs.
+const hangFactor = 10
 
 // exitwithinMain runs the helper: the program with the helper's own environment (the
 // script's) plus the KEY=VALUE pairs, SIGTERM after TERM (0s: never), killed at BOUND. The
@@ -199,7 +206,7 @@ func exitwithinMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "exitwithin: no program after --")
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	ctx, cancel := context.WithTimeout(context.Background(), hangFactor*bound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, args[1], args[2:]...)
 	// The output goes through pipes of this helper's own, so a killed program's children
@@ -221,7 +228,11 @@ func exitwithinMain(args []string) int {
 	}
 	err := cmd.Wait()
 	if ctx.Err() != nil {
-		fmt.Fprintf(&stderr, "%s %s (killed)\n", withinKilled, bound)
+		fmt.Fprintf(&stderr, "%s still running after %s of wall time (killed; the CPU bound is %s)\n", withinKilled, hangFactor*bound, bound)
+		return 124
+	}
+	if cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(); cpu > bound {
+		fmt.Fprintf(&stderr, "%s it used %s of CPU time, the bound is %s\n", withinKilled, cpu.Round(time.Millisecond), bound)
 		return 124
 	}
 	var ee *exec.ExitError

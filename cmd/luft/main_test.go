@@ -17,6 +17,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/internal/testkit/acpfake"
 	"github.com/luft-run/luft/internal/testkit/mcpfake"
 )
@@ -92,11 +93,33 @@ func scriptParams(t *testing.T) testscript.Params {
 			}
 			return nil
 		},
+		Condition: toolCondition,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exitcode":   cmdExitcode,
 			"checkjsonl": cmdCheckJSONL,
 		},
 	}
+}
+
+// toolCondition is [tool:NAME], true when the outside tool NAME (a program on PATH, or a file
+// by absolute path) is there. A script that needs one starts with
+//
+//	[!tool:git] skip 'git is not installed: apt-get install git'
+//
+// and under LUFT_TEST_REQUIRE_TOOLS (.ci/run sets it) a missing tool is an error instead of a
+// skip (see testkit.NeedTool).
+func toolCondition(cond string) (bool, error) {
+	what, ok := strings.CutPrefix(cond, "tool:")
+	if !ok {
+		return false, fmt.Errorf("unknown condition %q", cond)
+	}
+	if _, err := testkit.FindTool(what, "the skip line after this condition says how to install it"); err != nil {
+		if msg, fail := testkit.MissingTool(err); fail {
+			return false, errors.New(msg)
+		}
+		return false, nil
+	}
+	return true, nil
 }
 
 // cmdExitcode runs a program like exec and asserts its exact exit code; stdout and stderr

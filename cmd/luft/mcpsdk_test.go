@@ -93,11 +93,8 @@ type sdkResult struct {
 // it with progress notifications, spawns three sub-agents and awaits them all, and answers
 // an elicitation that approves a sub-agent's write_file.
 func TestMCPTypeScriptSDK(t *testing.T) {
+	node := testkit.Node(t)
 	testkit.NodeFile(t, "@modelcontextprotocol/sdk/package.json")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not on PATH (install nodejs; .ci/run does): %v", err)
-	}
 	script := filepath.Join(testkit.NodeDir(), "mcp-e2e.mjs")
 	_, _, engineURL := startEngine(t, testkit.Config{ToolRules: []testkit.ToolRule{
 		{Match: "keep a note", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"note.txt","content":"hello from the sdk test"}`}}, Reply: "noted"},
@@ -249,11 +246,8 @@ type sdkAnswer struct {
 // refused without being quoted, a 40 MiB argument is a JSON-RPC error on a session that
 // goes on, and a second session reads the first one's run but may not cancel it.
 func TestMCPTypeScriptSDKScope(t *testing.T) {
+	node := testkit.Node(t)
 	testkit.NodeFile(t, "@modelcontextprotocol/sdk/package.json")
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not on PATH (install nodejs; .ci/run does): %v", err)
-	}
 	script := filepath.Join(testkit.NodeDir(), "mcp-scope.mjs")
 	const secret = "sk-scope-test-0123456789"
 	held := "function main()\n  for i = 1, 200 do agent{ prompt = \"step \" .. i } end\nend\n"

@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,9 +26,11 @@ function main()
 end
 `
 
-// floodBound is how long after its --timeout or its SIGTERM a flooded run may take to
-// exit: the run's own stop plus the view's drain bound, with room for -race and a loaded
-// machine.
+// floodBound is the CPU time a flooded run may spend after its --timeout or its SIGTERM:
+// the run's own stop plus the view's drain, with room for -race. A board that fell behind
+// the flood would spend its backlog's worth after the stop; CPU time, unlike the wall
+// clock, does not grow when the machine is busy. (A board that held up the exit without
+// working is caught by exitCode's wall-clock guard.)
 const floodBound = 15 * time.Second
 
 // The live board never holds up the exit: a flooded run with --timeout 2s, and one
@@ -52,7 +55,8 @@ func TestPTYFloodExitsInTime(t *testing.T) {
 			args := append([]string{"run", "-w", "flood.lua", "--state-dir", filepath.Join(dir, "state")}, tc.args...)
 			// stopped is when the run was asked to stop: its start plus the timeout, or
 			// the signal.
-			stopped := time.Now().Add(2 * time.Second)
+			start := time.Now()
+			stopped := start.Add(2 * time.Second)
 			r := startPTY(t, dir, ptyEnv("TERM=xterm-256color"), args...)
 			r.waitScreen("the board with a flooded phase", func(s string) bool { return strings.Contains(s, "p1") })
 			if tc.term {
@@ -62,8 +66,11 @@ func TestPTYFloodExitsInTime(t *testing.T) {
 				}
 			}
 			code := r.exitCode()
-			if took := time.Since(stopped); took > floodBound {
-				t.Errorf("luft exited %s after it was stopped, more than %s", took.Round(time.Millisecond), floodBound)
+			// Before the stop luft can have used at most that wall time on every core.
+			before := stopped.Sub(start) * time.Duration(runtime.NumCPU())
+			if cpu := r.cmd.ProcessState.UserTime() + r.cmd.ProcessState.SystemTime(); cpu > before+floodBound {
+				t.Errorf("luft used %s of CPU time, more than %s before the stop (%s on %d cores) and %s after it",
+					cpu.Round(time.Millisecond), before, stopped.Sub(start).Round(time.Millisecond), runtime.NumCPU(), floodBound)
 			}
 			if code != tc.code {
 				t.Fatalf("exit code %d, want %d; the screen:\n%s", code, tc.code, r.screen())

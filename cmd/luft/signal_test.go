@@ -21,8 +21,11 @@ import (
 // for the output line that proves it. The timeouts are only a safety net.
 
 const (
-	lineTimeout = 15 * time.Second // waiting for one line of output
-	exitTimeout = 15 * time.Second // waiting for the process to end
+	// Hang guards, not timings: a wait ends as soon as its line or exit comes, so these are
+	// margins a loaded machine (and a -race build) meets, yet far below the slow agent's
+	// 10-minute latency that a run not cancelled would wait out.
+	lineTimeout = 2 * time.Minute // waiting for one line of output
+	exitTimeout = 2 * time.Minute // waiting for the process to end
 )
 
 const slowScript = `
@@ -261,11 +264,10 @@ func (p *luftProc) exitCode() int {
 }
 
 // The first SIGINT stops the run: in-flight calls are cancelled and luft exits 3 with a
-// message saying the run was cancelled, long before the agent's 60 s latency.
+// message saying the run was cancelled, long before the agent's 10-minute latency (exitCode waits at most exitTimeout).
 func TestSignalInterruptCancelsRun(t *testing.T) {
 	t.Parallel()
-	start := time.Now()
-	p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=60000"}, "run", "-w", "slow.lua")
+	p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=600000"}, "run", "-w", "slow.lua")
 	started := p.waitStderr(" started: slow.lua")
 	runID := strings.Fields(strings.TrimPrefix(started, "luft: run "))[0]
 	p.waitStderr("[info] calling the slow agent")
@@ -282,15 +284,12 @@ func TestSignalInterruptCancelsRun(t *testing.T) {
 	if out := p.out.text(); out != "" {
 		t.Errorf("a cancelled run printed a report on stdout:\n%s", out)
 	}
-	if d := time.Since(start); d > 30*time.Second {
-		t.Errorf("the cancelled run took %s: the agent was not cancelled", d)
-	}
 }
 
 // SIGTERM is handled like the first Ctrl-C.
 func TestSignalTermCancelsRun(t *testing.T) {
 	t.Parallel()
-	p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=60000"}, "run", "-w", "slow.lua")
+	p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=600000"}, "run", "-w", "slow.lua")
 	p.waitStderr("[info] calling the slow agent")
 	p.signal(syscall.SIGTERM)
 	p.waitStderr("luft: stopping")
@@ -306,7 +305,7 @@ func TestSignalTermCancelsRun(t *testing.T) {
 // run_done with status cancelled, and the cancellation message on stderr.
 func TestSignalInterruptJSON(t *testing.T) {
 	t.Parallel()
-	p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=60000"}, "run", "-w", "slow.lua", "--json")
+	p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=600000"}, "run", "-w", "slow.lua", "--json")
 	p.waitStdout(`"type":"agent_started"`)
 	p.signal(os.Interrupt)
 	if code := p.exitCode(); code != exitResumable {
@@ -330,7 +329,7 @@ func TestSignalInterruptJSON(t *testing.T) {
 func TestSignalInterruptEventOrder(t *testing.T) {
 	t.Parallel()
 	for i := 0; i < 10; i++ {
-		p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=60000"}, "run", "-w", "slow.lua", "--json")
+		p := startLuft(t, []string{"LUFT_MOCK_LATENCY_MS=600000"}, "run", "-w", "slow.lua", "--json")
 		p.waitStdout(`"type":"agent_started"`)
 		p.signal(os.Interrupt)
 		if code := p.exitCode(); code != exitResumable {

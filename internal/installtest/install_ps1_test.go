@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/luft-run/luft/internal/testkit"
 )
 
 // ps1Parse is what node/parse-ps1.mjs reports for one file.
@@ -23,20 +25,21 @@ type ps1Parse struct {
 	PS7       []string `json:"ps7"`
 }
 
-// parsePS1 parses PowerShell files with the tree-sitter grammar in ./node. Without its
-// node_modules the test fails saying how to install them (in -short mode it is skipped).
+// ps1Parser is node with the tree-sitter PowerShell grammar in ./node; without them the
+// test is skipped (or fails under LUFT_TEST_REQUIRE_TOOLS), naming the install step. A test
+// calls it before any costly setup.
+func ps1Parser(t *testing.T) string {
+	t.Helper()
+	node := testkit.Node(t)
+	testkit.NeedTool(t, filepath.Join("node", "node_modules", "tree-sitter-powershell", "tree-sitter-powershell.wasm"),
+		"run `npm ci --ignore-scripts` in internal/installtest/node")
+	return node
+}
+
+// parsePS1 parses PowerShell files with the tree-sitter grammar in ./node (see ps1Parser).
 func parsePS1(t *testing.T, files ...string) []ps1Parse {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err == nil {
-		_, err = os.Stat(filepath.Join("node", "node_modules", "tree-sitter-powershell", "tree-sitter-powershell.wasm"))
-	}
-	if err != nil {
-		if testing.Short() {
-			t.Skipf("no PowerShell parser: %v", err)
-		}
-		t.Fatalf("no PowerShell parser (%v): install node and run `npm ci --ignore-scripts` in internal/installtest/node (.ci/run does)", err)
-	}
+	node := ps1Parser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Liftoff only: optimising the 1 MB grammar takes node about 6 s of CPU, parsing a few
@@ -144,6 +147,7 @@ func TestPS1ParserCatchesMistakes(t *testing.T) {
 
 // TestPowerShellCompletionParses parses `luft completion powershell` as it is generated.
 func TestPowerShellCompletionParses(t *testing.T) {
+	ps1Parser(t)  // before the build: a missing parser skips at once
 	getRelease(t) // builds luft
 	out, err := exec.Command(filepath.Join(scratch, "luft-1.1.0"), "completion", "powershell").Output()
 	if err != nil {

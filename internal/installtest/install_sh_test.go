@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/luft-run/luft/internal/testkit"
 )
 
 // server serves a release tree as GitHub does: download/vX.Y.Z/FILE, and latest/download/
@@ -77,6 +79,16 @@ func newSandbox(t *testing.T, srv *server, without ...string) *sandbox {
 	for _, p := range []string{sb.home, sb.tmp, sb.fakes, sb.tools} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// install.sh downloads with curl, else wget, and checks with sha256sum, else shasum
+	// (perl's): the first of each that the test leaves in place must be on the host.
+	for _, alts := range [][][2]string{{{"curl", "curl"}, {"wget", "wget"}}, {{"sha256sum", "coreutils"}, {"shasum", "perl"}}} {
+		for _, a := range alts {
+			if !slices.Contains(without, a[0]) {
+				testkit.NeedTool(t, a[0], "apt-get install "+a[1])
+				break
+			}
 		}
 	}
 	linkTools(t, sb.tools, append([]string{"go", "gofmt"}, without...))
@@ -485,13 +497,7 @@ func TestInstallBadArguments(t *testing.T) {
 
 // TestShellcheck keeps install.sh free of shellcheck findings as a POSIX sh script.
 func TestShellcheck(t *testing.T) {
-	path, err := exec.LookPath("shellcheck")
-	if err != nil {
-		if testing.Short() {
-			t.Skip("shellcheck is not installed")
-		}
-		t.Fatal("shellcheck is not installed: apt-get install shellcheck (.ci/run installs it)")
-	}
+	path := testkit.NeedTool(t, "shellcheck", "apt-get install shellcheck")
 	out, err := exec.Command(path, "--shell=sh", "--severity=style", filepath.Join(repoRoot, "install.sh")).CombinedOutput()
 	if err != nil {
 		t.Errorf("shellcheck install.sh: %v\n%s", err, out)

@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -15,16 +14,16 @@ func NodeDir() string {
 }
 
 // NodeFile is a file of NodeDir's node_modules (e.g. ".bin/codex"). A test that needs it
-// fails, naming the command that installs it, when node_modules is missing; under -short
-// it is skipped instead.
+// is skipped, naming the command that installs it, when node_modules is missing (see
+// NeedTool: under LUFT_TEST_REQUIRE_TOOLS it fails instead).
 func NodeFile(t testing.TB, rel string) string {
 	t.Helper()
-	p := filepath.Join(NodeDir(), "node_modules", filepath.FromSlash(rel))
-	if _, err := os.Stat(p); err != nil {
-		if testing.Short() {
-			t.Skipf("%s is not installed (-short): run npm ci in %s", rel, NodeDir())
-		}
-		t.Fatalf("%s is not installed: run `npm ci` in %s (it needs node and npm; .ci/run does this)", rel, NodeDir())
-	}
-	return p
+	return NeedTool(t, filepath.Join(NodeDir(), "node_modules", filepath.FromSlash(rel)),
+		"run `npm ci` in "+NodeDir()+"; it needs node and npm: apt-get install nodejs npm")
+}
+
+// Node is the node program the JavaScript clients run on (see NeedTool).
+func Node(t testing.TB) string {
+	t.Helper()
+	return NeedTool(t, "node", "apt-get install nodejs")
 }
