@@ -57,6 +57,13 @@ func (f *responsesFake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.outputs[it.CallID] = string(it.Output)
 		}
 	}
+	if f.n < len(f.calls) && !bytes.Contains(b, []byte(`"`+f.calls[f.n].name+`"`)) {
+		// Codex asked before luft's tools were listed: a retryable error makes it ask
+		// again, with the tools it has by then, instead of calling a tool it lacks.
+		f.mu.Unlock()
+		http.Error(w, `{"error":{"message":"the tool is not offered yet","type":"server_error"}}`, http.StatusServiceUnavailable)
+		return
+	}
 	f.n++
 	n := f.n
 	f.mu.Unlock()
@@ -116,6 +123,10 @@ func TestCodexExecRunsLuftTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustLuft(t, work, env, "install", "--agent", "codex")
+	// The work dir's daemon runs before Codex starts luft mcp serve, so the server lists
+	// its tools at once: Codex sends its first turn without waiting for a slow server's
+	// tools, and the scripted model's first call would then name a tool Codex lacks.
+	mustLuft(t, work, env, "--state-dir", filepath.Join(work, ".luft"), "daemon", "start")
 	defer func() {
 		// luft mcp serve started the work dir's daemon.
 		if _, err := os.Stat(filepath.Join(work, ".luft", "daemon.sock")); err == nil {
