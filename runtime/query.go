@@ -208,19 +208,11 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 		o.Poll = 200 * time.Millisecond
 	}
 	if o.Attempt > 1 {
-		starts, err := s.opts.Store.EventsOfType(ctx, r.ID, 0, 0, []string{event.RunStarted})
+		start, err := s.attemptStart(ctx, r, o)
 		if err != nil {
 			return nil, nil, err
 		}
-		found := false
-		for _, ev := range starts {
-			if AttemptOf(ev) == o.Attempt {
-				o.Since, found = max(o.Since, ev.Seq-1), true
-			}
-		}
-		if !found {
-			return nil, nil, fmt.Errorf("run %s has no attempt %d (its latest is %d)", r.ID, o.Attempt, r.Attempt)
-		}
+		o.Since = max(o.Since, start)
 	}
 	out := make(chan event.Event, 256)
 	errc := make(chan error, 1)
@@ -260,6 +252,29 @@ func (s *Service) Events(ctx context.Context, idOrPrefix string, o EventsOptions
 }
 
 // running reports whether a process, this one or another, still drives the run.
+// attemptStart is the seq just before attempt o.Attempt's run_started. A follower may ask
+// for an attempt its run's row names before that event is stored (a resume another
+// process, the daemon, has just begun): it waits for it while the run goes on.
+func (s *Service) attemptStart(ctx context.Context, r storage.Run, o EventsOptions) (int64, error) {
+	for {
+		starts, err := s.opts.Store.EventsOfType(ctx, r.ID, 0, 0, []string{event.RunStarted})
+		if err != nil {
+			return 0, err
+		}
+		for _, ev := range starts {
+			if AttemptOf(ev) == o.Attempt {
+				return ev.Seq - 1, nil
+			}
+		}
+		if !o.Follow || o.Attempt > r.Attempt+1 || !s.running(ctx, r.ID) {
+			return 0, fmt.Errorf("run %s has no attempt %d (its latest is %d)", r.ID, o.Attempt, r.Attempt)
+		}
+		if !sleepOn(ctx, s.opts.Clock, o.Poll) {
+			return 0, ctx.Err()
+		}
+	}
+}
+
 func (s *Service) running(ctx context.Context, id string) bool {
 	info, err := s.Status(ctx, id)
 	return err == nil && Running(info.Status)

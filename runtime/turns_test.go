@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
@@ -321,4 +323,86 @@ end`), 0o644); err != nil {
 	if _, _, err := e2.svc.Events(t.Context(), r.ID, EventsOptions{Attempt: 5}); err == nil || !strings.Contains(err.Error(), "has no attempt 5 (its latest is 2)") {
 		t.Fatalf("a missing attempt: %v", err)
 	}
+}
+
+// A follower that asks for the attempt a run's row already names, before that attempt's
+// run_started is stored (a daemon resuming it has just begun), waits for the event
+// instead of failing with "run has no attempt 2 (its latest is 2)".
+func TestEventsWaitForAnAttemptsStart(t *testing.T) {
+	dir := t.TempDir()
+	e := openResumeEnv(t, dir, &toolLoop{fail: "second"}, 0)
+	path := filepath.Join(dir, "wf.lua")
+	if err := os.WriteFile(path, []byte(`function main()
+  agent{prompt = "first"}
+  local r = agent{prompt = "second"}
+  assert(r.ok, r.error)
+end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.svc.Start(t.Context(), Spec{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := waitRun(t, r); res.Status != StatusFailed {
+		t.Fatalf("first attempt %s", res.Status)
+	}
+	// The row says attempt 2 runs in another live process; its events are not stored yet.
+	running, two, pid := storage.StatusRunning, 2, os.Getppid() // another live process
+	if err := e.st.UpdateRun(t.Context(), r.ID, storage.RunUpdate{Status: &running, Attempt: &two, PID: &pid}); err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{}, 1)
+	viewer := openResumeEnvWith(t, dir, &toolLoop{}, 0, func(st storage.Store) storage.Store {
+		return &startsWatch{Store: st, asked: asked}
+	})
+	type first struct {
+		ev  event.Event
+		err error
+	}
+	got := make(chan first, 1)
+	go func() {
+		stream, errc, err := viewer.svc.Events(t.Context(), r.ID, EventsOptions{Attempt: 2, Follow: true, Poll: time.Millisecond})
+		if err != nil {
+			got <- first{err: err}
+			return
+		}
+		ev := <-stream
+		got <- first{ev: ev}
+		for range stream {
+		}
+		<-errc
+	}()
+	select {
+	case <-asked: // the viewer looked for attempt 2's start and did not find it
+	case f := <-got:
+		t.Fatalf("Events answered before attempt 2 started: %+v", f)
+	}
+	if _, err := e.st.Append(t.Context(), r.ID, event.New(event.RunStarted, map[string]any{"workflow": path, "attempt": 2, "resumed": true})); err != nil {
+		t.Fatal(err)
+	}
+	f := <-got
+	if f.err != nil || f.ev.Type != event.RunStarted || AttemptOf(f.ev) != 2 {
+		t.Fatalf("the viewer's stream starts with %+v (%v), want attempt 2's run_started", f.ev, f.err)
+	}
+	done := storage.StatusCompleted
+	if err := e.st.UpdateRun(t.Context(), r.ID, storage.RunUpdate{Status: &done}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startsWatch tells when the run_started events were read and no attempt 2 was there.
+type startsWatch struct {
+	storage.Store
+	asked chan struct{}
+}
+
+func (w *startsWatch) EventsOfType(ctx context.Context, runID string, since int64, limit int, types []string) ([]event.Event, error) {
+	evs, err := w.Store.EventsOfType(ctx, runID, since, limit, types)
+	if len(types) == 1 && types[0] == event.RunStarted && !slices.ContainsFunc(evs, func(ev event.Event) bool { return AttemptOf(ev) == 2 }) {
+		select {
+		case w.asked <- struct{}{}:
+		default:
+		}
+	}
+	return evs, err
 }
