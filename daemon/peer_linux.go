@@ -5,6 +5,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,18 +26,23 @@ func checkPeer(uc *net.UnixConn) error {
 	}
 	var cred *unix.Ucred
 	pidfd := -1
-	var credErr error
+	var credErr, pidfdErr error
 	raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-		if n, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
-			pidfd = n
-		}
+		pidfd, pidfdErr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
 	})
-	if pidfd >= 0 {
+	if pidfdErr == nil {
 		defer unix.Close(pidfd)
+	} else {
+		pidfd = -1
 	}
 	if credErr != nil {
 		return fmt.Errorf("luft daemon: cannot tell who connected: %v", credErr)
+	}
+	// Only a kernel without SO_PEERPIDFD (before 6.5) goes without it; any other error
+	// (the peer has exited, say) is refused, since its pid may already be another's.
+	if pidfdErr != nil && !errors.Is(pidfdErr, unix.ENOPROTOOPT) {
+		return fmt.Errorf("luft daemon: cannot tell who connected (%v); refused", pidfdErr)
 	}
 	if uid := uint32(os.Geteuid()); cred.Uid != uid && cred.Uid != 0 {
 		return fmt.Errorf("luft daemon: user %d may not use the daemon of user %d", cred.Uid, uid)

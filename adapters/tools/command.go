@@ -25,12 +25,12 @@ func (t *runCommand) confinementText() string {
 	if t.e.confineCheck() != nil || t.e.conf.unconfined && sandbox.Check(sandbox.Policy{}) != nil {
 		return "The command gets a minimal environment (no credentials) and $TMPDIR, a private temporary folder."
 	}
-	net := "It cannot open network connections"
+	net := "It cannot open TCP connections (UDP is not restricted)"
 	switch {
 	case t.e.conf.anyPort:
 		net = "It may open network connections"
 	case len(t.e.conf.ports) > 0:
-		net = fmt.Sprintf("It may open TCP connections only to the ports %v", t.e.conf.ports)
+		net = fmt.Sprintf("It may open TCP connections only to the ports %v (UDP is not restricted)", t.e.conf.ports)
 	}
 	return "The command may change files only inside the workspace, $TMPDIR (a private temporary folder, " +
 		"removed afterwards) and $XDG_CACHE_HOME (the workspace's cache folder), and read only those, the system's folders " +

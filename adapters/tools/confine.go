@@ -22,6 +22,7 @@ var Secrets = []string{
 	".pgpass", ".my.cnf", ".s3cfg", ".boto", ".config/rclone", ".oci", ".m2/settings.xml",
 	".gradle/gradle.properties", ".config/op", ".config/luft", ".codex", ".claude", ".claude.json",
 	".config/opencode", ".local/share/opencode", ".gemini", ".config/github-copilot",
+	".config/git/credentials", ".config/containers/auth.json", ".local/share/uv/credentials",
 }
 
 // toolCaches are folders under the home folder that programs need to read to run: the

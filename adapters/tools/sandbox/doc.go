@@ -21,7 +21,10 @@
 //  1. runs in a user and mount namespace of its own (the same user, mapped to itself),
 //     where it lays an empty read-only tmpfs over each hidden folder and /dev/null on a
 //     nodev mount over each hidden file: the command can neither read, change, move nor
-//     remove them, and nothing outside the namespace changes. A root luft starts it so
+//     remove them, and nothing outside the namespace changes. The folders between a
+//     granted one and a hidden path are bound onto themselves, so none can be renamed to
+//     carry the hidden path away; every UNIX socket bound by path outside the writable
+//     folders (/proc/net/unix) gets the same unopenable node. A root luft starts it so
 //     directly; another user's luft is not dumpable (Harden), and a user without
 //     CAP_SYS_PTRACE cannot write a non-dumpable child's ID maps, so a first helper,
 //     dumpable again after its own exec, starts the namespaced one (request.Hop);
@@ -46,5 +49,6 @@
 // hard link already in a writable folder before the command starts is written through:
 // the outside file changes. The file tools' Guard refuses files with more than one link;
 // the sandbox cannot. Connecting to a UNIX socket by path is not covered by Landlock
-// before ABI 9, which is why luft's daemon checks who connects to its socket.
+// before ABI 9, which is why the sockets are covered in the namespace and luft's daemon
+// also checks who connects to its socket. UDP is not restricted.
 package sandbox

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,9 @@ func runP(t *testing.T, p Policy, dir, script string) (string, error) {
 
 func needFull(t *testing.T) {
 	t.Helper()
+	// As luft's main does, first: the probe for namespaces must work from a process that
+	// is not dumpable (a user other than root needs the hop for it).
+	Harden()
 	if abi := needLandlock(t); abi < MinABI {
 		t.Skipf("Landlock ABI %d cannot confine as a policy says (needs %d)", abi, MinABI)
 	}
@@ -290,4 +294,57 @@ func countProcs(cmdline string) int {
 		}
 	}
 	return n
+}
+
+// TestConfinedHidingHolds: a command cannot carry a hidden path out from under its cover
+// by renaming a folder above it (for a later command to read), and no UNIX socket bound
+// outside the writable folders answers it (an agent's socket, the session bus, luft's
+// daemon), whatever its folder's permissions.
+func TestConfinedHidingHolds(t *testing.T) {
+	needFull(t)
+	base := t.TempDir()
+	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	state := filepath.Join(ws, "sub", ".luft")
+	for _, d := range []string{state, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(state, "daemon.token"), []byte("token-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{Write: []string{ws}, Hide: []string{state}}
+	if out, err := runP(t, p, ws, "mv sub sub2"); err == nil {
+		t.Fatalf("renamed the folder above a hidden path: %q", out)
+	}
+	if out, _ := runP(t, p, ws, "cat sub/.luft/daemon.token sub2/.luft/daemon.token"); strings.Contains(out, "token-secret") {
+		t.Fatalf("read the hidden token: %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(state, "daemon.token")); err != nil {
+		t.Fatalf("the state dir moved: %v", err)
+	}
+
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("no curl to talk to a socket with")
+	}
+	short, err := os.MkdirTemp("", "ls") // a socket path has at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(short)
+	sock := filepath.Join(short, "agent.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+	go http.Serve(ul, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("sock-answer")) }))
+	if out, err := exec.Command(curl, "-s", "--unix-socket", sock, "http://x/").CombinedOutput(); err != nil || string(out) != "sock-answer" {
+		t.Fatalf("the socket does not answer outside the sandbox: %v %q", err, out)
+	}
+	if out, err := runP(t, Policy{Write: []string{ws}, AnyPort: true}, ws, curl+" -s --unix-socket "+sock+" http://x/"); err == nil || strings.Contains(out, "sock-answer") {
+		t.Fatalf("a confined command reached a socket outside: %v %q", err, out)
+	}
+	asUser(t)
 }

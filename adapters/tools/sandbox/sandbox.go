@@ -83,8 +83,11 @@ func init() {
 // childMain applies the policy and execs the program; it returns only on failure, with
 // the exit status a shell gives a program it cannot confine (126) or find (127).
 func childMain(arg string, stderr io.Writer) int {
-	if arg == nsProbeArg {
+	switch arg {
+	case nsProbeArg:
 		return nsProbe()
+	case nsProbeHopArg:
+		return nsProbeHop()
 	}
 	var r request
 	if err := json.Unmarshal([]byte(arg), &r); err != nil || r.Path == "" || len(r.Argv) == 0 {
@@ -131,9 +134,9 @@ func Check(p Policy) error {
 	case abi < MinABI:
 		return fmt.Errorf("%w: this kernel's Landlock (ABI %d) cannot restrict network connections (ABI %d, Linux 6.7, can); set [tools] unconfined = true in luft.toml to run allowed commands anyway", ErrCannotConfine, abi, MinABI)
 	}
-	if hide := toHide(p, false); len(hide) > 0 {
+	if hide := toHide(p, os.Geteuid() == 0); len(hide) > 0 {
 		if err := Namespaces(); err != nil {
-			return fmt.Errorf("%w: %s lies in a folder commands may read, and hiding it needs a user namespace, which this system refuses (%v); move it out of the workspace (luft's state dir: --state-dir or LUFT_HOME), or set [tools] unconfined = true in luft.toml",
+			return fmt.Errorf("%w: %s lies in a folder commands may read, and hiding it needs a user namespace, which this system refuses (%v); move it out of the workspace (luft's state dir: --state-dir or LUFT_HOME) or out of [tools] readable and writable ([tools] unconfined = true would let commands read it)",
 				ErrCannotConfine, hide[0], err)
 		}
 	}
@@ -230,6 +233,10 @@ func Namespaces() error {
 
 // nsProbeArg makes the re-executed child check that it may mount in its namespace.
 const nsProbeArg = "probe-namespaces"
+
+// nsProbeHopArg makes it start that probe in a namespace itself, as a hop does (a user
+// other than root cannot start it from a non-dumpable process).
+const nsProbeHopArg = "probe-namespaces-hop"
 
 var hardenOnce sync.Once
 

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +64,10 @@ func userns() *syscall.SysProcAttr {
 func probeNamespaces() error {
 	cmd := exec.Command(self, marker, nsProbeArg)
 	cmd.SysProcAttr = userns()
+	if os.Getuid() != 0 {
+		// As Command does for such a user: a first helper starts the probe.
+		cmd = exec.Command(self, marker, nsProbeHopArg)
+	}
 	cmd.Env = []string{}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -92,6 +98,18 @@ func nsProbe() int {
 	return 0
 }
 
+// nsProbeHop starts the namespace probe from this (dumpable) helper and exits as it does.
+func nsProbeHop() int {
+	cmd := exec.Command(self, marker, nsProbeArg)
+	cmd.SysProcAttr = userns()
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "%v", err)
+		return 1
+	}
+	return 0
+}
+
 // devices are the device files any program may write: writing to them changes nothing.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full"}
 
@@ -106,7 +124,7 @@ func confineAndExec(r request) error {
 		}
 	}
 	if r.Newns {
-		if err := hide(r.Hide); err != nil {
+		if err := hide(r); err != nil {
 			return err
 		}
 	}
@@ -129,30 +147,101 @@ func confineAndExec(r request) error {
 // hide lays an empty read-only folder over each hidden folder and an unopenable node
 // (/dev/null on a nodev mount) over each hidden file, in this process's own mount
 // namespace: the command sees them, cannot read, change, move or remove them, and
-// nothing outside the namespace changes.
-func hide(paths []string) error {
-	if len(paths) == 0 {
-		return nil
-	}
+// nothing outside the namespace changes. Each folder between a granted one and a hidden
+// path is bound onto itself first, so that renaming a parent cannot carry the hidden
+// path out from under its cover for a later command (a mount point cannot be renamed).
+// Every UNIX socket bound by path outside the writable folders (an ssh or gpg agent,
+// the session bus, docker.sock, luft's daemon) gets the same unopenable node: Landlock
+// before ABI 9 does not judge connect(2) by path, so the socket itself is covered.
+func hide(r request) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("cannot make the command's mounts private: %w", err)
 	}
-	const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	for _, p := range paths {
-		fi, err := os.Stat(p)
-		if err != nil {
-			continue // gone since the parent looked: nothing to hide
-		}
-		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0")
-		} else if err = unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err == nil {
-			err = unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
-		}
-		if err != nil {
-			return fmt.Errorf("cannot hide %s from the command: %w", p, err)
+	granted := append(append(append([]string{}, SystemReadable...), r.Write...), r.Read...)
+	pinned := map[string]bool{}
+	for _, p := range r.Hide {
+		for _, a := range between(granted, p) {
+			if pinned[a] {
+				continue
+			}
+			pinned[a] = true
+			if err := unix.Mount(a, a, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("cannot pin %s for the command: %w", a, err)
+			}
 		}
 	}
+	for _, p := range r.Hide {
+		if err := cover(p); err != nil {
+			return err
+		}
+	}
+	for _, p := range sockets(r.Write) {
+		_ = cover(p) // a socket gone since it was listed needs no cover
+	}
 	return nil
+}
+
+// cover lays the cover of hide over p.
+func cover(p string) error {
+	const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil // gone since the parent looked: nothing to hide
+	}
+	if fi.IsDir() {
+		err = unix.Mount("tmpfs", p, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0")
+	} else if err = unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err == nil {
+		err = unix.Mount("", p, "", unix.MS_REMOUNT|unix.MS_BIND|flags, "")
+	}
+	if err != nil {
+		return fmt.Errorf("cannot hide %s from the command: %w", p, err)
+	}
+	return nil
+}
+
+// between are the folders strictly between the innermost granted folder that holds p
+// and p, outermost first.
+func between(granted []string, p string) []string {
+	root := ""
+	for _, g := range granted {
+		if g != p && within(g, p) && len(g) > len(root) {
+			root = g
+		}
+	}
+	if root == "" {
+		return nil
+	}
+	var out []string
+	for a := filepath.Dir(p); a != root && within(root, a) && a != "/"; a = filepath.Dir(a) {
+		out = append([]string{a}, out...)
+	}
+	return out
+}
+
+// sockets are the paths of the UNIX sockets bound on this system (/proc/net/unix)
+// outside the folders in write.
+func sockets(write []string) []string {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 8 || !strings.HasPrefix(f[7], "/") || seen[f[7]] {
+			continue
+		}
+		p := f[7]
+		seen[p] = true
+		if slices.ContainsFunc(write, func(w string) bool { return within(w, p) }) {
+			continue
+		}
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // limit sets the policy's resource limits. RLIMIT_NPROC is set only inside the
@@ -222,12 +311,13 @@ func landlockRules(r request) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("cannot set no_new_privs: %w", err)
 	}
-	if fd >= 0 {
-		if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
-			return fmt.Errorf("cannot apply the Landlock rules: %w", err)
-		}
-		unix.Close(fd)
+	if fd < 0 {
+		return fmt.Errorf("cannot apply the Landlock rules: the kernel handles none of them")
 	}
+	if err := ll.LandlockRestrictSelf(fd, flags); err != nil {
+		return fmt.Errorf("cannot apply the Landlock rules: %w", err)
+	}
+	unix.Close(fd)
 	return nil
 }
 

@@ -25,6 +25,8 @@ func probeNamespaces() error {
 
 func nsProbe() int { return 1 }
 
+func nsProbeHop() int { return 1 }
+
 func harden() {}
 
 func userns() *syscall.SysProcAttr { return nil }
