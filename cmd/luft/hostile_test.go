@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -212,7 +214,18 @@ func exitwithinMain(args []string) int {
 	// The output goes through pipes of this helper's own, so a killed program's children
 	// still holding them cannot keep the check open: WaitDelay closes them.
 	var stdout, stderr bytes.Buffer
-	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, nil, &stdout, &stderr
+	// The signal goes once the program has printed something (it is running the workflow,
+	// its handlers set), not merely after TERM: a loaded machine can take longer than TERM
+	// to start a race-built luft, and SIGTERM before its handler kills it outright.
+	spoke := make(chan struct{})
+	var once sync.Once
+	mark := func(w io.Writer) io.Writer {
+		return writerFunc(func(p []byte) (int, error) {
+			once.Do(func() { close(spoke) })
+			return w.Write(p)
+		})
+	}
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, nil, mark(&stdout), mark(&stderr)
 	cmd.WaitDelay = time.Second
 	defer func() {
 		os.Stdout.Write(stdout.Bytes())
@@ -223,7 +236,14 @@ func exitwithinMain(args []string) int {
 		return 2
 	}
 	if term > 0 {
-		timer := time.AfterFunc(term, func() { _ = cmd.Process.Signal(syscall.SIGTERM) })
+		timer := time.AfterFunc(term, func() {
+			select {
+			case <-spoke:
+			case <-ctx.Done():
+				return
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		})
 		defer timer.Stop()
 	}
 	err := cmd.Wait()
@@ -245,6 +265,11 @@ func exitwithinMain(args []string) int {
 	}
 	return 0
 }
+
+// writerFunc is a func as an io.Writer.
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func tail(s string, n int) string {
 	if len(s) > n {
