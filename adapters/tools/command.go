@@ -22,7 +22,9 @@ type runCommand struct{ e *env }
 // confinementText tells the model what a command may read, change and reach, so a
 // refused read, write or connection is no surprise.
 func (t *runCommand) confinementText() string {
-	if t.e.confineCheck() != nil || t.e.conf.unconfined && sandbox.Check(sandbox.Policy{}) != nil {
+	// The kernel's Landlock only: the full check (sandbox.Check) may start a probe for
+	// namespaces, which a tool's description must not cost every process that lists tools.
+	if abi, err := sandboxStatus(); err != nil || abi < sandbox.MinABI {
 		return "The command gets a minimal environment (no credentials) and $TMPDIR, a private temporary folder."
 	}
 	net := "It cannot open TCP connections (UDP is not restricted)"

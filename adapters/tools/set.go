@@ -247,8 +247,12 @@ func writableAroundProtected(names, dirs []string, ws string, protected []string
 	return nil
 }
 
-// sandboxCheck is sandbox.Check; tests replace it to see a kernel without Landlock.
-var sandboxCheck = sandbox.Check
+// sandboxCheck and sandboxStatus are sandbox's; tests replace them to see a kernel
+// without Landlock.
+var (
+	sandboxCheck  = sandbox.Check
+	sandboxStatus = sandbox.Status
+)
 
 // confineCheck reports why this Set's commands cannot run confined (nil: they can, or
 // [tools] unconfined lets them run without).

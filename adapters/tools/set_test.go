@@ -253,8 +253,9 @@ func TestDecodeArgs(t *testing.T) {
 // otherwise, and the model is not promised a confinement that is not there.
 func TestWarnings(t *testing.T) {
 	ws := t.TempDir()
-	real := sandboxCheck
-	t.Cleanup(func() { sandboxCheck = real })
+	real, realStatus := sandboxCheck, sandboxStatus
+	t.Cleanup(func() { sandboxCheck, sandboxStatus = real, realStatus })
+	sandboxStatus = func() (int, error) { return 0, errors.New("this kernel offers no Landlock") }
 	sandboxCheck = func(p sandbox.Policy) error {
 		if p.Unconfined {
 			return nil
@@ -278,7 +279,7 @@ func TestWarnings(t *testing.T) {
 	if w := newSet(t, Config{Workspace: ws}).Warnings(); len(w) != 0 {
 		t.Errorf("warnings with no commands allowed: %q", w)
 	}
-	sandboxCheck = func(sandbox.Policy) error { return nil }
+	sandboxCheck, sandboxStatus = func(sandbox.Policy) error { return nil }, func() (int, error) { return 7, nil }
 	if w := newSet(t, Config{Workspace: ws, AllowCommands: []string{"go test"}}).Warnings(); len(w) != 0 {
 		t.Errorf("warnings with Landlock: %q", w)
 	}
