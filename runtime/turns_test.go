@@ -275,23 +275,7 @@ func TestLaneOfUsesTheDefaultModel(t *testing.T) {
 // Run.SubscribeAttempt for the process driving it. The earlier attempt's run_done is not
 // in either stream.
 func TestEventsFromAnAttempt(t *testing.T) {
-	dir := t.TempDir()
-	e := openResumeEnv(t, dir, &toolLoop{fail: "second"}, 0)
-	path := filepath.Join(dir, "wf.lua")
-	if err := os.WriteFile(path, []byte(`function main()
-  agent{prompt = "first"}
-  local r = agent{prompt = "second"}
-  assert(r.ok, r.error)
-end`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.svc.Start(t.Context(), Spec{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res := waitRun(t, r); res.Status != StatusFailed {
-		t.Fatalf("first attempt %s", res.Status)
-	}
+	dir, _, _, r := failedFirstAttempt(t)
 	e2 := openResumeEnv(t, dir, &toolLoop{}, 0)
 	r2 := resume(t, e2, ResumeSpec{Run: r.ID})
 	var live []event.Event
@@ -329,23 +313,7 @@ end`), 0o644); err != nil {
 // run_started is stored (a daemon resuming it has just begun), waits for the event
 // instead of failing with "run has no attempt 2 (its latest is 2)".
 func TestEventsWaitForAnAttemptsStart(t *testing.T) {
-	dir := t.TempDir()
-	e := openResumeEnv(t, dir, &toolLoop{fail: "second"}, 0)
-	path := filepath.Join(dir, "wf.lua")
-	if err := os.WriteFile(path, []byte(`function main()
-  agent{prompt = "first"}
-  local r = agent{prompt = "second"}
-  assert(r.ok, r.error)
-end`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := e.svc.Start(t.Context(), Spec{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res := waitRun(t, r); res.Status != StatusFailed {
-		t.Fatalf("first attempt %s", res.Status)
-	}
+	dir, e, path, r := failedFirstAttempt(t)
 	// The row says attempt 2 runs in another live process; its events are not stored yet.
 	running, two, pid := storage.StatusRunning, 2, os.Getppid() // another live process
 	if err := e.st.UpdateRun(t.Context(), r.ID, storage.RunUpdate{Status: &running, Attempt: &two, PID: &pid}); err != nil {
@@ -405,4 +373,28 @@ func (w *startsWatch) EventsOfType(ctx context.Context, runID string, since int6
 		}
 	}
 	return evs, err
+}
+
+// failedFirstAttempt runs a two-call workflow whose second call fails, so the run ends
+// failed after its first attempt: the state dir, its Service, the script and the run.
+func failedFirstAttempt(t *testing.T) (string, *resumeEnv, string, *Run) {
+	t.Helper()
+	dir := t.TempDir()
+	e := openResumeEnv(t, dir, &toolLoop{fail: "second"}, 0)
+	path := filepath.Join(dir, "wf.lua")
+	if err := os.WriteFile(path, []byte(`function main()
+  agent{prompt = "first"}
+  local r = agent{prompt = "second"}
+  assert(r.ok, r.error)
+end`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.svc.Start(t.Context(), Spec{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := waitRun(t, r); res.Status != StatusFailed {
+		t.Fatalf("first attempt %s", res.Status)
+	}
+	return dir, e, path, r
 }

@@ -15,8 +15,9 @@ import (
 	"testing"
 )
 
-// runP runs sh -c script under p in dir and returns its combined output.
-func runP(t *testing.T, p Policy, dir, script string) (string, error) {
+// runP runs sh -c script under p in dir, with PATH and env, and returns its combined
+// output.
+func runP(t *testing.T, p Policy, dir, script string, env ...string) (string, error) {
 	t.Helper()
 	sh, err := exec.LookPath("sh")
 	if err != nil {
@@ -27,7 +28,7 @@ func runP(t *testing.T, p Policy, dir, script string) (string, error) {
 		t.Fatal(err)
 	}
 	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

@@ -25,21 +25,7 @@ func needLandlock(t *testing.T) int {
 // run runs sh -c script confined to write, in dir, and returns its combined output.
 func run(t *testing.T, write []string, dir, script string, env ...string) (string, error) {
 	t.Helper()
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh on PATH")
-	}
-	cmd, err := Command(context.Background(), Policy{Write: write}, sh, []string{"sh", "-c", script})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	Done(cmd)
-	return out.String(), err
+	return runP(t, Policy{Write: write}, dir, script, env...)
 }
 
 func TestConfinedWrites(t *testing.T) {
