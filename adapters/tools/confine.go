@@ -52,6 +52,12 @@ func newConfinement(ws workspace, cfg Config, protected []string) (confinement, 
 	var c confinement
 	home, _ := os.UserHomeDir()
 	for _, r := range cfg.Readable {
+		if strings.ContainsRune(r, 0) || r == "" {
+			return c, fmt.Errorf("tools: readable %q is not a path (name a folder or file, e.g. \"~/data\")", r)
+		}
+		if err := CheckPathLen(r); err != nil {
+			return c, fmt.Errorf("tools: readable: %v", err)
+		}
 		p, err := expandHome(r, home)
 		if err != nil {
 			return c, fmt.Errorf("tools: readable %q: %v", r, err)

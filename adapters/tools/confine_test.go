@@ -60,3 +60,35 @@ func TestSecretsHidden(t *testing.T) {
 		t.Errorf("readable naming the state dir: %v", err)
 	}
 }
+
+// Hostile [tools] readable and network entries end in a clear error when the Set is
+// built, never at a command's start: a NUL, an empty entry, a path past PATH_MAX,
+// luft's own state dir through "..", a port out of range.
+func TestConfinementConfigHostile(t *testing.T) {
+	ws := t.TempDir()
+	state := filepath.Join(ws, ".luft")
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Readable: []string{"a\x00b"}}, "is not a path"},
+		{Config{Readable: []string{""}}, "is not a path"},
+		{Config{Readable: []string{strings.Repeat("a/", 3000)}}, "readable"},
+		{Config{Readable: []string{"sub/../.luft/x"}}, "luft's own state or config"},
+		{Config{Network: []string{"70000"}}, "not a TCP port"},
+		{Config{Network: []string{"0"}}, "not a TCP port"},
+		{Config{Network: []string{"http"}}, "not a TCP port"},
+	} {
+		tc.cfg.Workspace, tc.cfg.Protected = ws, []string{state}
+		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error saying %q", tc.cfg, err, tc.want)
+		}
+	}
+	many := make([]string, 5000)
+	for i := range many {
+		many[i] = "~/d" + strings.Repeat("x", i%50)
+	}
+	if _, err := New(Config{Workspace: ws, Readable: many}); err != nil {
+		t.Errorf("5000 readable entries: %v", err)
+	}
+}
