@@ -53,9 +53,7 @@ func openTest(t testing.TB, dir string, cfg config) *SQLite {
 	return s
 }
 
-func newTestStore(t testing.TB) *SQLite { return openTest(t, t.TempDir(), config{}) }
-
-func mustCreate(t testing.TB, s *SQLite, r Run) {
+func mustCreate(t testing.TB, s Store, r Run) {
 	t.Helper()
 	if err := s.CreateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
@@ -205,9 +203,9 @@ func TestFileURIEscapes(t *testing.T) {
 	}
 }
 
-func TestRunsLifecycle(t *testing.T) {
+func testRunsLifecycle(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	in := Run{
 		ID: "0198a1b2-0000-7000-8000-000000000001", Workflow: "flow.lua", ScriptHash: "abc",
 		Args: json.RawMessage(`{"n":3}`), PID: 42, Spec: json.RawMessage(`{"backend":"mock"}`),
@@ -289,9 +287,9 @@ func TestRunsLifecycle(t *testing.T) {
 	}
 }
 
-func TestResolveRun(t *testing.T) {
+func testResolveRun(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	ids := []string{
 		"0198a1b2-aaaa-7000-8000-000000000001",
 		"0198a1b2-aaab-7000-8000-000000000002",
@@ -345,9 +343,9 @@ func TestResolveRun(t *testing.T) {
 	}
 }
 
-func TestListAndLatestResumable(t *testing.T) {
+func testListAndLatestResumable(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	if _, err := s.LatestResumable(ctx); !errors.Is(err, ErrRunNotFound) {
 		t.Fatalf("empty store: %v", err)
 	}
@@ -397,9 +395,9 @@ func TestListAndLatestResumable(t *testing.T) {
 	}
 }
 
-func TestEventsAppendAndRead(t *testing.T) {
+func testEventsAppendAndRead(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r1"})
 	mustCreate(t, s, Run{ID: "r2"})
 	if evs, err := s.Events(ctx, "r1", 0, 0); err != nil || len(evs) != 0 {
@@ -499,9 +497,9 @@ func TestEventsAppendAndRead(t *testing.T) {
 	}
 }
 
-func TestAppendSeqUnderConcurrentAppenders(t *testing.T) {
+func testAppendSeqUnderConcurrentAppenders(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	const goroutines, appends = 40, 25
 	var mu sync.Mutex
@@ -549,9 +547,9 @@ func TestAppendSeqUnderConcurrentAppenders(t *testing.T) {
 	}
 }
 
-func TestPhasesProjection(t *testing.T) {
+func testPhasesProjection(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	phaseStarted := func(id int, label string, planned int, desc string) event.Event {
 		d := map[string]any{"phase_id": id, "label": label, "planned": planned}
@@ -606,9 +604,9 @@ func TestPhasesProjection(t *testing.T) {
 	}
 }
 
-func TestCancelRequest(t *testing.T) {
+func testCancelRequest(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	if c, err := s.CancelRequested(ctx, "r"); c || err != nil {
 		t.Fatalf("fresh run: %v %v", c, err)
@@ -633,9 +631,9 @@ func TestCancelRequest(t *testing.T) {
 	}
 }
 
-func TestFiles(t *testing.T) {
+func testFiles(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	files := []struct{ path, content string }{
 		{"main.lua", "function main() end"},
@@ -671,9 +669,9 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-func TestJournal(t *testing.T) {
+func testJournal(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	mustCreate(t, s, Run{ID: "other"})
 	sched := func(key, hash string) {
@@ -772,9 +770,9 @@ func TestJournal(t *testing.T) {
 	}
 }
 
-func TestCompletedSeqUnderConcurrentFinishes(t *testing.T) {
+func testCompletedSeqUnderConcurrentFinishes(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	const n = 500
 	seqs := make([]int64, n)
