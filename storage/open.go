@@ -29,26 +29,8 @@ var (
 )
 
 // ErrBadStorageURL means a storage URL ([storage] url, LUFT_STORAGE_URL, Options.StorageURL)
-// names no store luft has.
+// names no store luft has (config.CheckStorageURL says why in more words).
 var ErrBadStorageURL = errors.New("bad storage URL")
-
-// CheckURL reports whether url names a store OpenURL can open: "" (SQLite in the state
-// dir) or postgres://... / postgresql://.... The error never repeats a password.
-func CheckURL(url string) error {
-	if url == "" {
-		return nil
-	}
-	scheme, rest, ok := strings.Cut(url, "://")
-	switch {
-	case !ok:
-		return fmt.Errorf("%w: it has no scheme; write postgres://user@host:5432/dbname (or leave it empty for SQLite in the state dir)", ErrBadStorageURL)
-	case scheme != "postgres" && scheme != "postgresql":
-		return fmt.Errorf("%w: unknown scheme %q; luft keeps its runs in PostgreSQL (postgres://user@host:5432/dbname) or, with no URL, in SQLite in the state dir", ErrBadStorageURL, scheme)
-	case strings.ContainsAny(rest, " \t\r\n"):
-		return fmt.Errorf("%w: it holds a space or a line break; percent-encode it (%%20)", ErrBadStorageURL)
-	}
-	return nil
-}
 
 // OpenURL opens the store url names: SQLite in stateDir when url is empty (Open), the
 // PostgreSQL database of a postgres:// or postgresql:// URL otherwise (OpenPostgres). With
@@ -57,8 +39,9 @@ func OpenURL(ctx context.Context, url, stateDir string) (DB, error) {
 	if url == "" {
 		return Open(ctx, stateDir)
 	}
-	if err := CheckURL(url); err != nil {
-		return nil, fmt.Errorf("storage: %w", err)
+	scheme, _, ok := strings.Cut(url, "://")
+	if !ok || (scheme != "postgres" && scheme != "postgresql") {
+		return nil, fmt.Errorf("storage: %w: it must be a postgres:// or postgresql:// URL, or empty for SQLite in the state dir", ErrBadStorageURL)
 	}
 	return OpenPostgres(ctx, url, stateDir)
 }

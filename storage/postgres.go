@@ -96,7 +96,7 @@ func (s *sqlStore) migratePG(ctx context.Context) error {
 	latest := ms[len(ms)-1].version
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("storage: connect to %s: %w", s.path, err)
+		return fmt.Errorf("storage: connect to %s: %w (check that the server is up and that the storage URL names it)", s.path, err)
 	}
 	defer tx.Rollback()
 	fail := func(what string, err error) error { return fmt.Errorf("storage: %s %s: %w", what, s.path, err) }
