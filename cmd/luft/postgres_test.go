@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/luft-run/luft/internal/pgtest"
+	"github.com/luft-run/luft/storage"
 )
 
 // stepsScript calls agents one after another, so its events come in one order on every
@@ -179,4 +180,52 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return ""
+}
+
+// The daemon on PostgreSQL: it hosts detached and attached runs whose rows live in the
+// database, so luft list and status on another state dir (another machine) with the same
+// LUFT_STORAGE_URL see them, and the daemon's state dir keeps only its own files.
+func TestDaemonOnPostgres(t *testing.T) {
+	url := pgtest.URL(t)
+	t.Parallel()
+	dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=20", storageEnv+"="+url)
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": `function main()
+  local n = 0
+  for i = 1, 4 do if agent{prompt = "step " .. i}.ok then n = n + 1 end end
+  report({steps = n})
+end`})
+	info := dt.start()
+	id, errOut, code := dt.luft("run", "--detach", "-w", "wf.lua")
+	id = strings.TrimSpace(id)
+	if code != 0 || len(id) != 36 {
+		t.Fatalf("run --detach: exit %d, stdout %q\n%s", code, id, errOut)
+	}
+	out, errOut, code := dt.luft("attach", id, "--no-tui")
+	if code != 0 || !strings.Contains(out, `"steps": 4`) || !strings.Contains(errOut, "completed") {
+		t.Errorf("attach: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = dt.luft("run", "--no-tui", "-w", "wf.lua")
+	if code != 0 || !strings.Contains(out, `"steps": 4`) {
+		t.Errorf("run through the daemon: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = dt.luft("daemon", "status")
+	if !strings.Contains(out, fmt.Sprintf("pid        %d", info.PID)) || !strings.Contains(out, "runs       2 hosted, 0 running") {
+		t.Errorf("daemon status:\n%s", out)
+	}
+
+	// Another state dir on the same database sees both runs, as the daemon hosted them.
+	other := filepath.Join(dt.dir, "other")
+	out, errOut, code = luftIn(t, dt.dir, dt.env, "--state-dir", other, "list")
+	if code != 0 || strings.Count(out, "completed") != 2 || !strings.Contains(out, id) {
+		t.Errorf("list from another state dir: exit %d\n%s%s", code, out, errOut)
+	}
+	out, _, _ = luftIn(t, dt.dir, dt.env, "--state-dir", other, "status", id, "--json")
+	if !strings.Contains(out, `"status": "completed"`) || !strings.Contains(out, fmt.Sprintf(`"pid": %d`, info.PID)) {
+		t.Errorf("status from another state dir:\n%s", out)
+	}
+	for _, dir := range []string{dt.state, other} {
+		if _, err := os.Stat(filepath.Join(dir, storage.DBFile)); !os.IsNotExist(err) {
+			t.Errorf("%s has a %s on PostgreSQL (%v)", dir, storage.DBFile, err)
+		}
+	}
 }
