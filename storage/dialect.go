@@ -101,9 +101,24 @@ func retryable(err error) bool {
 
 // takeSeq reserves n sequence numbers of the run (kind "event" or "journal") and returns
 // the last one in use before them. SQLite takes the largest stored value, which its
-// database-wide write lock keeps stable for the transaction; PostgreSQL takes them from a
-// counter on the run's row, whose row lock serialises every writer of the run, on any node.
+// database-wide write lock keeps stable for the transaction. PostgreSQL takes them from a
+// counter on the run's row: the transaction's first take for a run is an UPDATE ...
+// RETURNING, whose row lock serialises every writer of the run on any node until commit;
+// later takes in the same transaction count on from the cached value (updating one row
+// hundreds of times in a transaction walks ever longer version chains), and flush writes
+// the counters back before the commit.
 func (w *wtx) takeSeq(kind, runID string, n int64) (int64, error) {
+	m := w.eventSeq
+	if kind == "journal" {
+		m = w.doneSeq
+	}
+	if last, ok := m[runID]; ok {
+		m[runID] = last + n
+		if w.s.pg {
+			w.dirty[seqKey{kind, runID}] = true
+		}
+		return last, nil
+	}
 	if w.s.pg {
 		var last int64
 		err := w.QueryRow(`UPDATE runs SET `+kind+`_seq = `+kind+`_seq + ? WHERE id = ? RETURNING `+kind+`_seq`,
@@ -111,11 +126,15 @@ func (w *wtx) takeSeq(kind, runID string, n int64) (int64, error) {
 		if errors.Is(err, sql.ErrNoRows) {
 			return 0, errNoRunRow
 		}
-		return last - n, err
+		if err != nil {
+			return 0, err
+		}
+		m[runID] = last
+		return last - n, nil
 	}
-	m, table, col := w.eventSeq, "events", "seq"
+	table, col := "events", "seq"
 	if kind == "journal" {
-		m, table, col = w.doneSeq, "journal", "completed_seq"
+		table, col = "journal", "completed_seq"
 	}
 	last, err := w.lastSeq(m, table, col, runID)
 	if err != nil {
@@ -125,13 +144,34 @@ func (w *wtx) takeSeq(kind, runID string, n int64) (int64, error) {
 	return last, nil
 }
 
+// seqKey names one counter of one run.
+type seqKey struct{ kind, runID string }
+
+// flush writes the counters taken from the cache back to their runs' rows (PostgreSQL).
+// It runs before every commit, and after each op of an isolated batch so a savepoint's
+// rollback never undoes a counter another op took.
+func (w *wtx) flush() error {
+	for k := range w.dirty {
+		m := w.eventSeq
+		if k.kind == "journal" {
+			m = w.doneSeq
+		}
+		if _, err := w.Exec(`UPDATE runs SET `+k.kind+`_seq = ? WHERE id = ?`, m[k.runID], k.runID); err != nil {
+			return err
+		}
+		delete(w.dirty, k)
+	}
+	return nil
+}
+
 // journalSeqChanged is called after entries of the run lost their completed_seq
 // (rescheduled or deleted): the next one is again the largest left + 1, on both databases.
 func (w *wtx) journalSeqChanged(runID string) error {
+	delete(w.doneSeq, runID)
 	if !w.s.pg {
-		delete(w.doneSeq, runID)
 		return nil
 	}
+	delete(w.dirty, seqKey{"journal", runID}) // the statement below sets the counter anew
 	_, err := w.Exec(`UPDATE runs SET journal_seq = m.v FROM
 		(SELECT COALESCE(MAX(completed_seq), 0) AS v FROM journal WHERE run_id = ?) AS m
 		WHERE id = ? AND journal_seq <> m.v`, runID, runID)

@@ -46,6 +46,9 @@ func (s *sqlStore) DeleteFinished(ctx context.Context, cutoff time.Time) ([]stri
 				deleted = append(deleted, id)
 			}
 		}
+		if err := tx.flush(); err != nil {
+			return err
+		}
 		tx.forget()
 		return nil
 	})

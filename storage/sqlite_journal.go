@@ -64,13 +64,7 @@ func (s *sqlStore) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 		_, err = tx.Exec(`INSERT INTO journal (run_id, call_key, kind, input_hash, status, result_json, error,
 				input_tokens, output_tokens, cached_tokens, cost, attempts, completed_seq, where_pos, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (run_id, call_key) DO UPDATE SET kind = excluded.kind, input_hash = excluded.input_hash,
-				status = excluded.status, result_json = excluded.result_json, error = excluded.error,
-				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
-				cached_tokens = excluded.cached_tokens, cost = excluded.cost, attempts = excluded.attempts,
-				completed_seq = excluded.completed_seq,
-				where_pos = CASE WHEN excluded.where_pos <> '' THEN excluded.where_pos ELSE journal.where_pos END,
-				updated_at = excluded.updated_at`,
+			`+journalFinishConflict,
 			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Status, s.bin(result), s.bin(e.Error),
 			e.Usage.Input, e.Usage.Output, e.Usage.Cached, e.Cost, e.Attempts, seq, e.WherePos, now, now)
 		if err != nil {
@@ -83,6 +77,15 @@ func (s *sqlStore) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 	}
 	return seq, nil
 }
+
+// journalFinishConflict is what JournalFinish does to an entry already there.
+const journalFinishConflict = `ON CONFLICT (run_id, call_key) DO UPDATE SET kind = excluded.kind, input_hash = excluded.input_hash,
+				status = excluded.status, result_json = excluded.result_json, error = excluded.error,
+				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
+				cached_tokens = excluded.cached_tokens, cost = excluded.cost, attempts = excluded.attempts,
+				completed_seq = excluded.completed_seq,
+				where_pos = CASE WHEN excluded.where_pos <> '' THEN excluded.where_pos ELSE journal.where_pos END,
+				updated_at = excluded.updated_at`
 
 // Journal implements Store.
 func (s *sqlStore) Journal(ctx context.Context, runID string) (_ []Entry, err error) {

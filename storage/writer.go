@@ -35,6 +35,8 @@ type wtx struct {
 	// holds the database's write lock, so no other process changes them; an op rolled back
 	// to its savepoint clears them.
 	eventSeq, doneSeq map[string]int64
+	// dirty are the PostgreSQL counters taken from the cache, to write back (flush).
+	dirty map[seqKey]bool
 }
 
 // lastSeq returns the largest value of col (seq or completed_seq) among the run's rows in
@@ -48,9 +50,12 @@ func (w *wtx) lastSeq(m map[string]int64, table, col, runID string) (int64, erro
 	return v, err
 }
 
+// forget drops the cached seqs (and, on PostgreSQL, counters not flushed: call it only
+// after a rollback, or after flush).
 func (w *wtx) forget() {
 	clear(w.eventSeq)
 	clear(w.doneSeq)
+	clear(w.dirty)
 }
 
 // maxStmts bounds the statement cache; statements beyond it (rare UPDATE shapes) stay
@@ -214,7 +219,7 @@ func (s *sqlStore) begin() (*wtx, error) {
 	if err != nil {
 		return nil, s.classify("begin write", err)
 	}
-	return &wtx{s: s, tx: tx, eventSeq: map[string]int64{}, doneSeq: map[string]int64{}}, nil
+	return &wtx{s: s, tx: tx, eventSeq: map[string]int64{}, doneSeq: map[string]int64{}, dirty: map[seqKey]bool{}}, nil
 }
 
 func release(ops []*op, err error) {
@@ -237,6 +242,14 @@ func (s *sqlStore) tryBatch(w *wtx, ops []*op) bool {
 			}
 			return false
 		}
+	}
+	if err := w.flush(); err != nil {
+		w.tx.Rollback()
+		if retryable(err) {
+			return false
+		}
+		release(ops, s.classify("write sequence counters", err))
+		return true
 	}
 	if err := w.tx.Commit(); err != nil {
 		w.tx.Rollback()
@@ -281,7 +294,10 @@ func (s *sqlStore) isolatedOnce(ops []*op, retry bool) []*op {
 		if _, err := w.Exec("SAVEPOINT op"); err != nil {
 			return fail(s.classify("savepoint", err))
 		}
-		if errs[i] = o.fn(w); errs[i] != nil {
+		if errs[i] = o.fn(w); errs[i] == nil {
+			errs[i] = w.flush()
+		}
+		if errs[i] != nil {
 			w.forget()
 			if retry && retryable(errs[i]) {
 				w.tx.Rollback()
