@@ -100,6 +100,8 @@ var contract = []struct {
 	{"ProcessesMigrateAFreshPlaceOnce", testProcessesMigrateAFreshPlaceOnce},
 	{"PayloadsRoundTripByteForByte", testPayloadsRoundTripByteForByte},
 	{"HostileText", testHostileText},
+	{"FencedWritesAfterATakeover", testFencedWritesAfterATakeover},
+	{"NoStaleWriteLandsAfterAClaim", testNoStaleWriteLandsAfterAClaim},
 }
 
 // TestStore runs the contract on SQLite and on PostgreSQL (skipped when LUFT_TEST_POSTGRES

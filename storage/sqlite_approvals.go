@@ -73,7 +73,11 @@ func (s *sqlStore) AskApproval(ctx context.Context, a Approval) (Approval, error
 	a.Status, a.CreatedAt, a.DecidedAt = ApprovalPending, s.now(), time.Time{}
 	subject := a.RunID + " " + a.CallKey + " " + a.Tool
 	var stored Approval
+	fence := fenceFor(ctx, a.RunID)
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("ask approval", fence); err != nil {
+			return err
+		}
 		_, err := tx.Exec(`INSERT INTO approvals (run_id, id, call_key, conversation, turn, tool_call_id, tool, arguments,
 				args_hash, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`,

@@ -145,7 +145,11 @@ func (s *sqlStore) AppendAsync(ctx context.Context, runID string, evs ...event.E
 		out[i] = ev
 		rows[i] = eventRow{ts: fmtTime(ev.TS), data: data, phase: phaseOf(ev)}
 	}
+	fence := fenceFor(ctx, runID)
 	o, err := s.submit(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("append to run", fence); err != nil {
+			return err
+		}
 		last, err := tx.takeSeq("event", runID, int64(len(out)))
 		if err != nil {
 			return fkErr("append to run", runID, err)

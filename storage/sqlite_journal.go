@@ -20,7 +20,11 @@ func (s *sqlStore) JournalScheduled(ctx context.Context, e Entry) error {
 	}
 	now := fmtTime(s.now())
 	subject := e.RunID + " " + e.CallKey
+	fence := fenceFor(ctx, e.RunID)
 	return s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("journal scheduled", fence); err != nil {
+			return err
+		}
 		// Every column is written, so a rescheduled entry keeps nothing of its past.
 		_, err := tx.Exec(`INSERT INTO journal (run_id, call_key, kind, input_hash, status, result_json, error,
 				input_tokens, output_tokens, cached_tokens, cost, attempts, completed_seq, where_pos, created_at, updated_at)
@@ -55,7 +59,11 @@ func (s *sqlStore) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 	now := fmtTime(s.now())
 	subject := e.RunID + " " + e.CallKey
 	var seq int64
+	fence := fenceFor(ctx, e.RunID)
 	err = s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("journal finish", fence); err != nil {
+			return err
+		}
 		last, err := tx.takeSeq("journal", e.RunID, 1)
 		if err != nil {
 			return fkErr("journal finish", subject, err)
@@ -130,7 +138,11 @@ func (s *sqlStore) Journal(ctx context.Context, runID string) (_ []Entry, err er
 // InvalidateFrom implements Store.
 func (s *sqlStore) InvalidateFrom(ctx context.Context, runID string, completedSeq int64) (int, error) {
 	var n int64
+	fence := fenceFor(ctx, runID)
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("invalidate journal of run", fence); err != nil {
+			return err
+		}
 		res, err := tx.Exec(`DELETE FROM journal WHERE run_id = ? AND (status = 'scheduled' OR completed_seq >= ?)`,
 			runID, completedSeq)
 		if err != nil {

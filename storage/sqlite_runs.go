@@ -171,8 +171,15 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 		q += ` AND attempt = ?`
 		args = append(args, *u.IfAttempt)
 	}
+	fence := fenceFor(ctx, id)
 	return s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("update run", fence); err != nil {
+			return err
+		}
 		err := execOne(tx, "update run", id, q, args...)
+		if u.Attempt != nil {
+			delete(tx.fenced, id) // a claim: later fenced writes in this transaction check again
+		}
 		if u.IfAttempt != nil && errors.Is(err, ErrRunNotFound) {
 			var n int
 			if tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ?`, id).Scan(&n) == nil && n == 1 {
@@ -394,7 +401,11 @@ func (s *sqlStore) SaveFile(ctx context.Context, runID, path string, content []b
 		content = []byte{}
 	}
 	now := fmtTime(s.now())
+	fence := fenceFor(ctx, runID)
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("save file "+path+" of run", fence); err != nil {
+			return err
+		}
 		_, err := tx.Exec(`INSERT INTO files (run_id, path, sha256, content, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (run_id, path) DO UPDATE SET sha256 = excluded.sha256, content = excluded.content,
 			created_at = excluded.created_at`, runID, path, hexsum, content, now)

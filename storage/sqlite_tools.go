@@ -42,7 +42,11 @@ func (s *sqlStore) putTool(ctx context.Context, what string, tc ToolCall, onConf
 		status, output = "done", sql.NullString{String: tc.Output, Valid: true}
 	}
 	now := fmtTime(s.now())
+	fence := fenceFor(ctx, tc.RunID)
 	return s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence(what, fence); err != nil {
+			return err
+		}
 		_, err := tx.Exec(`INSERT INTO tool_calls (run_id, call_key, conversation, turn, tool_call_id, name, args_hash,
 				status, output, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)

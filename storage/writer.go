@@ -37,6 +37,8 @@ type wtx struct {
 	eventSeq, doneSeq map[string]int64
 	// dirty are the PostgreSQL counters taken from the cache, to write back (flush).
 	dirty map[seqKey]bool
+	// fenced are the runs whose attempt this transaction checked (checkFence), by run.
+	fenced map[string]int
 }
 
 // lastSeq returns the largest value of col (seq or completed_seq) among the run's rows in
@@ -56,6 +58,7 @@ func (w *wtx) forget() {
 	clear(w.eventSeq)
 	clear(w.doneSeq)
 	clear(w.dirty)
+	clear(w.fenced)
 }
 
 // maxStmts bounds the statement cache; statements beyond it (rare UPDATE shapes) stay
@@ -219,7 +222,7 @@ func (s *sqlStore) begin() (*wtx, error) {
 	if err != nil {
 		return nil, s.classify("begin write", err)
 	}
-	return &wtx{s: s, tx: tx, eventSeq: map[string]int64{}, doneSeq: map[string]int64{}, dirty: map[seqKey]bool{}}, nil
+	return &wtx{s: s, tx: tx, eventSeq: map[string]int64{}, doneSeq: map[string]int64{}, dirty: map[seqKey]bool{}, fenced: map[string]int{}}, nil
 }
 
 func release(ops []*op, err error) {
