@@ -7,8 +7,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/luft-run/luft/internal/pgtest"
 	"github.com/luft-run/luft/storage"
@@ -228,4 +231,47 @@ end`})
 			t.Errorf("%s has a %s on PostgreSQL (%v)", dir, storage.DBFile, err)
 		}
 	}
+}
+
+// sqliteOnlyScripts use several state dirs in one script as separate stores (with a
+// storage URL they share the database), or expect the message for a state dir that holds
+// no luft.db.
+var sqliteOnlyScripts = []string{"compat-cli.txtar", "inspect.txtar", "resume.txtar"}
+
+// TestScriptsOnPostgres runs the CLI's scripts (testdata/script, but sqliteOnlyScripts)
+// with LUFT_STORAGE_URL set to a database of each script's own: the commands answer on
+// PostgreSQL as the scripts expect on SQLite.
+func TestScriptsOnPostgres(t *testing.T) {
+	if ok, msg := pgtest.Available(); !ok {
+		t.Skip(msg)
+	}
+	p := scriptParams(t)
+	all, err := filepath.Glob(filepath.Join(p.Dir, "*.txtar"))
+	if err != nil || len(all) == 0 {
+		t.Fatalf("no scripts in %s (%v)", p.Dir, err)
+	}
+	for _, f := range all {
+		if !slices.Contains(sqliteOnlyScripts, filepath.Base(f)) {
+			p.Files = append(p.Files, f)
+		}
+	}
+	p.Dir = ""
+	setup := p.Setup
+	p.Setup = func(env *testscript.Env) error {
+		if err := setup(env); err != nil {
+			return err
+		}
+		u, drop, err := pgtest.Create()
+		if err != nil {
+			return err
+		}
+		env.Defer(func() {
+			if err := drop(); err != nil {
+				env.T().Fatal(err)
+			}
+		})
+		env.Setenv(storageEnv, u)
+		return nil
+	}
+	testscript.Run(t, p)
 }
