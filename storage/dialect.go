@@ -71,9 +71,8 @@ func (s *sqlStore) storable(v string) bool {
 	return !s.pg || (utf8.ValidString(v) && !strings.ContainsRune(v, 0))
 }
 
-// errNoRunRow is what a PostgreSQL write that takes a sequence number from its run's row
-// meets when there is no such run; fkErr makes it ErrRunNotFound, as SQLite's foreign-key
-// failure is.
+// errNoRunRow is what a write that takes a sequence number from its run's row meets when
+// there is no such run; fkErr makes it ErrRunNotFound, as a foreign-key failure is.
 var errNoRunRow = errors.New("the run does not exist")
 
 // PostgreSQL error codes the store acts on.
@@ -100,13 +99,12 @@ func retryable(err error) bool {
 }
 
 // takeSeq reserves n sequence numbers of the run (kind "event" or "journal") and returns
-// the last one in use before them. SQLite takes the largest stored value, which its
-// database-wide write lock keeps stable for the transaction. PostgreSQL takes them from a
-// counter on the run's row: the transaction's first take for a run is an UPDATE ...
-// RETURNING, whose row lock serialises every writer of the run on any node until commit;
-// later takes in the same transaction count on from the cached value (updating one row
-// hundreds of times in a transaction walks ever longer version chains), and flush writes
-// the counters back before the commit.
+// the last one in use before them. They come from a counter on the run's row: the
+// transaction's first take for a run is an UPDATE ... RETURNING, whose lock (PostgreSQL's
+// row lock, SQLite's database write lock) keeps every other writer of the run, on any
+// node, out until commit; later takes in the same transaction count on from the cached
+// value (updating one row hundreds of times in a transaction walks ever longer version
+// chains on PostgreSQL), and flush writes the counters back before the commit.
 func (w *wtx) takeSeq(kind, runID string, n int64) (int64, error) {
 	m := w.eventSeq
 	if kind == "journal" {
@@ -114,40 +112,26 @@ func (w *wtx) takeSeq(kind, runID string, n int64) (int64, error) {
 	}
 	if last, ok := m[runID]; ok {
 		m[runID] = last + n
-		if w.s.pg {
-			w.dirty[seqKey{kind, runID}] = true
-		}
+		w.dirty[seqKey{kind, runID}] = true
 		return last, nil
 	}
-	if w.s.pg {
-		var last int64
-		err := w.QueryRow(`UPDATE runs SET `+kind+`_seq = `+kind+`_seq + ? WHERE id = ? RETURNING `+kind+`_seq`,
-			n, runID).Scan(&last)
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, errNoRunRow
-		}
-		if err != nil {
-			return 0, err
-		}
-		m[runID] = last
-		return last - n, nil
+	var last int64
+	err := w.QueryRow(`UPDATE runs SET `+kind+`_seq = `+kind+`_seq + ? WHERE id = ? RETURNING `+kind+`_seq`,
+		n, runID).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, errNoRunRow
 	}
-	table, col := "events", "seq"
-	if kind == "journal" {
-		table, col = "journal", "completed_seq"
-	}
-	last, err := w.lastSeq(m, table, col, runID)
 	if err != nil {
 		return 0, err
 	}
-	m[runID] = last + n
-	return last, nil
+	m[runID] = last
+	return last - n, nil
 }
 
 // seqKey names one counter of one run.
 type seqKey struct{ kind, runID string }
 
-// flush writes the counters taken from the cache back to their runs' rows (PostgreSQL).
+// flush writes the counters taken from the cache back to their runs' rows.
 // It runs before every commit, and after each op of an isolated batch so a savepoint's
 // rollback never undoes a counter another op took.
 func (w *wtx) flush() error {
@@ -168,9 +152,6 @@ func (w *wtx) flush() error {
 // (rescheduled or deleted): the next one is again the largest left + 1, on both databases.
 func (w *wtx) journalSeqChanged(runID string) error {
 	delete(w.doneSeq, runID)
-	if !w.s.pg {
-		return nil
-	}
 	delete(w.dirty, seqKey{"journal", runID}) // the statement below sets the counter anew
 	_, err := w.Exec(`UPDATE runs SET journal_seq = m.v FROM
 		(SELECT COALESCE(MAX(completed_seq), 0) AS v FROM journal WHERE run_id = ?) AS m

@@ -23,6 +23,8 @@
 //   - journal: (run_id, call_key) → kind, input_hash, status (scheduled, completed,
 //     failed), result_json, error, usage, cost, attempts, completed_seq, where_pos.
 //     completed_seq is the run's completion order (previous maximum + 1), unique per run.
+//     Both it and events.seq are taken from counters on the run's row (event_seq,
+//     journal_seq), not from max()+1: see the PostgreSQL section.
 //   - phases: (run_id, phase_id) → label, planned, description, status, ok, failed,
 //     cancelled, started_at, done_at; written by Append, in the same transaction, from phase_started and
 //     phase_done events.
@@ -83,14 +85,13 @@
 //     come back byte for byte (text refuses NUL and invalid UTF-8; jsonb reorders keys).
 //     Keys and times are text COLLATE "C", so ordering and the id-prefix range scan follow
 //     bytes as SQLite's do; times are the same fixed-width text.
-//   - events.seq and journal.completed_seq come from counters on the runs row
-//     (event_seq, journal_seq): a transaction's first take for a run is UPDATE ...
-//     RETURNING, whose row lock serialises the run's writers on every node until commit;
-//     later takes in it count on from the cached value, written back before the commit.
-//     When entries lose their completed_seq (rescheduled, invalidated) the counter drops to
-//     the largest left, so the numbers are SQLite's (the largest + 1). SQLite keeps
-//     max()+1 inside its transaction: its database-wide write lock already serialises
-//     every writer.
+//   - events.seq and journal.completed_seq come, on both stores, from counters on the runs
+//     row (event_seq, journal_seq; SQLite's migration 0005 starts them from what a run
+//     holds): a transaction's first take for a run is UPDATE ... RETURNING, whose row lock
+//     (SQLite: the database's write lock) serialises the run's writers on every node until
+//     commit; later takes in it count on from the cached value, written back before the
+//     commit. When entries lose their completed_seq (rescheduled, invalidated) the counter
+//     drops to the largest left, so the next is the largest + 1, as before the counters.
 //   - A batch that loses a deadlock to another process's batch runs again; a unique
 //     violation on create is ErrRunExists; ids text cannot hold are runs not found.
 //

@@ -138,9 +138,6 @@ func (s *sqlStore) migratePG(ctx context.Context) error {
 	return nil
 }
 
-// pgSchemaColumns are the columns PostgreSQL has beyond SQLite's.
-var pgSchemaColumns = map[string][]string{"runs": {"event_seq", "journal_seq"}}
-
 func checkSchemaPG(ctx context.Context, tx *sql.Tx) error {
 	tables := make([]string, 0, len(schemaColumns)+1)
 	for t := range schemaColumns {
@@ -169,7 +166,7 @@ func checkSchemaPG(ctx context.Context, tx *sql.Tx) error {
 		if len(have) == 0 {
 			return fmt.Errorf("schema is broken: table %s is missing", t)
 		}
-		for _, c := range append(slices.Clone(schemaColumns[t]), pgSchemaColumns[t]...) {
+		for _, c := range schemaColumns[t] {
 			if !slices.Contains(have, c) {
 				return fmt.Errorf("schema is broken: table %s has no column %s", t, c)
 			}

@@ -377,7 +377,8 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 var schemaColumns = map[string][]string{
 	"runs": {"id", "workflow", "script_hash", "status", "error", "args_json", "report_json", "has_report",
 		"input_tokens", "output_tokens", "cached_tokens", "cost", "agents_ok", "agents_failed", "agents_cached",
-		"agents_cancelled", "attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json"},
+		"agents_cancelled", "attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json",
+		"event_seq", "journal_seq"},
 	"events": {"run_id", "seq", "ts", "type", "data_json"},
 	"journal": {"run_id", "call_key", "kind", "input_hash", "status", "result_json", "error", "input_tokens",
 		"output_tokens", "cached_tokens", "cost", "attempts", "completed_seq", "where_pos", "created_at", "updated_at"},

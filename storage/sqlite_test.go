@@ -799,3 +799,50 @@ func testCompletedSeqUnderConcurrentFinishes(t *testing.T, k kind) {
 		}
 	}
 }
+
+// A state dir written before migration 0005 (no per-run counters) keeps numbering each
+// run's events and journal after what it holds.
+func TestSeqCountersStartFromAnOlderDatabase(t *testing.T) {
+	dir := t.TempDir()
+	db, err := sql.Open("sqlite", fileURI(filepath.Join(dir, DBFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := []string{`CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`}
+	for _, m := range ms[:4] {
+		stmts = append(stmts, m.sql, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, '%s', '2026-01-01T00:00:00.000000000Z')`, m.version, m.name))
+	}
+	const ts = `'2026-01-01T00:00:00.000000000Z'`
+	stmts = append(stmts,
+		`INSERT INTO runs (id, status, created_at, updated_at) VALUES ('r', 'failed', `+ts+`, `+ts+`), ('empty', 'failed', `+ts+`, `+ts+`)`,
+		`INSERT INTO events (run_id, seq, ts, type) VALUES ('r', 1, `+ts+`, 'log'), ('r', 2, `+ts+`, 'log'), ('r', 7, `+ts+`, 'log')`,
+		`INSERT INTO journal (run_id, call_key, status, completed_seq, created_at, updated_at) VALUES
+			('r', 'main/1', 'completed', 1, `+ts+`, `+ts+`), ('r', 'main/2', 'completed', 4, `+ts+`, `+ts+`),
+			('r', 'main/3', 'scheduled', NULL, `+ts+`, `+ts+`)`)
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := openTest(t, dir, config{})
+	ctx := t.Context()
+	for run, want := range map[string][2]int64{"r": {8, 5}, "empty": {1, 1}} {
+		evs, err := s.Append(ctx, run, event.New(event.Log, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := s.JournalFinish(ctx, Entry{RunID: run, CallKey: "main/9", Status: EntryCompleted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if evs[0].Seq != want[0] || seq != want[1] {
+			t.Errorf("run %s: next event %d, next completed_seq %d; want %v", run, evs[0].Seq, seq, want)
+		}
+	}
+}

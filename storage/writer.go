@@ -31,9 +31,10 @@ type op struct {
 type wtx struct {
 	s  *sqlStore
 	tx *sql.Tx
-	// The last event seq and completed_seq per run in this transaction. The transaction
-	// holds the database's write lock, so no other process changes them; an op rolled back
-	// to its savepoint clears them.
+	// The runs' event and journal counters (event_seq, journal_seq) as this transaction
+	// took them (takeSeq). The transaction holds the run's row lock (SQLite: the database's
+	// write lock), so no other process changes them; an op rolled back to its savepoint
+	// clears them.
 	eventSeq, doneSeq map[string]int64
 	// dirty are the PostgreSQL counters taken from the cache, to write back (flush).
 	dirty map[seqKey]bool
@@ -41,19 +42,8 @@ type wtx struct {
 	fenced map[string]int
 }
 
-// lastSeq returns the largest value of col (seq or completed_seq) among the run's rows in
-// table, cached in m.
-func (w *wtx) lastSeq(m map[string]int64, table, col, runID string) (int64, error) {
-	if v, ok := m[runID]; ok {
-		return v, nil
-	}
-	var v int64
-	err := w.QueryRow(`SELECT COALESCE(MAX(`+col+`), 0) FROM `+table+` WHERE run_id = ?`, runID).Scan(&v)
-	return v, err
-}
-
-// forget drops the cached seqs (and, on PostgreSQL, counters not flushed: call it only
-// after a rollback, or after flush).
+// forget drops the cached seqs (and counters not flushed: call it only after a rollback,
+// or after flush).
 func (w *wtx) forget() {
 	clear(w.eventSeq)
 	clear(w.doneSeq)
