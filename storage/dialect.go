@@ -116,8 +116,21 @@ func (w *wtx) takeSeq(kind, runID string, n int64) (int64, error) {
 		return last, nil
 	}
 	var last int64
-	err := w.QueryRow(`UPDATE runs SET `+kind+`_seq = `+kind+`_seq + ? WHERE id = ? RETURNING `+kind+`_seq`,
-		n, runID).Scan(&last)
+	var err error
+	if w.s.pg {
+		err = w.QueryRow(`UPDATE runs SET `+kind+`_seq = `+kind+`_seq + ? WHERE id = ? RETURNING `+kind+`_seq`,
+			n, runID).Scan(&last)
+	} else {
+		// An older luft still open on the state dir across the upgrade to migration 0005
+		// numbers by max()+1 and leaves the counter behind: never take less than that.
+		table, col := "events", "seq"
+		if kind == "journal" {
+			table, col = "journal", "completed_seq"
+		}
+		err = w.QueryRow(`UPDATE runs SET `+kind+`_seq = MAX(`+kind+`_seq,
+			(SELECT COALESCE(MAX(`+col+`), 0) FROM `+table+` WHERE run_id = ?)) + ? WHERE id = ? RETURNING `+kind+`_seq`,
+			runID, n, runID).Scan(&last)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, errNoRunRow
 	}

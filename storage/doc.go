@@ -92,6 +92,8 @@
 //     commit; later takes in it count on from the cached value, written back before the
 //     commit. When entries lose their completed_seq (rescheduled, invalidated) the counter
 //     drops to the largest left, so the next is the largest + 1, as before the counters.
+//     SQLite's first take also never goes below the largest stored value, for an older
+//     luft still writing by max()+1 across the upgrade.
 //   - A batch that loses a deadlock to another process's batch runs again; a unique
 //     violation on create is ErrRunExists; ids text cannot hold are runs not found.
 //

@@ -846,3 +846,25 @@ func TestSeqCountersStartFromAnOlderDatabase(t *testing.T) {
 		}
 	}
 }
+
+// An older luft open on the state dir across the upgrade numbers by max()+1 and leaves the
+// counters behind; the next number is still past what is stored.
+func TestSeqCountersCatchUpWithAnOlderWriter(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, config{})
+	mustCreate(t, s, Run{ID: "r"})
+	if _, err := s.Append(t.Context(), "r", event.New(event.Log, nil)); err != nil {
+		t.Fatal(err)
+	}
+	rawExec(t, dir, `INSERT INTO events (run_id, seq, ts, type) VALUES ('r', 2, '2026-01-01T00:00:00.000000000Z', 'log');
+		INSERT INTO journal (run_id, call_key, status, completed_seq, created_at, updated_at) VALUES
+			('r', 'old/1', 'completed', 1, '2026-01-01T00:00:00.000000000Z', '2026-01-01T00:00:00.000000000Z')`)
+	evs, err := s.Append(t.Context(), "r", event.New(event.Log, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := s.JournalFinish(t.Context(), Entry{RunID: "r", CallKey: "new/1", Status: EntryCompleted})
+	if err != nil || evs[0].Seq != 3 || seq != 2 {
+		t.Fatalf("next event %d, next completed_seq %d (%v); want 3 and 2", evs[0].Seq, seq, err)
+	}
+}
