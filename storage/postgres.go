@@ -48,7 +48,7 @@ func openPG(ctx context.Context, url, dir string, cfg config) (*sqlStore, error)
 	}
 	cc, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("storage: %w (a PostgreSQL URL looks like postgres://user:password@host:5432/dbname, or postgres:///dbname?host=/run/postgresql for a unix socket)", err)
+		return nil, fmt.Errorf("storage: %w: %w (a PostgreSQL URL looks like postgres://user:password@host:5432/dbname, or postgres:///dbname?host=/run/postgresql for a unix socket)", ErrBadStorageURL, err)
 	}
 	s := newSQLStore(dir, pgName(cc), cfg)
 	s.pg = true
