@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/internal/schema"
 	"github.com/luft-run/luft/runtime"
@@ -285,7 +285,7 @@ func (sa *subagents) start(ctx context.Context, tool string, a SpawnArgs) (strin
 	if err := checkArgs(tool, args); err != nil {
 		return "", ToolError("%v", err)
 	}
-	run, err := sa.s.host.Start(ctx, daemon.StartRequest{Script: subagentScript, Path: SubagentWorkflow, Args: args,
+	run, err := sa.s.host.Start(ctx, door.StartRequest{Script: subagentScript, Path: SubagentWorkflow, Args: args,
 		Backend: a.Backend, Model: a.Model, Class: a.Class, Caller: Caller(ctx)})
 	if err != nil {
 		return "", ToolError("%s: %v", tool, err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
@@ -379,7 +379,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	if a.Args != nil {
 		args = a.Args
 	}
-	run, err := s.host.Start(ctx, daemon.StartRequest{Script: string(src), Path: abs, Args: args, Backend: a.Backend, Model: a.Model,
+	run, err := s.host.Start(ctx, door.StartRequest{Script: string(src), Path: abs, Args: args, Backend: a.Backend, Model: a.Model,
 		Class: a.Class, Concurrency: a.Concurrency, Caller: Caller(ctx), Quiet: abs != ""})
 	if err != nil {
 		return ToolError("workflow_execute: %v", err), nil
@@ -670,7 +670,7 @@ func (s *Server) validate(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	if a.Args != nil {
 		args = a.Args
 	}
-	res, err := s.opts.Validate(ctx, daemon.StartRequest{Script: string(src), Path: abs, Args: args, Quiet: abs != ""})
+	res, err := s.opts.Validate(ctx, door.StartRequest{Script: string(src), Path: abs, Args: args, Quiet: abs != ""})
 	if err != nil {
 		return ToolError("workflow_validate: %v", err), nil
 	}
