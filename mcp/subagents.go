@@ -81,13 +81,9 @@ type SubagentView struct {
 	Pend   []ApprovalView `json:"pending_approvals,omitempty"`
 }
 
-// ApprovalView is a tool call of a run waiting for the user's answer (approve).
-type ApprovalView struct {
-	ApprovalID string `json:"approval_id"`
-	Tool       string `json:"tool"`
-	Arguments  string `json:"arguments"`
-	CallKey    string `json:"call_key"`
-}
+// ApprovalView is a tool call of a run waiting for the user's answer (approve), in the
+// shape every door shows it (door.Approval).
+type ApprovalView = door.Approval
 
 // AwaitResult is await's and run's answer.
 type AwaitResult struct {
@@ -529,13 +525,7 @@ type subagentReport struct {
 }
 
 // approvalViews shows a run's pending approvals.
-func approvalViews(pending []runtime.Approval) []ApprovalView {
-	var out []ApprovalView
-	for _, p := range pending {
-		out = append(out, ApprovalView{ApprovalID: p.ID, Tool: p.Tool, Arguments: p.Arguments, CallKey: p.CallKey})
-	}
-	return out
-}
+func approvalViews(pending []runtime.Approval) []ApprovalView { return door.NewApprovals(pending) }
 
 // approvalText tells the caller how to answer a run's pending approvals.
 func approvalText(runID string, pending []runtime.Approval) string {
