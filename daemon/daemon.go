@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -76,15 +77,9 @@ type Options struct {
 	Mounts func(*Daemon) []Mount
 }
 
-// Mount is a handler served by the daemon under a pattern of net/http's ServeMux
-// ("/mcp", "/v1/"). Over HTTP it passes the same Host and Origin checks as the API; it
-// needs the bearer token too unless OpenOnLoopback is set and the daemon listens on a
-// loopback address (a proxy whose clients send their own upstream Authorization).
-type Mount struct {
-	Pattern        string
-	Handler        http.Handler
-	OpenOnLoopback bool
-}
+// Mount is a handler served by the daemon beside its API (door.Mount, which a door
+// builds without importing the daemon).
+type Mount = door.Mount
 
 // ErrAlreadyRunning is returned by Run when another daemon holds the state dir.
 var ErrAlreadyRunning = errors.New("a luft daemon already runs for this state dir")
