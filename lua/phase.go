@@ -61,3 +61,26 @@ func (v *vm) phaseFn(L *glua.LState) int {
 	L.Push(glua.LNumber(v.phaseSeq))
 	return 1
 }
+
+type phaseState struct {
+	id         int
+	label      string
+	ok, failed int
+	cancelled  int // cut off by a cancel: not failed
+}
+
+func (v *vm) phaseID() int {
+	if v.phase == nil {
+		return 0
+	}
+	return v.phase.id
+}
+
+func (v *vm) closePhase() {
+	if v.phase == nil {
+		return
+	}
+	p := v.phase
+	v.phase = nil
+	v.emit(event.PhaseDone, map[string]any{"phase_id": p.id, "label": p.label, "ok": p.ok, "failed": p.failed, "cancelled": p.cancelled})
+}

@@ -1,8 +1,10 @@
 package lua
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/luft-run/luft/event"
 	glua "github.com/yuin/gopher-lua"
@@ -101,4 +103,42 @@ func (v *vm) workflowFn(L *glua.LState) int {
 	top.topLevel = true
 	v.runq = append(v.runq, top)
 	return v.yield(L)
+}
+
+// maxWorkflowPath is the longest path workflow() takes (Linux's PATH_MAX); error messages
+// quote at most shownWorkflowPath bytes of it.
+const (
+	maxWorkflowPath   = 4096
+	shownWorkflowPath = 200
+)
+
+// WorkflowName checks the path a script gave workflow() and returns it cleaned: a .lua
+// file inside the calling script's folder, named relative to it. Symlinks are the host's
+// to check (Host.LoadWorkflow); everything that can be refused without the file system
+// is refused here. Other doors that load a workflow inside a folder (MCP's paths inside
+// the client's roots) check the path relative to that folder with it.
+func WorkflowName(p string) (string, error) {
+	switch {
+	case len(p) > maxWorkflowPath:
+		return "", fmt.Errorf("the path is longer than %d bytes", maxWorkflowPath)
+	case strings.IndexByte(p, 0) >= 0:
+		return "", errors.New("the path contains a NUL byte")
+	case filepath.IsAbs(p) || strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`):
+		return "", errors.New("absolute paths are not allowed: give a path relative to the calling script's folder")
+	case !strings.HasSuffix(p, ".lua"):
+		return "", errors.New("only .lua files can be loaded as workflows")
+	}
+	name := filepath.Clean(p)
+	if name == ".." || strings.HasPrefix(name, "../") || strings.HasPrefix(name, `..\`) {
+		return "", errors.New("the path leaves the calling script's folder (..): only files inside it can be loaded")
+	}
+	return name, nil
+}
+
+// scriptDir is the folder workflow() paths of prog are relative to.
+func scriptDir(prog *Program) string {
+	if prog.Path == "" {
+		return "."
+	}
+	return filepath.Dir(prog.Path)
 }
