@@ -83,6 +83,7 @@ func (v *vm) agentOutcome(c Call, req agent.Request, ph *phaseState, r agent.Res
 var agentOptions = []string{"prompt", "system", "schema", "model", "backend", "name", "role", "description",
 	"tools", "max_tokens", "temperature", "timeout_ms", "retries", "session_id", "class"}
 
+// parseAgentOpts reads the options table of agent(opts) into a request.
 func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
 	var req agent.Request
 	tbl, ok := lv.(*glua.LTable)
@@ -99,97 +100,7 @@ func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
 			bad = fmt.Errorf("option keys must be names, got %s", k.Type())
 			return
 		}
-		str := func() string {
-			s, ok := val.(glua.LString)
-			if !ok {
-				bad = fmt.Errorf("option %s must be a string, got a %s", key, val.Type())
-			}
-			return string(s)
-		}
-		num := func(lo, hi float64) float64 {
-			n, ok := val.(glua.LNumber)
-			if !ok || float64(n) < lo || float64(n) > hi || math.IsNaN(float64(n)) {
-				bad = fmt.Errorf("option %s must be a number from %g to %g, got %s", key, lo, hi, val.String())
-			}
-			return float64(n)
-		}
-		integer := func(lo, hi float64) int {
-			n := num(lo, hi)
-			if bad == nil && n != math.Trunc(n) {
-				bad = fmt.Errorf("option %s must be a whole number, got %s", key, val.String())
-			}
-			return int(n)
-		}
-		switch key {
-		case "prompt":
-			req.Prompt = str()
-		case "system":
-			req.System = str()
-		case "schema":
-			switch s := val.(type) {
-			case glua.LString:
-				dec, err := v.codec.Decode([]byte(s))
-				if err != nil {
-					bad = fmt.Errorf("option schema is not valid JSON: %v", err)
-					return
-				}
-				req.Schema, bad = v.codec.FromLua(dec)
-			case *glua.LTable:
-				req.Schema, bad = v.codec.FromLua(s)
-			default:
-				bad = fmt.Errorf("option schema must be a table or a JSON string, got a %s", val.Type())
-			}
-			if bad == nil {
-				if _, isObj := req.Schema.(map[string]any); !isObj {
-					bad = errors.New("option schema must be a JSON Schema object, such as {type=\"object\", properties={...}}")
-				} else if _, err := schema.Compile(req.Schema); err != nil {
-					bad = fmt.Errorf("option schema is not a valid JSON Schema: %v", err)
-				}
-			}
-		case "model":
-			req.Model = str()
-		case "backend":
-			req.Backend = str()
-		case "name":
-			req.Name = str()
-		case "role":
-			req.Role = str()
-		case "description":
-			req.Description = str()
-		case "tools":
-			t, ok := val.(*glua.LTable)
-			if !ok {
-				bad = fmt.Errorf("option tools must be a list of tool names, got a %s", val.Type())
-				return
-			}
-			for i := 1; i <= t.Len(); i++ {
-				s, ok := t.RawGetInt(i).(glua.LString)
-				if !ok {
-					bad = fmt.Errorf("option tools[%d] must be a tool name (a string)", i)
-					return
-				}
-				req.Tools = append(req.Tools, string(s))
-			}
-		case "max_tokens":
-			req.MaxTokens = integer(1, 10_000_000)
-		case "temperature":
-			f := num(0, 2)
-			req.Temperature = &f
-		case "timeout_ms":
-			req.TimeoutMS = integer(1, 7*24*3600*1000)
-		case "retries":
-			req.Retries = integer(0, 10)
-		case "session_id":
-			req.SessionID = str()
-		case "class":
-			c := agent.Class(str())
-			if bad == nil && c != agent.ClassInteractive && c != agent.ClassBatch {
-				bad = fmt.Errorf("option class must be \"interactive\" or \"batch\", got %q", c)
-			}
-			req.Class = c
-		default:
-			bad = errors.New(unknownOption(string(key), agentOptions))
-		}
+		bad = v.setAgentOption(&req, agentOption{key: string(key), val: val})
 	})
 	if bad != nil {
 		return req, bad
@@ -198,6 +109,134 @@ func (v *vm) parseAgentOpts(lv glua.LValue) (agent.Request, error) {
 		return req, errors.New("missing required 'prompt' (a non-empty string)")
 	}
 	return req, nil
+}
+
+// setAgentOption sets the field of req that option o names.
+func (v *vm) setAgentOption(req *agent.Request, o agentOption) error {
+	var err error
+	switch o.key {
+	case "prompt":
+		req.Prompt, err = o.str()
+	case "system":
+		req.System, err = o.str()
+	case "schema":
+		req.Schema, err = v.agentSchema(o.val)
+	case "model":
+		req.Model, err = o.str()
+	case "backend":
+		req.Backend, err = o.str()
+	case "name":
+		req.Name, err = o.str()
+	case "role":
+		req.Role, err = o.str()
+	case "description":
+		req.Description, err = o.str()
+	case "tools":
+		req.Tools, err = agentTools(o.val)
+	case "max_tokens":
+		req.MaxTokens, err = o.integer(1, 10_000_000)
+	case "temperature":
+		var f float64
+		f, err = o.num(0, 2)
+		req.Temperature = &f
+	case "timeout_ms":
+		req.TimeoutMS, err = o.integer(1, 7*24*3600*1000)
+	case "retries":
+		req.Retries, err = o.integer(0, 10)
+	case "session_id":
+		req.SessionID, err = o.str()
+	case "class":
+		req.Class, err = o.class()
+	default:
+		err = errors.New(unknownOption(o.key, agentOptions))
+	}
+	return err
+}
+
+// agentOption is one key and value of agent(opts); its methods read the value as the
+// kind the option takes.
+type agentOption struct {
+	key string
+	val glua.LValue
+}
+
+func (o agentOption) str() (string, error) {
+	s, ok := o.val.(glua.LString)
+	if !ok {
+		return "", fmt.Errorf("option %s must be a string, got a %s", o.key, o.val.Type())
+	}
+	return string(s), nil
+}
+
+func (o agentOption) num(lo, hi float64) (float64, error) {
+	n, ok := o.val.(glua.LNumber)
+	if !ok || float64(n) < lo || float64(n) > hi || math.IsNaN(float64(n)) {
+		return float64(n), fmt.Errorf("option %s must be a number from %g to %g, got %s", o.key, lo, hi, o.val.String())
+	}
+	return float64(n), nil
+}
+
+func (o agentOption) integer(lo, hi float64) (int, error) {
+	n, err := o.num(lo, hi)
+	if err == nil && n != math.Trunc(n) {
+		err = fmt.Errorf("option %s must be a whole number, got %s", o.key, o.val.String())
+	}
+	return int(n), err
+}
+
+func (o agentOption) class() (agent.Class, error) {
+	s, err := o.str()
+	c := agent.Class(s)
+	if err == nil && c != agent.ClassInteractive && c != agent.ClassBatch {
+		err = fmt.Errorf("option class must be \"interactive\" or \"batch\", got %q", c)
+	}
+	return c, err
+}
+
+// agentSchema reads the schema option, a table or a JSON string, and checks that it is a
+// JSON Schema object that compiles.
+func (v *vm) agentSchema(val glua.LValue) (any, error) {
+	var sch any
+	var err error
+	switch s := val.(type) {
+	case glua.LString:
+		dec, derr := v.codec.Decode([]byte(s))
+		if derr != nil {
+			return nil, fmt.Errorf("option schema is not valid JSON: %v", derr)
+		}
+		sch, err = v.codec.FromLua(dec)
+	case *glua.LTable:
+		sch, err = v.codec.FromLua(s)
+	default:
+		return nil, fmt.Errorf("option schema must be a table or a JSON string, got a %s", val.Type())
+	}
+	if err != nil {
+		return sch, err
+	}
+	if _, isObj := sch.(map[string]any); !isObj {
+		return sch, errors.New("option schema must be a JSON Schema object, such as {type=\"object\", properties={...}}")
+	}
+	if _, err := schema.Compile(sch); err != nil {
+		return sch, fmt.Errorf("option schema is not a valid JSON Schema: %v", err)
+	}
+	return sch, nil
+}
+
+// agentTools reads the tools option, a list of tool names.
+func agentTools(val glua.LValue) ([]string, error) {
+	t, ok := val.(*glua.LTable)
+	if !ok {
+		return nil, fmt.Errorf("option tools must be a list of tool names, got a %s", val.Type())
+	}
+	var tools []string
+	for i := 1; i <= t.Len(); i++ {
+		s, ok := t.RawGetInt(i).(glua.LString)
+		if !ok {
+			return nil, fmt.Errorf("option tools[%d] must be a tool name (a string)", i)
+		}
+		tools = append(tools, string(s))
+	}
+	return tools, nil
 }
 
 // resultTable builds the agent result table of SPEC §2.1.
