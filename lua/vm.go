@@ -67,7 +67,6 @@ type vm struct {
 	orphanMeta *glua.LTable
 	protos     map[string]*Program // compiled sub-workflows by path
 	srcs       map[string]string   // sources of the workflows loaded, by name (explain)
-	explained  map[string]string   // messages explain has rewritten, by original
 	current    *task
 	runq       []*task
 	pending    int // async effects started and not yet delivered
