@@ -20,6 +20,7 @@ import (
 	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/daemon"
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/host"
 	"github.com/luft-run/luft/proxy"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -261,29 +262,20 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	h, err := openHost(ctx, e, g)
+	gate := daemon.NewGate()
+	// Hosted runs park a call that needs approval: an MCP client or POST
+	// /api/runs/{id}/approve answers it.
+	h, err := serveHost(ctx, e, g, host.ServeOptions{Caller: "daemon", AskApprovals: true, WrapScheduler: gate.Wrap})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	dir, cfg, bset, st := h.dir, h.cfg, h.backends, h.store
+	dir, cfg, st, svc, sched := h.dir, h.cfg, h.store, h.Service, h.Scheduler
 	logw, err := daemon.OpenLog(filepath.Join(dir, daemon.LogFile), daemonLogMax)
 	if err != nil {
 		return err
 	}
 	defer logw.Close()
-	gate := daemon.NewGate()
-	var sched scheduler.Scheduler
-	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
-		func(o *runtime.Options) {
-			// Hosted runs park a call that needs approval: an MCP client or POST
-			// /api/runs/{id}/approve answers it.
-			o.Caller, o.Scheduler, o.AskApprovals = "daemon", gate.Wrap(o.Scheduler), true
-			sched = o.Scheduler
-		})
-	if err != nil {
-		return err
-	}
 	var px *proxy.Proxy
 	defer func() {
 		if px != nil {
@@ -294,7 +286,7 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	d, err := daemon.New(daemon.Options{
 		StateDir: dir, Service: svc, Store: st, Version: v, Listen: f.listen, Token: e.getenv("LUFT_TOKEN"),
 		Grace: f.grace, Gate: gate, Log: logw, Now: e.now,
-		NewSpec: hostedSpec(bset.Registry, cfg),
+		NewSpec: hostedSpec(h.Registry, cfg),
 		Ready: func(info daemon.Info) {
 			readyFD(e, info)
 		},

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/config"
+	"github.com/luft-run/luft/host"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/planner"
@@ -226,12 +226,12 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	if err != nil {
 		return err
 	}
-	bset, err := openBackends(e, g, cfg, f.mockFile)
+	h, err := openBackends(e, g, cfg, f.mockFile)
 	if err != nil {
 		return err
 	}
-	defer bset.Close()
-	reg := bset.Registry
+	defer h.Close()
+	reg, bset := h.Registry, h.Backends
 	// A task planned offline says so in the planner's one line, which covers this notice.
 	offlineTask := f.task != "" && len(bset.Unchosen) < 2
 	if bset.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json && !offlineTask {
@@ -275,11 +275,11 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	// one can be given: the live board with keys asks y/n. Elsewhere its agent call fails
 	// with a message naming the setting, so a run never waits silently.
 	askable := approvable(e, f)
-	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag),
-		eventLimits(cfg.Limits), func(o *runtime.Options) { o.AskApprovals = askable })
-	if err != nil {
+	if err := h.Serve(st, host.ServeOptions{Slots: f.maxConcurrency, SlotsGiven: f.slotsFromFlag,
+		Now: e.now, Caller: "cli", AskApprovals: askable}); err != nil {
 		return err
 	}
+	svc := h.Service
 	var (
 		run  *runtime.Run
 		pl   *planner.Planner
@@ -319,7 +319,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		spec := runtime.Spec{
 			Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
 			Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
-			Limits: setup.ScriptLimits(cfg.Limits, f.maxAgentCalls),
+			Limits: host.ScriptLimits(cfg.Limits, f.maxAgentCalls),
 		}
 		if plan != nil {
 			spec.Source, spec.Plan = plan.Script, planRecord(plan, "")
