@@ -120,83 +120,125 @@ func (c *Core) tryAdmit(l *lane, now time.Time) {
 			l.unblock()
 			return
 		}
-		t, probe := l, false
-		switch l.br.current(now) {
-		case breakerOpen:
-			if fb := l.fallback; fb != nil && fb.br.current(now) == breakerClosed {
-				t = fb
-				l.wakeAt = l.br.openUntil // the probe is due then
-			} else if j.NoCircuitWait {
-				l.unqueue(j, ns)
-				c.refuseUntil(j, ReasonCircuitOpen, l.br.openUntil, now)
-				continue
-			} else {
-				if c.block(l, j, l.br.openUntil, ReasonCircuitOpen, now) {
-					continue
-				}
-				return
-			}
-		case breakerHalfOpen:
-			if !l.br.probing {
-				probe = true
-			} else if fb := l.fallback; fb != nil && fb.br.current(now) == breakerClosed {
-				t = fb
-			} else if j.NoCircuitWait {
-				l.unqueue(j, ns)
-				c.refuseUntil(j, ReasonCircuitOpen, time.Time{}, now)
-				continue
-			} else {
-				// Wait for the probe's verdict; its Complete runs tryAdmit again.
-				c.block(l, j, time.Time{}, ReasonCircuitOpen, now)
-				return
-			}
+		t, probe, s := c.route(l, j, ns, now)
+		if s == stepOn {
+			s = c.ready(l, t, j, now)
 		}
-		if t.pausedUntil.After(now) {
-			if c.block(l, j, t.pausedUntil, ReasonRetryAfter, now) {
-				continue
-			}
+		if s == stepOn {
+			s = c.place(l, t, j, probe, ns, now)
+		}
+		if s == stepStop {
 			return
 		}
-		if !t.hasSlot() || t.scouting && t.running > 0 {
-			// Plain queueing for a slot (or for the scout's answer): a Complete frees one.
+	}
+}
+
+// step is what tryAdmit does after one of its steps for the best turn.
+type step uint8
+
+const (
+	stepOn   step = iota // the turn may go on to the next step
+	stepNext             // the queue changed (a turn left it): look at the new best turn
+	stepStop             // nothing more can run on the lane now
+)
+
+// route picks the lane t that l's best turn j would run on, given l's circuit breaker:
+// l itself, or its fallback while l's circuit is open (or half open with its probe out).
+// probe says that j would be the half-open lane's probe. A turn that may not wait for
+// the circuit is refused (stepNext); one that waits blocks the lane (stepStop, or
+// stepNext when the wait suspended its run).
+func (c *Core) route(l *lane, j *job, ns int64, now time.Time) (t *lane, probe bool, s step) {
+	switch l.br.current(now) {
+	case breakerOpen:
+		if fb := l.fallback; fb != nil && fb.br.current(now) == breakerClosed {
+			l.wakeAt = l.br.openUntil // the probe is due then
+			return fb, false, stepOn
+		}
+		if j.NoCircuitWait {
+			l.unqueue(j, ns)
+			c.refuseUntil(j, ReasonCircuitOpen, l.br.openUntil, now)
+			return nil, false, stepNext
+		}
+		return nil, false, c.blockStep(l, j, l.br.openUntil, ReasonCircuitOpen, now)
+	case breakerHalfOpen:
+		if !l.br.probing {
+			return l, true, stepOn
+		}
+		if fb := l.fallback; fb != nil && fb.br.current(now) == breakerClosed {
+			return fb, false, stepOn
+		}
+		if j.NoCircuitWait {
+			l.unqueue(j, ns)
+			c.refuseUntil(j, ReasonCircuitOpen, time.Time{}, now)
+			return nil, false, stepNext
+		}
+		// Wait for the probe's verdict; its Complete runs tryAdmit again.
+		c.block(l, j, time.Time{}, ReasonCircuitOpen, now)
+		return nil, false, stepStop
+	}
+	return l, false, stepOn
+}
+
+// ready reports whether t, the lane l's best turn j would run on, can take a turn now:
+// it is not paused by a 429, has a free slot (and no scout out), and, for batch work,
+// does not keep its last slots for interactive work.
+func (c *Core) ready(l, t *lane, j *job, now time.Time) step {
+	if t.pausedUntil.After(now) {
+		return c.blockStep(l, j, t.pausedUntil, ReasonRetryAfter, now)
+	}
+	if !t.hasSlot() || t.scouting && t.running > 0 {
+		// Plain queueing for a slot (or for the scout's answer): a Complete frees one.
+		if t == l {
+			l.unblock()
+		}
+		return stepStop
+	}
+	if j.Class == agent.ClassBatch {
+		if held, until := t.slotHeld(&c.cfg, now); held {
+			// The last free slots wait for interactive work until it has been
+			// quiet for InteractiveLinger; a Complete or that wake looks again.
 			if t == l {
 				l.unblock()
+				l.wakeAt = until
 			}
-			return
+			return stepStop
 		}
-		if j.Class == agent.ClassBatch {
-			if held, until := t.slotHeld(&c.cfg, now); held {
-				// The last free slots wait for interactive work until it has been
-				// quiet for InteractiveLinger; a Complete or that wake looks again.
-				if t == l {
-					l.unblock()
-					l.wakeAt = until
-				}
-				return
-			}
-		}
-		if alt := c.affine(l, t, j); alt != nil {
-			if r, ok := t.reserve(alt, &c.cfg, now); ok {
-				if fit, _, _ := t.fits(r, &c.cfg, now); fit {
-					c.admit(l, t, alt, r, probe, now)
-					continue
-				}
-			}
-		}
-		r, ok := t.reserve(j, &c.cfg, now)
-		if !ok {
-			l.unqueue(j, ns)
-			c.refuse(j, ReasonOversize, now)
-			continue
-		}
-		if fit, until, why := t.fits(r, &c.cfg, now); !fit {
-			if c.block(l, j, until, why, now) {
-				continue
-			}
-			return
-		}
-		c.admit(l, t, j, r, probe, now)
 	}
+	return stepOn
+}
+
+// place admits l's best turn j on t when its reservation fits t's budgets, or a turn of
+// the same caller that keeps its conversation's replica in its place (see affine). A
+// turn too large for any window is refused; one that does not fit yet blocks the lane.
+func (c *Core) place(l, t *lane, j *job, probe bool, ns int64, now time.Time) step {
+	if alt := c.affine(l, t, j); alt != nil {
+		if r, ok := t.reserve(alt, &c.cfg, now); ok {
+			if fit, _, _ := t.fits(r, &c.cfg, now); fit {
+				c.admit(l, t, alt, r, probe, now)
+				return stepNext
+			}
+		}
+	}
+	r, ok := t.reserve(j, &c.cfg, now)
+	if !ok {
+		l.unqueue(j, ns)
+		c.refuse(j, ReasonOversize, now)
+		return stepNext
+	}
+	if fit, until, why := t.fits(r, &c.cfg, now); !fit {
+		return c.blockStep(l, j, until, why, now)
+	}
+	c.admit(l, t, j, r, probe, now)
+	return stepNext
+}
+
+// blockStep is block as a step of tryAdmit: stepNext when the wait suspended j's run
+// (the queue changed), else stepStop.
+func (c *Core) blockStep(l *lane, j *job, until time.Time, reason string, now time.Time) step {
+	if c.block(l, j, until, reason, now) {
+		return stepNext
+	}
+	return stepStop
 }
 
 func (l *lane) unblock() {

@@ -176,38 +176,15 @@ func (c *Core) Submit(j Job, now time.Time) []Action {
 		c.emit(Action{Kind: ActSuspend, ID: j.ID, RunID: r.id, Lane: j.Lane, Until: r.suspended, Reason: r.suspendReason})
 		return c.out
 	}
-	start := j.RunStart
-	if start.IsZero() {
-		start = r.start
-	}
-	base := j.Arrival
-	if j.Continuation {
-		// Program-level order: a continuation ranks by when its call was first
-		// admitted, led by ContinuationLead and its run's age then.
-		from := j.Arrival
-		if !j.CallStart.IsZero() && j.CallStart.Before(from) {
-			from = j.CallStart
-		}
-		age := min(max(from.Sub(start), 0), c.cfg.ContinuationLead)
-		base = from.Add(-c.cfg.ContinuationLead - age)
-	}
-	if j.Class == agent.ClassBatch {
-		base = base.Add(c.cfg.BatchOffset)
-	}
 	c.seq++
 	name := j.Conversation
 	if name == "" {
 		name = j.CallKey
 	}
-	nj := &job{Job: j, key: c.nanos(base), seq: c.seq, idx: -1, run: r, conv: r.conv(name), replica: -1}
+	nj := &job{Job: j, key: c.nanos(c.rankBase(j, r)), seq: c.seq, idx: -1, run: r, conv: r.conv(name), replica: -1}
 	nj.home = c.lane(j.Lane)
 	c.jobs[j.ID] = nj
-	r.active++
-	nj.next = r.jobs
-	if r.jobs != nil {
-		r.jobs.prev = nj
-	}
-	r.jobs = nj
+	r.link(nj)
 	nj.home.enqueue(nj, c.nanos(now))
 	c.tryAdmit(nj.home, now)
 	return c.out
@@ -223,15 +200,7 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 		return c.out
 	}
 	t, home := j.serving, j.home
-	t.running--
-	if j.Class != agent.ClassBatch {
-		t.lastInteractive = now
-	}
-	t.replicas[j.replica]--
-	t.st.Completed++
-	if res.Status != StatusCanceled {
-		t.scouting = false // the lane has answered: its limits are known, or it has none
-	}
+	t.release(j, res.Status, now)
 	c.settle(t, j, res, now)
 
 	switch res.Status {
@@ -246,54 +215,30 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 		}
 		c.finish(j, now)
 	case StatusRateLimited:
-		home.charge(j.Caller, -j.charged)
-		t.st.RateLimited++
-		t.est.raise(now)
-		if j.EstOutput == 0 {
-			// Admitted on its prompt and still refused: this provider wants the
-			// output to fit up front.
-			t.upfront = true
-		}
-		if j.probe {
-			t.br.probing = false
-		}
-		until := c.retryAt(t, res.Telemetry, now)
-		if until.After(t.pausedUntil) {
-			t.pausedUntil = until
-		}
-		j.rateFails++
-		if j.rateFails > c.cfg.MaxRateRetries {
-			c.refuse(j, ReasonRetriesExhausted, now)
-			break
-		}
-		t.st.Retries++
-		// Back in its queue at its original key: the lane's pause holds it, and
-		// when the pause ends it is first again.
-		j.state, j.notified = jobQueued, false
-		home.enqueue(j, c.nanos(now))
-		c.emit(Action{Kind: ActRetry, ID: j.ID, RunID: j.RunID, Lane: home.name, Until: until,
-			Reason: ReasonRateLimited, Attempt: j.attempts + j.rateFails + 1})
+		c.retryRateLimited(j, res.Telemetry, now)
 	default: // StatusServerError
-		home.charge(j.Caller, -j.charged)
-		if t.br.failure(now, j.probe, &c.cfg) {
-			t.st.CircuitOpens++
-		}
-		j.attempts++
-		if j.attempts > c.cfg.MaxRetries {
-			c.refuse(j, ReasonRetriesExhausted, now)
-			break
-		}
-		t.st.Retries++
-		until := res.Telemetry.RetryAt
-		if until.IsZero() || until.Before(now) {
-			until = now.Add(c.backoff(j.attempts))
-		}
-		j.state, j.notBefore, j.notified = jobDelayed, until, false
-		c.delayed.Push(j)
-		home.delayed++
-		c.emit(Action{Kind: ActRetry, ID: j.ID, RunID: j.RunID, Lane: home.name, Until: until,
-			Reason: ReasonServerError, Attempt: j.attempts + j.rateFails + 1})
+		c.retryServerError(j, res.Telemetry, now)
 	}
+	c.admitFreed(t, home, now)
+	return c.out
+}
+
+// release frees the slot an attempt of j held on t, the lane that served it.
+func (t *lane) release(j *job, st Status, now time.Time) {
+	t.running--
+	if j.Class != agent.ClassBatch {
+		t.lastInteractive = now
+	}
+	t.replicas[j.replica]--
+	t.st.Completed++
+	if st != StatusCanceled {
+		t.scouting = false // the lane has answered: its limits are known, or it has none
+	}
+}
+
+// admitFreed admits what can run now that an attempt on t, j's serving lane, ended: on
+// t, on the lanes whose fallback t is, and on home, j's own lane, when it is another.
+func (c *Core) admitFreed(t, home *lane, now time.Time) {
 	c.tryAdmit(t, now)
 	for _, d := range t.dependents {
 		c.tryAdmit(d, now)
@@ -301,7 +246,6 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 	if home != t {
 		c.tryAdmit(home, now)
 	}
-	return c.out
 }
 
 // Cancel withdraws a turn whose caller gave up. A queued or delayed turn is dropped. A

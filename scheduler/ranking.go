@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"time"
+
 	"github.com/luft-run/luft/agent"
 )
 
@@ -155,4 +157,29 @@ func (l *lane) charge(name string, tokens float64) {
 	if c.iCalmCnt >= 0 {
 		l.calmCnt.Fix(c.iCalmCnt)
 	}
+}
+
+// rankBase is the time a turn of run r ranks by, fixed when it is first submitted (see
+// Core): its arrival, led for a continuation by ContinuationLead and its run's age, and
+// put back BatchOffset for batch work.
+func (c *Core) rankBase(j Job, r *runState) time.Time {
+	start := j.RunStart
+	if start.IsZero() {
+		start = r.start
+	}
+	base := j.Arrival
+	if j.Continuation {
+		// Program-level order: a continuation ranks by when its call was first
+		// admitted, led by ContinuationLead and its run's age then.
+		from := j.Arrival
+		if !j.CallStart.IsZero() && j.CallStart.Before(from) {
+			from = j.CallStart
+		}
+		age := min(max(from.Sub(start), 0), c.cfg.ContinuationLead)
+		base = from.Add(-c.cfg.ContinuationLead - age)
+	}
+	if j.Class == agent.ClassBatch {
+		base = base.Add(c.cfg.BatchOffset)
+	}
+	return base
 }

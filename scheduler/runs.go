@@ -29,6 +29,16 @@ func (c *Core) run(id string, now time.Time) *runState {
 	return r
 }
 
+// link adds j to the front of r's list of turns, as active.
+func (r *runState) link(j *job) {
+	r.active++
+	j.next = r.jobs
+	if r.jobs != nil {
+		r.jobs.prev = j
+	}
+	r.jobs = j
+}
+
 // suspend drops every queued turn of run r; its running turns finish normally.
 func (c *Core) suspend(r *runState, until time.Time, reason string, l *lane, now time.Time) {
 	r.suspended, r.suspendReason = until, reason
