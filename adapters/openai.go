@@ -144,190 +144,165 @@ func (o *OpenAI) Run(ctx context.Context, req agent.Request, call Call) (agent.R
 		return agent.Result{}, err
 	}
 	session, _ := callSessionID(req, "openai", call.Key)
-	var msgs []openai.ChatCompletionMessage
-	if req.System != "" {
-		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleSystem, Content: req.System})
+	msgs, err := o.conversation(req, call)
+	if err != nil {
+		return agent.Result{}, err
 	}
-	for _, m := range call.Transcript {
-		if m.Role == openai.ChatMessageRoleSystem && req.System != "" {
-			continue // this call's system prompt stands
-		}
-		msgs = append(msgs, openai.ChatCompletionMessage{Role: m.Role, Content: m.Content})
+	c := &chatCall{o: o, req: req, call: call, model: model, msgs: msgs,
+		// The conversation as the session keeps it: without schema instructions, which
+		// belong to this call only.
+		kept:   slices.Clone(msgs),
+		stream: call.Progress != nil && !o.cfg.NoStream,
+		res:    agent.Result{Backend: o.cfg.ID, Model: model, SessionID: session, Attempts: 1},
 	}
-	if req.SessionID != "" && call.Transcript == nil {
-		return agent.Result{}, fmt.Errorf("openai backend %q: session_id %q is not a session of this run "+
-			"(pass the session_id an earlier agent call of the run returned)", o.cfg.ID, req.SessionID)
+	if err := c.buildRequest(toolset); err != nil {
+		return agent.Result{}, err
 	}
-	msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: req.Prompt})
-	// The conversation as the session keeps it: without schema instructions, which belong
-	// to this call only.
-	kept := slices.Clone(msgs)
-	// max_completion_tokens, not the deprecated max_tokens (which OpenAI's reasoning
-	// models refuse); an endpoint that refuses it gets max_tokens (see outputCap).
-	creq := openai.ChatCompletionRequest{Model: model, MaxCompletionTokens: req.MaxTokens}
-	zeroTemp := false
-	if req.Temperature != nil {
-		creq.Temperature = float32(*req.Temperature)
-		// go-openai drops temperature 0 (omitempty); the transport puts it back.
-		zeroTemp = *req.Temperature == 0
-	}
-	var schemaJSON []byte
-	if req.Schema != nil {
-		raw, err := json.Marshal(req.Schema)
-		if err != nil {
-			return agent.Result{}, fmt.Errorf("openai backend %q: encoding schema: %w", o.cfg.ID, err)
-		}
-		schemaJSON = raw
-		switch mode := o.cfg.StructuredOutput; {
-		case mode == "instructions" || (mode == "" || mode == "auto") && o.schemaFormatGone(model):
-			msgs = withSchemaInstructions(msgs, raw)
-		default:
-			creq.ResponseFormat = &openai.ChatCompletionResponseFormat{
-				Type: openai.ChatCompletionResponseFormatTypeJSONSchema,
-				JSONSchema: &openai.ChatCompletionResponseFormatJSONSchema{
-					Name: "output", Strict: false, Schema: json.RawMessage(raw),
-				},
-			}
-		}
-	}
-	byName := map[string]tools.Tool{}
-	for _, t := range toolset {
-		sp := t.Spec()
-		byName[sp.Name] = t
-		params := sp.Parameters
-		if params == nil {
-			params = map[string]any{"type": "object", "properties": map[string]any{}}
-		}
-		creq.Tools = append(creq.Tools, openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
-			Name: sp.Name, Description: sp.Description, Parameters: params,
-		}})
-	}
+	return c.loop(ctx)
+}
 
-	res := agent.Result{Backend: o.cfg.ID, Model: model, SessionID: session, Attempts: 1}
-	maxTurns := o.cfg.MaxTurns
+// chatCall is one agent call under way: its request, its conversation so far and the
+// result it builds up, turn by turn.
+type chatCall struct {
+	o     *OpenAI
+	req   agent.Request
+	call  Call
+	model string // the model asked for (the reply may name another)
+
+	creq       openai.ChatCompletionRequest
+	msgs       []openai.ChatCompletionMessage // the conversation sent
+	kept       []openai.ChatCompletionMessage // the conversation the session keeps
+	schemaJSON []byte                         // the schema, when the call has one
+	zeroTemp   bool                           // temperature 0, which go-openai drops
+	byName     map[string]tools.Tool
+	stream     bool
+
+	res    agent.Result
+	cost   float64
+	priced bool // a serving backend has prices: the call has a cost
+}
+
+// loop runs model turns until the model answers without a tool call, the reply is cut
+// at the output cap, or MaxTurns is reached.
+func (c *chatCall) loop(ctx context.Context) (agent.Result, error) {
+	maxTurns := c.o.cfg.MaxTurns
 	if maxTurns <= 0 {
 		maxTurns = DefaultMaxTurns
 	}
-	stream := call.Progress != nil && !o.cfg.NoStream
-	var (
-		cost   float64
-		priced bool // a serving backend has prices: the call has a cost
-	)
-	price := func(res *agent.Result) {
-		if priced {
-			c := cost
-			res.Cost = &c
-		}
-	}
 	for turn := 1; ; turn++ {
 		if turn > maxTurns {
-			res.Status = agent.StatusError
-			res.Error = fmt.Sprintf("the agent took %d model turns without a final answer (the backend's max_turns; raise it in luft.toml or give the agent a narrower task)", maxTurns)
-			price(&res)
-			return res, nil
+			c.res.Status = agent.StatusError
+			c.res.Error = fmt.Sprintf("the agent took %d model turns without a final answer (the backend's max_turns; raise it in luft.toml or give the agent a narrower task)", maxTurns)
+			return c.result(), nil
 		}
-		creq.Messages = msgs
-		var (
-			reply turnReply
-			last  http.Header
-			sent  *capture
-		)
-		err := call.Do(ctx, TurnCost{Input: estimateMessages(msgs, creq.Tools), MaxOutput: req.MaxTokens},
-			func(ctx context.Context) TurnReport {
-				cp := &capture{zeroTemperature: zeroTemp}
-				var err error
-				if stream {
-					reply, err = o.streamTurn(ctx, cp, creq, call)
-				} else {
-					reply, err = o.plainTurn(ctx, cp, creq)
-				}
-				u := reply.usage
-				last, sent = cp.header, cp
-				res.Usage = res.Usage.Add(u)
-				// Each turn is priced by the backend that served it (a fallback's own prices).
-				if by := o.servedBy(ctx); by.cfg.PriceInPerMTok != 0 || by.cfg.PriceOutPerMTok != 0 {
-					cost += (float64(u.Input)*by.cfg.PriceInPerMTok + float64(u.Output)*by.cfg.PriceOutPerMTok) / 1e6
-					priced = true
-				}
-				return TurnReport{Usage: u, Header: cp.header, Err: err}
-			})
-		res.Header = last
-		if err != nil && creq.ResponseFormat != nil && schemaFormatRefused(err) && o.cfg.StructuredOutput != "json_schema" {
-			// The endpoint has no json_schema response format: ask with instructions from
-			// now on. The refused request used no model turn.
-			o.noSchemaFormat.Store(model, struct{}{})
-			creq.ResponseFormat = nil
-			msgs = withSchemaInstructions(msgs, schemaJSON)
-			turn--
-			continue
-		}
-		if err != nil && sent != nil && sent.completionCap && maxCompletionRefused(err) {
-			// The endpoint knows only max_tokens: send that from now on. The refused
-			// request used no model turn.
-			o.maxTokensOnly.Store(sent.endpoint, struct{}{})
-			turn--
+		reply, sent, err := c.send(ctx)
+		if err != nil && c.downgrade(err, sent) {
+			turn-- // the refused request used no model turn
 			continue
 		}
 		if err != nil {
-			price(&res)
-			return res, err
+			return c.result(), err
 		}
 		if reply.model != "" {
-			res.Model = reply.model
+			c.res.Model = reply.model
 		}
 		if reply.finish == openai.FinishReasonLength {
-			// The reply was cut at the output cap: a partial answer (or a partial tool
-			// call) is not a success, and with a schema it is no JSON either.
-			res.Status, res.Text, res.Output = agent.StatusError, reply.msg.Content, reply.msg.Content
-			res.Error = truncatedError(o.cfg.ID, req.MaxTokens, turn, req.Schema != nil)
-			call.Report(Update{Kind: "truncated", Text: res.Error})
-			price(&res)
-			return res, nil
+			return c.truncated(reply, turn), nil
 		}
 		if len(reply.msg.ToolCalls) == 0 {
-			res.Status = agent.StatusOK
-			res.Text = reply.msg.Content
-			res.Output = res.Text
-			if req.Schema != nil {
-				var v any
-				if json.Unmarshal([]byte(res.Text), &v) == nil {
-					res.Output = v
-				}
-			}
-			if !stream {
-				call.Report(Update{Kind: "message", Text: res.Text})
-			}
-			res.Transcript = transcriptOf(kept, res.Text)
-			price(&res)
-			return res, nil
+			return c.answer(reply), nil
 		}
-		calls := slices.Clone(reply.msg.ToolCalls)
-		for i := range calls {
-			// arguments is a required string in the echoed call; go-openai omits an
-			// empty one, which OpenAI refuses.
-			if strings.TrimSpace(calls[i].Function.Arguments) == "" {
-				calls[i].Function.Arguments = "{}"
-			}
-			if calls[i].Type == "" {
-				calls[i].Type = openai.ToolTypeFunction
-			}
-		}
-		msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: reply.msg.Content, ToolCalls: calls})
-		for _, tc := range reply.msg.ToolCalls {
-			out, terr := runTool(ctx, byName, turn, tc, call)
-			if terr != nil {
-				res.Status, res.Error = agent.StatusError, terr.Error()
-				price(&res)
-				return res, terr
-			}
-			if ctx.Err() != nil {
-				price(&res)
-				return res, ctx.Err()
-			}
-			// A tool message carries no name: the official types have none for it.
-			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Content: out})
+		if err := c.runToolCalls(ctx, turn, reply.msg); err != nil {
+			return c.result(), err
 		}
 	}
+}
+
+// send is one model turn through call.Do: the scheduler admits it, and its usage,
+// headers and cost are added to the call's. sent is the capture of the request that
+// went out last.
+func (c *chatCall) send(ctx context.Context) (reply turnReply, sent *capture, err error) {
+	c.creq.Messages = c.msgs
+	var last http.Header
+	err = c.call.Do(ctx, TurnCost{Input: estimateMessages(c.msgs, c.creq.Tools), MaxOutput: c.req.MaxTokens},
+		func(ctx context.Context) TurnReport {
+			cp := &capture{zeroTemperature: c.zeroTemp}
+			var err error
+			if c.stream {
+				reply, err = c.o.streamTurn(ctx, cp, c.creq, c.call)
+			} else {
+				reply, err = c.o.plainTurn(ctx, cp, c.creq)
+			}
+			u := reply.usage
+			last, sent = cp.header, cp
+			c.res.Usage = c.res.Usage.Add(u)
+			// Each turn is priced by the backend that served it (a fallback's own prices).
+			if by := c.o.servedBy(ctx); by.cfg.PriceInPerMTok != 0 || by.cfg.PriceOutPerMTok != 0 {
+				c.cost += (float64(u.Input)*by.cfg.PriceInPerMTok + float64(u.Output)*by.cfg.PriceOutPerMTok) / 1e6
+				c.priced = true
+			}
+			return TurnReport{Usage: u, Header: cp.header, Err: err}
+		})
+	c.res.Header = last
+	return reply, sent, err
+}
+
+// downgrade reports whether err is an endpoint refusing a field of the request that an
+// older form replaces, after switching the request to that form for this and later
+// calls: instructions for the json_schema response format, max_tokens for
+// max_completion_tokens.
+func (c *chatCall) downgrade(err error, sent *capture) bool {
+	if c.creq.ResponseFormat != nil && schemaFormatRefused(err) && c.o.cfg.StructuredOutput != "json_schema" {
+		// The endpoint has no json_schema response format: ask with instructions from
+		// now on.
+		c.o.noSchemaFormat.Store(c.model, struct{}{})
+		c.creq.ResponseFormat = nil
+		c.msgs = withSchemaInstructions(c.msgs, c.schemaJSON)
+		return true
+	}
+	if sent != nil && sent.completionCap && maxCompletionRefused(err) {
+		// The endpoint knows only max_tokens: send that from now on.
+		c.o.maxTokensOnly.Store(sent.endpoint, struct{}{})
+		return true
+	}
+	return false
+}
+
+// truncated is the result of a reply cut at the output cap: a partial answer (or a
+// partial tool call) is not a success, and with a schema it is no JSON either.
+func (c *chatCall) truncated(reply turnReply, turn int) agent.Result {
+	c.res.Status, c.res.Text, c.res.Output = agent.StatusError, reply.msg.Content, reply.msg.Content
+	c.res.Error = truncatedError(c.o.cfg.ID, c.req.MaxTokens, turn, c.req.Schema != nil)
+	c.call.Report(Update{Kind: "truncated", Text: c.res.Error})
+	return c.result()
+}
+
+// answer is the result of the model's final answer: its text, and with a schema the
+// JSON value it holds.
+func (c *chatCall) answer(reply turnReply) agent.Result {
+	c.res.Status = agent.StatusOK
+	c.res.Text = reply.msg.Content
+	c.res.Output = c.res.Text
+	if c.req.Schema != nil {
+		var v any
+		if json.Unmarshal([]byte(c.res.Text), &v) == nil {
+			c.res.Output = v
+		}
+	}
+	if !c.stream {
+		c.call.Report(Update{Kind: "message", Text: c.res.Text})
+	}
+	c.res.Transcript = transcriptOf(c.kept, c.res.Text)
+	return c.result()
+}
+
+// result is the call's result as it stands, with its cost when it has one.
+func (c *chatCall) result() agent.Result {
+	if c.priced {
+		cost := c.cost
+		c.res.Cost = &cost
+	}
+	return c.res
 }
 
 // servedBy is the backend whose endpoint a send goes to: o, or the fallback the

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/agent"
 	openai "github.com/sashabaranov/go-openai"
 )
 
@@ -77,4 +78,35 @@ func (o *OpenAI) resolveTools(ctx context.Context, names []string) ([]tools.Tool
 		return nil, fmt.Errorf("openai backend %q: %w", o.cfg.ID, err)
 	}
 	return ts, nil
+}
+
+// runToolCalls answers a reply that calls tools: the reply goes into the conversation,
+// then each tool's result. A tool that cannot be run (an approval refused, a journal
+// that failed) or a canceled ctx ends the call with that error.
+func (c *chatCall) runToolCalls(ctx context.Context, turn int, msg openai.ChatCompletionMessage) error {
+	calls := slices.Clone(msg.ToolCalls)
+	for i := range calls {
+		// arguments is a required string in the echoed call; go-openai omits an
+		// empty one, which OpenAI refuses.
+		if strings.TrimSpace(calls[i].Function.Arguments) == "" {
+			calls[i].Function.Arguments = "{}"
+		}
+		if calls[i].Type == "" {
+			calls[i].Type = openai.ToolTypeFunction
+		}
+	}
+	c.msgs = append(c.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: msg.Content, ToolCalls: calls})
+	for _, tc := range msg.ToolCalls {
+		out, terr := runTool(ctx, c.byName, turn, tc, c.call)
+		if terr != nil {
+			c.res.Status, c.res.Error = agent.StatusError, terr.Error()
+			return terr
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// A tool message carries no name: the official types have none for it.
+		c.msgs = append(c.msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: tc.ID, Content: out})
+	}
+	return nil
 }

@@ -53,13 +53,7 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 	defer st.Close()
 	// The headers are here before the reply: the scheduler learns the limits now.
 	ObserveHeaders(ctx, cp.header)
-	var (
-		text   strings.Builder
-		calls  []openai.ToolCall
-		model  string
-		usage  *openai.Usage
-		finish openai.FinishReason
-	)
+	var sr streamed
 	for {
 		chunk, err := st.Recv()
 		if errors.Is(err, io.EOF) {
@@ -67,52 +61,73 @@ func (o *OpenAI) streamTurn(ctx context.Context, cp *capture, creq openai.ChatCo
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return turnReply{model: model}, o.wrapErrAt(ctx, base, cp, err)
+				return turnReply{model: sr.model}, o.wrapErrAt(ctx, base, cp, err)
 			}
 			// The connection broke after a 200: a transport failure the scheduler retries.
-			return turnReply{model: model}, &HTTPError{Status: 0, Headers: cp.header, BaseURL: base, Message: "stream broken: " + err.Error()}
+			return turnReply{model: sr.model}, &HTTPError{Status: 0, Headers: cp.header, BaseURL: base, Message: "stream broken: " + err.Error()}
 		}
-		if chunk.Model != "" {
-			model = chunk.Model
+		sr.add(chunk, call)
+	}
+	return sr.reply(creq), nil
+}
+
+// streamed is a streamed reply as far as its chunks have come.
+type streamed struct {
+	text   strings.Builder
+	calls  []openai.ToolCall
+	model  string
+	usage  *openai.Usage
+	finish openai.FinishReason
+}
+
+// add folds one chunk in: its text, reported as it arrives, and its tool-call
+// fragments, put together by index.
+func (sr *streamed) add(chunk openai.ChatCompletionStreamResponse, call Call) {
+	if chunk.Model != "" {
+		sr.model = chunk.Model
+	}
+	if chunk.Usage != nil {
+		sr.usage = chunk.Usage
+	}
+	for _, ch := range chunk.Choices {
+		if ch.FinishReason != "" && ch.FinishReason != openai.FinishReasonNull {
+			sr.finish = ch.FinishReason
 		}
-		if chunk.Usage != nil {
-			usage = chunk.Usage
+		if ch.Delta.Content != "" {
+			sr.text.WriteString(ch.Delta.Content)
+			call.Report(Update{Kind: "text", Text: ch.Delta.Content})
 		}
-		for _, ch := range chunk.Choices {
-			if ch.FinishReason != "" && ch.FinishReason != openai.FinishReasonNull {
-				finish = ch.FinishReason
+		for _, d := range ch.Delta.ToolCalls {
+			i := len(sr.calls)
+			if d.Index != nil {
+				i = *d.Index
 			}
-			if ch.Delta.Content != "" {
-				text.WriteString(ch.Delta.Content)
-				call.Report(Update{Kind: "text", Text: ch.Delta.Content})
+			for len(sr.calls) <= i {
+				sr.calls = append(sr.calls, openai.ToolCall{Type: openai.ToolTypeFunction})
 			}
-			for _, d := range ch.Delta.ToolCalls {
-				i := len(calls)
-				if d.Index != nil {
-					i = *d.Index
-				}
-				for len(calls) <= i {
-					calls = append(calls, openai.ToolCall{Type: openai.ToolTypeFunction})
-				}
-				c := &calls[i]
-				if d.ID != "" {
-					c.ID = d.ID
-				}
-				if d.Function.Name != "" {
-					c.Function.Name += d.Function.Name
-				}
-				c.Function.Arguments += d.Function.Arguments
+			c := &sr.calls[i]
+			if d.ID != "" {
+				c.ID = d.ID
 			}
+			if d.Function.Name != "" {
+				c.Function.Name += d.Function.Name
+			}
+			c.Function.Arguments += d.Function.Arguments
 		}
 	}
-	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: text.String(), ToolCalls: calls}
+}
+
+// reply is the whole streamed reply to creq; without usage from the endpoint, the
+// usage is estimated.
+func (sr *streamed) reply(creq openai.ChatCompletionRequest) turnReply {
+	msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: sr.text.String(), ToolCalls: sr.calls}
 	var u agent.Usage
-	if usage != nil {
-		u = usageOf(*usage)
+	if sr.usage != nil {
+		u = usageOf(*sr.usage)
 	} else {
 		u = agent.Usage{Input: estimateMessages(creq.Messages, creq.Tools), Output: EstimateTokens(msg.Content)}
 	}
-	return turnReply{msg: msg, model: model, usage: u, finish: finish}, nil
+	return turnReply{msg: msg, model: sr.model, usage: u, finish: sr.finish}
 }
 
 func usageOf(u openai.Usage) agent.Usage {
