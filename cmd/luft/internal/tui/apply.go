@@ -15,55 +15,21 @@ func (s *State) Apply(ev event.Event) {
 	d := ev.Data
 	switch ev.Type {
 	case event.RunStarted:
-		attempt := intOf(d, "attempt")
-		if s.Status != "" {
-			// A later attempt of the run (a stored stream read from the start): show
-			// that attempt alone.
-			*s = *NewState(s.o)
-		}
-		s.RunID, s.Workflow, s.Attempt = ev.RunID, oneLine(str(d, "workflow")), attempt
-		s.Resumed = d["resumed"] == true
-		s.Started, s.Status = ev.TS, "running"
+		s.runStarted(ev)
 	case event.Plan:
 		s.plan(d)
 	case event.PhaseStarted:
 		s.phaseStarted(ev)
 	case event.PhaseDone:
-		p := s.byID[intOf(d, "phase_id")]
-		if p == nil {
-			return
-		}
-		p.Done, p.EndedAt = true, ev.TS
-		p.OK, p.Failed, p.Cancelled = intOf(d, "ok"), intOf(d, "failed"), intOf(d, "cancelled")
-		if s.current == p {
-			s.current = nil
-		}
+		s.phaseDone(ev)
 	case event.AgentStarted:
 		s.agentStarted(ev)
 	case event.AgentQueued:
-		if a := s.agents[str(d, "call_key")]; a != nil {
-			a.Lane, a.Position = str(d, "lane"), intOf(d, "position")
-			s.move(a, Queued)
-			s.queue(a.Lane).add(a)
-		}
+		s.agentQueued(d)
 	case event.RateLimit:
 		s.rateLimit(ev)
 	case event.AgentRetry:
-		s.Totals.Retries++
-		wait := msOf(d, "wait_ms")
-		reason := str(d, "reason")
-		if reason == "rate_limited" {
-			s.Totals.RateWaits++
-			s.Totals.RateWait += wait
-		}
-		if a := s.agents[str(d, "call_key")]; a != nil {
-			a.Attempt, a.Reason, a.Until = intOf(d, "attempt"), oneLine(reason), ev.TS.Add(wait)
-			if reason == "rate_limited" {
-				a.retryUntil = a.Until
-			}
-			s.move(a, Retrying)
-		}
-		s.log(ev.TS, "warn", join(s.label(str(d, "call_key"))+" retry "+str(d, "attempt")+" in "+fmtDur(wait), oneLine(reason)))
+		s.agentRetry(ev)
 	case event.SchemaRetry:
 		s.Totals.SchemaRetries++
 		if a := s.agents[str(d, "call_key")]; a != nil {
@@ -89,6 +55,63 @@ func (s *State) Apply(ev event.Event) {
 	case event.RunDone:
 		s.runDone(ev)
 	}
+}
+
+// runStarted starts the state afresh for a run, or for a later attempt of it.
+func (s *State) runStarted(ev event.Event) {
+	d := ev.Data
+	attempt := intOf(d, "attempt")
+	if s.Status != "" {
+		// A later attempt of the run (a stored stream read from the start): show
+		// that attempt alone.
+		*s = *NewState(s.o)
+	}
+	s.RunID, s.Workflow, s.Attempt = ev.RunID, oneLine(str(d, "workflow")), attempt
+	s.Resumed = d["resumed"] == true
+	s.Started, s.Status = ev.TS, "running"
+}
+
+// phaseDone closes a phase with the counts its end reports.
+func (s *State) phaseDone(ev event.Event) {
+	d := ev.Data
+	p := s.byID[intOf(d, "phase_id")]
+	if p == nil {
+		return
+	}
+	p.Done, p.EndedAt = true, ev.TS
+	p.OK, p.Failed, p.Cancelled = intOf(d, "ok"), intOf(d, "failed"), intOf(d, "cancelled")
+	if s.current == p {
+		s.current = nil
+	}
+}
+
+// agentQueued moves an agent to its lane's queue.
+func (s *State) agentQueued(d map[string]any) {
+	if a := s.agents[str(d, "call_key")]; a != nil {
+		a.Lane, a.Position = str(d, "lane"), intOf(d, "position")
+		s.move(a, Queued)
+		s.queue(a.Lane).add(a)
+	}
+}
+
+// agentRetry counts a retry (and a rate-limit wait), and shows the agent retrying.
+func (s *State) agentRetry(ev event.Event) {
+	d := ev.Data
+	s.Totals.Retries++
+	wait := msOf(d, "wait_ms")
+	reason := str(d, "reason")
+	if reason == "rate_limited" {
+		s.Totals.RateWaits++
+		s.Totals.RateWait += wait
+	}
+	if a := s.agents[str(d, "call_key")]; a != nil {
+		a.Attempt, a.Reason, a.Until = intOf(d, "attempt"), oneLine(reason), ev.TS.Add(wait)
+		if reason == "rate_limited" {
+			a.retryUntil = a.Until
+		}
+		s.move(a, Retrying)
+	}
+	s.log(ev.TS, "warn", join(s.label(str(d, "call_key"))+" retry "+str(d, "attempt")+" in "+fmtDur(wait), oneLine(reason)))
 }
 
 func (s *State) plan(d map[string]any) {
@@ -302,6 +325,25 @@ func (s *State) agentDone(ev event.Event) {
 		s.leave(a)
 	}
 	delete(s.agents, key)
+	a.readDone(d, ev.TS)
+	s.tally(a, d["cached"] == true, ev.TS)
+	s.countInPhase(a)
+	s.recent = append(s.recent, a)
+	if len(s.recent) > s.o.Recent {
+		s.recent = append(s.recent[:0], s.recent[1:]...)
+	}
+	if wasRunning {
+		// Its slot went to the next turn queued on the lane. No event says so; without
+		// this, every queued agent would look queued until its output or its end.
+		if next := s.queue(a.LaneName()).pop(); next != nil {
+			s.move(next, Running)
+		}
+	}
+}
+
+// readDone takes what an agent_done event at ts says of a: its model, usage, cost,
+// times, attempts and outcome.
+func (a *Agent) readDone(d map[string]any, ts time.Time) {
 	if m := oneLine(str(d, "model")); m != "" {
 		a.Model = m
 	}
@@ -312,7 +354,7 @@ func (s *State) agentDone(ev event.Event) {
 		a.Tokens = a.In + a.Out
 	}
 	a.Cost = num(d["cost"])
-	a.Elapsed, a.Ended = msOf(d, "elapsed_ms"), ev.TS
+	a.Elapsed, a.Ended = msOf(d, "elapsed_ms"), ts
 	a.Ran, a.Queued, a.Approval = a.Elapsed, msOf(d, "queued_ms"), msOf(d, "approval_ms")
 	_, hasRun := d["run_ms"]
 	_, hasWait := d["wait_ms"]
@@ -329,8 +371,13 @@ func (s *State) agentDone(ev event.Event) {
 	a.Result = str(d, "status")
 	a.Err = cleanText(str(d, "error"))
 	a.Reason, a.Until = "", time.Time{}
+}
+
+// tally sets a finished agent's status (cached: its result came from the cache) and
+// adds it to the run's totals; a failure is logged at ts.
+func (s *State) tally(a *Agent, cached bool, ts time.Time) {
 	switch {
-	case d["cached"] == true:
+	case cached:
 		a.Status = Cached
 		s.Totals.Cached++
 	case a.Result == "ok" && a.Err == "":
@@ -343,11 +390,16 @@ func (s *State) agentDone(ev event.Event) {
 	default:
 		a.Status = Failed
 		s.Totals.Failed++
-		s.log(ev.TS, "error", a.Label()+" "+failure(a))
+		s.log(ts, "error", a.Label()+" "+failure(a))
 	}
 	s.Totals.In += a.In
 	s.Totals.Out += a.Out
 	s.Totals.Cost += a.Cost
+}
+
+// countInPhase counts a finished agent in its phase (or the current one, for an agent
+// of no known phase) while that phase is open.
+func (s *State) countInPhase(a *Agent) {
 	p := s.byID[a.PhaseID]
 	if a.PhaseID < 0 || p == nil {
 		p = s.current
@@ -360,17 +412,6 @@ func (s *State) agentDone(ev event.Event) {
 			p.Failed++
 		default:
 			p.OK++
-		}
-	}
-	s.recent = append(s.recent, a)
-	if len(s.recent) > s.o.Recent {
-		s.recent = append(s.recent[:0], s.recent[1:]...)
-	}
-	if wasRunning {
-		// Its slot went to the next turn queued on the lane. No event says so; without
-		// this, every queued agent would look queued until its output or its end.
-		if next := s.queue(a.LaneName()).pop(); next != nil {
-			s.move(next, Running)
 		}
 	}
 }
