@@ -18,4 +18,8 @@
 // variants are also tests that assert the scheduler's targets as ratios. proxy runs on a
 // scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
 // (a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
+//
+// Every bench prints the machine first (bench/internal/machine): CPU model, cores, load
+// average and Go version, so that figures from two machines, or from one machine under
+// two loads, are not compared as if they were the same.
 package bench

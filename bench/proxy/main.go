@@ -47,6 +47,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/internal/testkit"
 )
 
@@ -63,6 +64,7 @@ func main() {
 	if *verbose {
 		trace = os.Stdout
 	}
+	machine.Print(os.Stdout)
 	fmt.Printf("own-loop agents (%d × %d turns, OpenAI chat API over HTTP, tool calls between turns) on one key: fake engine TPM %d, RPM %d (continuous), no max_tokens, completions lognormal (median 60, tail 600); time ×%g\n\n",
 		Full.Agents, 2*Full.Steps, tpm, rpm, *speed)
 	byTarget := map[string][]Result{}
