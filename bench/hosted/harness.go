@@ -140,18 +140,22 @@ type result struct {
 	// Failed is, for luft, agent calls that ended without an answer (the workflow goes
 	// on); for direct, branches whose call gave up after the SDK's retries (their later
 	// calls never sent).
-	Failed       int     `json:"failed,omitempty"`
-	FirstError   string  `json:"first_error,omitempty"`
-	Requests     int     `json:"requests"`
-	RateLimited  int     `json:"rate_limited"`
-	Extra        int     `json:"extra_requests"`
-	Tokens       int     `json:"tokens"`
-	Seconds      float64 `json:"seconds"`       // modelled time
-	Floor        float64 `json:"floor_seconds"` // testkit.NetFloor of the engine's log
-	Ratio        float64 `json:"ratio"`         // Seconds ÷ Floor
-	WallSeconds  float64 `json:"wall_seconds"`
-	Status       string  `json:"status,omitempty"`
-	RateLimitEvs int     `json:"rate_limit_waits,omitempty"`
+	Failed     int    `json:"failed,omitempty"`
+	FirstError string `json:"first_error,omitempty"`
+	// ByDimension counts the 429s by the budget that refused them (the engine's
+	// Record.LimitedBy: requests, tokens, input_tokens, output_tokens), "/s" added when
+	// the bucket had room but its one-second window did not.
+	ByDimension  map[string]int `json:"rate_limited_by,omitempty"`
+	Requests     int            `json:"requests"`
+	RateLimited  int            `json:"rate_limited"`
+	Extra        int            `json:"extra_requests"`
+	Tokens       int            `json:"tokens"`
+	Seconds      float64        `json:"seconds"`       // modelled time
+	Floor        float64        `json:"floor_seconds"` // testkit.NetFloor of the engine's log
+	Ratio        float64        `json:"ratio"`         // Seconds ÷ Floor
+	WallSeconds  float64        `json:"wall_seconds"`
+	Status       string         `json:"status,omitempty"`
+	RateLimitEvs int            `json:"rate_limit_waits,omitempty"`
 }
 
 // env is where a measurement runs: the clock every party reads and the network between
@@ -210,12 +214,23 @@ func measure(e env, m model, w workload, seed uint64, client string, retries int
 		switch rec.Status {
 		case http.StatusTooManyRequests:
 			r.RateLimited++
+			if r.ByDimension == nil {
+				r.ByDimension = map[string]int{}
+			}
+			dim := rec.LimitedBy
+			if rec.Quantum {
+				dim += "/s"
+			}
+			r.ByDimension[dim]++
 		case http.StatusOK:
 			answered++
 		}
 		r.Tokens += rec.ChargedTokens
 	}
 	r.Extra = r.Requests - answered
+	if client == "luft" && r.Status != string(runtime.StatusCompleted) {
+		r.Failed = max(r.Failed, r.Calls-answered)
+	}
 	r.Seconds = end.Sub(start).Seconds()
 	r.Floor = testkit.NetFloor(m.limits, log).Seconds()
 	if r.Floor > 0 {
@@ -276,7 +291,9 @@ func runLuft(e env, base string, w workload, seed uint64, r *result) (time.Time,
 	end := e.clock.Now()
 	r.Status = string(res.Status)
 	if res.Status != runtime.StatusCompleted {
-		return end, fmt.Errorf("run %s: %v", res.Status, res.Err)
+		// A run luft suspended or failed is a figure, not the bench's error: its calls
+		// without an answer count as failed (measure), and the reason is kept.
+		r.FirstError = fmt.Sprintf("run %s: %v", res.Status, res.Err)
 	}
 	return end, nil
 }

@@ -145,6 +145,9 @@ func runTable(w io.Writer, o options, newEnv func() env, run measureFunc) ([]res
 					}
 					fmt.Fprintf(w, "%-12s %-3s %-6s %5d %6d %7d %5d %5d %6d %8d %8.1fs %8.1fs %6.3fx\n", r.Model, r.Workload, r.Client, r.Seed,
 						r.Calls, r.Failed, r.Requests, r.RateLimited, r.Extra, r.Tokens, r.Seconds, r.Floor, r.Ratio)
+					if len(r.ByDimension) > 0 {
+						fmt.Fprintf(w, "%-12s   429s by budget: %s\n", "", byDimension(r.ByDimension))
+					}
 					if r.FirstError != "" {
 						fmt.Fprintf(w, "%-12s   first failed call: %.160s\n", "", r.FirstError)
 					}
@@ -271,4 +274,18 @@ func trace(log []testkit.Record, start time.Time) {
 			r.Arrival.Sub(start).Seconds(), r.PromptTokens, r.OutputTokens, r.ChargedTokens, r.Status, r.Error,
 			r.RetryAfter.Seconds(), r.Finish.Sub(r.Arrival).Seconds())
 	}
+}
+
+// byDimension lists 429 counts by budget, in name order.
+func byDimension(m map[string]int) string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -116,6 +116,11 @@ type Record struct {
 	FinishReason string `json:"finish_reason,omitempty"`
 
 	RetryAfter time.Duration `json:"retry_after_ns,omitempty"` // on a 429
+	// LimitedBy is, on a 429, the budget that refused it: requests, tokens, input_tokens
+	// or output_tokens, whatever the error type the provider model sends; Quantum says
+	// the bucket had room but its current short window (Limits.Quantum) did not.
+	LimitedBy string `json:"limited_by,omitempty"`
+	Quantum   bool   `json:"quantum,omitempty"`
 }
 
 // Result is the outcome of one in-process call: what the HTTP server would send.
@@ -373,6 +378,7 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 			j.rec.ChargedTokens = bill.charged
 		}
 		j.rec.RetryAfter = rej.retryAfter
+		j.rec.LimitedBy, j.rec.Quantum = rej.dim, rej.quantum
 		e.rejected++
 		r := e.refuseLocked(j, now, http.StatusTooManyRequests, e.rateLimitError(req.Model, rej))
 		e.limits.retryHeaders(r.Header, rej)

@@ -99,6 +99,9 @@ func TestOpenAIQuantized(t *testing.T) {
 	if ra, ms := retryHeadersOf(c.Header); ra || ms {
 		t.Errorf("a token 429 carries retry headers: %v", c.Header)
 	}
+	if c.Record.LimitedBy != "tokens" || !c.Record.Quantum {
+		t.Errorf("c: limited by %q, quantum %v", c.Record.LimitedBy, c.Record.Quantum)
+	}
 	if !strings.HasSuffix(c.Error.Error.Message, "Please try again in 1s.") || c.Record.RetryAfter != time.Second {
 		t.Errorf("c: %q, retry %v", c.Error.Error.Message, c.Record.RetryAfter)
 	}
@@ -233,7 +236,8 @@ func TestAnthropicInputAndOutputBuckets(t *testing.T) {
 	s.submit("b", userReq(words("q", 10), 800))
 	s.submit("c", userReq(words("q", 10), 800)) // 400 output tokens left
 	c := s.result("c")
-	if c.Status != http.StatusTooManyRequests || c.Error.Error.Type != "rate_limit_error" || !strings.Contains(c.Error.Error.Message, "2000 output tokens per minute") {
+	if c.Status != http.StatusTooManyRequests || c.Error.Error.Type != "rate_limit_error" || !strings.Contains(c.Error.Error.Message, "2000 output tokens per minute") ||
+		c.Record.LimitedBy != "output_tokens" || c.Record.Quantum {
 		t.Fatalf("c: %d %+v, want an output-token 429", c.Status, c.Error)
 	}
 	if ra, ms := retryHeadersOf(c.Header); !ra || ms {

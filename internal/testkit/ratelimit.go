@@ -394,6 +394,7 @@ type rejection struct {
 	dim        string        // "requests", "tokens", "input_tokens" or "output_tokens"
 	retryAfter time.Duration // 0 with never
 	never      bool          // the request exceeds a token limit itself
+	quantum    bool          // the bucket had room, its current short window did not
 	used       int64         // used in the exhausted dimension, for the message
 	limit      int64
 	requested  int64
@@ -425,7 +426,9 @@ func (l *limiter) admit(now time.Time, d demand) *rejection {
 		switch {
 		case x.name != "requests" && x.need > x.b.limit:
 			r.never = true
-		case x.b.available()+eps < x.need || x.b.quantumWait(now, x.need) > 0:
+		case x.b.available()+eps < x.need:
+		case x.b.quantumWait(now, x.need) > 0:
+			r.quantum = true
 		default:
 			continue
 		}
