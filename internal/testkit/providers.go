@@ -176,7 +176,7 @@ func (e *Engine) maxOutput() int {
 	return e.cfg.DefaultMaxTokens
 }
 
-// rateLimitMessage is the 429 body's message in the provider model's words.
+// rateLimitError is the 429 body in the provider model's words.
 func (e *Engine) rateLimitError(model string, rej *rejection) *APIError {
 	switch e.cfg.Limits.Provider {
 	case ProviderSilent:
