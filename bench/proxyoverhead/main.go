@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/proxy"
 	"github.com/luft-run/luft/scheduler"
@@ -221,6 +222,7 @@ func run() error {
 		{"first byte p50 (stream)", q(true, 0.50, true)},
 		{"first byte p99 (stream)", q(true, 0.99, true)},
 	}
+	machine.Print(os.Stdout)
 	fmt.Printf("luft proxy overhead on loopback: %d concurrent agents × %d turns, %d runs; median [min–max] over runs\n",
 		*conc, *turns, *runs)
 	fmt.Printf("engine: first chunk after %s, the rest %s later; proxy records runs: %v\n\n", *prefill, 16**decode, *record)
