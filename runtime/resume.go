@@ -21,7 +21,47 @@ import (
 // completed is not run again: the returned Run has ended with the stored result
 // (AlreadyCompleted).
 func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
-	st := s.opts.Store
+	row, err := s.resumable(ctx, rs)
+	if err != nil {
+		return nil, err
+	}
+	if row.Status == storage.StatusCompleted {
+		return s.completed(row), nil
+	}
+	var spec Spec
+	if err := json.Unmarshal(row.Spec, &spec); err != nil {
+		return nil, fmt.Errorf("run %s: resume: its stored spec is unreadable: %w", row.ID, err)
+	}
+	if spec.PlanFailed {
+		return nil, fmt.Errorf("run %s: resume refused: its planning found no valid workflow, so it has no script to run "+
+			"(plan again with luft run %q, perhaps with a stronger --planner-model, or write the workflow and run it with --workflow): %w",
+			short(row.ID), spec.Plan.Task, ErrNotResumable)
+	}
+	src, pinned, err := s.scripts(ctx, row, spec, rs)
+	if err != nil {
+		return nil, err
+	}
+	spec.Source = src
+	prog, _, err := s.Load(spec)
+	if err != nil {
+		return nil, err
+	}
+	journal, err := s.journalOf(ctx, row.ID)
+	if err != nil {
+		return nil, err
+	}
+	attempt, err := s.claim(ctx, row, src)
+	if err != nil {
+		return nil, err
+	}
+	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
+}
+
+// resumable finds the run rs names (the newest unfinished one when it names none),
+// settles its record when its process died, and checks that it may be resumed: by the
+// settings given again, its status, and no live process driving it. A completed run is
+// returned as it is (a resume of it runs nothing).
+func (s *Service) resumable(ctx context.Context, rs ResumeSpec) (storage.Run, error) {
 	var (
 		row storage.Run
 		err error
@@ -29,58 +69,55 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if rs.Run == "" {
 		row, err = s.newestResumable(ctx)
 		if errors.Is(err, storage.ErrRunNotFound) {
-			return nil, fmt.Errorf("resume: no unfinished run to resume: %w", err)
+			return row, fmt.Errorf("resume: no unfinished run to resume: %w", err)
 		}
 	} else {
-		row, err = st.ResolveRun(ctx, rs.Run)
+		row, err = s.opts.Store.ResolveRun(ctx, rs.Run)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("resume %s: %w", rs.Run, err)
+		return row, fmt.Errorf("resume %s: %w", rs.Run, err)
 	}
 	// Settle only a run whose process is gone: a run another process has just claimed may
 	// not have stored its run_started yet, and its row must not be taken for a dead one.
 	if row.Status == storage.StatusRunning && !s.driven(row) {
 		if row, err = s.settle(ctx, row); err != nil {
-			return nil, err
+			return row, err
 		}
 	}
 	if len(rs.Repeated) > 0 {
 		var started Spec
 		if err := json.Unmarshal(row.Spec, &started); err != nil {
-			return nil, fmt.Errorf("run %s: resume: its stored spec is unreadable: %w", row.ID, err)
+			return row, fmt.Errorf("run %s: resume: its stored spec is unreadable: %w", row.ID, err)
 		}
 		if err := sameSettings(started, rs.Repeated); err != nil {
-			return nil, fmt.Errorf("run %s: resume refused: %w", row.ID, err)
+			return row, fmt.Errorf("run %s: resume refused: %w", row.ID, err)
 		}
 	}
 	if row.Status == storage.StatusCompleted {
-		return s.completed(row), nil
+		return row, nil
 	}
 	if !row.Resumable() {
-		return nil, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
+		return row, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
 	}
 	// Asked again of the settled row: another process may have claimed the run meanwhile.
 	if s.driven(row) {
-		return nil, fmt.Errorf("run %s: resume refused: process %d is still running it (stop it with luft cancel %s): %w", row.ID, row.PID, short(row.ID), ErrStillRunning)
+		return row, fmt.Errorf("run %s: resume refused: process %d is still running it (stop it with luft cancel %s): %w", row.ID, row.PID, short(row.ID), ErrStillRunning)
 	}
-	var spec Spec
-	if err := json.Unmarshal(row.Spec, &spec); err != nil {
-		return nil, fmt.Errorf("run %s: resume: its stored spec is unreadable: %w", row.ID, err)
-	}
-	files, err := st.Files(ctx, row.ID)
+	return row, nil
+}
+
+// scripts returns the main script this attempt runs and the files the run pinned.
+// Every file the run loaded must be unchanged, unless rs accepts changes: a changed
+// one is pinned again, since it is what a later resume compares against.
+func (s *Service) scripts(ctx context.Context, row storage.Run, spec Spec, rs ResumeSpec) ([]byte, map[string]storage.File, error) {
+	files, err := s.opts.Store.Files(ctx, row.ID)
 	if err != nil {
-		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
-	}
-	if spec.PlanFailed {
-		return nil, fmt.Errorf("run %s: resume refused: its planning found no valid workflow, so it has no script to run "+
-			"(plan again with luft run %q, perhaps with a stronger --planner-model, or write the workflow and run it with --workflow): %w",
-			short(row.ID), spec.Plan.Task, ErrNotResumable)
+		return nil, nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
 	}
 	pinned := map[string]storage.File{}
 	for _, f := range files {
 		pinned[f.Path] = f
 	}
-	// Every file the run loaded must be unchanged, unless the caller accepts changes.
 	var src []byte
 	for _, f := range files {
 		var cur []byte
@@ -99,12 +136,12 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 		case rerr != nil:
 			cur = f.Content // gone from disk: the pinned copy is the script
 		case sha(cur) != f.SHA256 && !rs.AllowChangedScript:
-			return nil, fmt.Errorf("run %s: resume refused: %s changed since the run started (use --allow-changed-script to run the new version; calls whose inputs changed then count as divergence): %w", short(row.ID), f.Path, ErrScriptChanged)
+			return nil, nil, fmt.Errorf("run %s: resume refused: %s changed since the run started (use --allow-changed-script to run the new version; calls whose inputs changed then count as divergence): %w", short(row.ID), f.Path, ErrScriptChanged)
 		case sha(cur) != f.SHA256:
 			// The new version is what this attempt runs, so it is what a later resume
 			// compares against.
 			if err := s.pin(ctx, row.ID, f.Path, cur); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if f.Path == spec.Path {
@@ -115,38 +152,44 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 		// The process died between recording the run and pinning its script, so no call
 		// ran: the file on disk is the script it was started with.
 		if src, err = s.opts.ReadFile(spec.Path); err != nil {
-			return nil, fmt.Errorf("run %s: resume: its script was never pinned and cannot be read: %w", row.ID, err)
+			return nil, nil, fmt.Errorf("run %s: resume: its script was never pinned and cannot be read: %w", row.ID, err)
 		}
 		if err := s.pin(ctx, row.ID, spec.Path, src); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	spec.Source = src
-	prog, _, err := s.Load(spec)
+	return src, pinned, nil
+}
+
+// journalOf is the run's journal by call key.
+func (s *Service) journalOf(ctx context.Context, id string) (map[string]storage.Entry, error) {
+	entries, err := s.opts.Store.Journal(ctx, id)
 	if err != nil {
-		return nil, err
-	}
-	entries, err := st.Journal(ctx, row.ID)
-	if err != nil {
-		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
+		return nil, fmt.Errorf("run %s: resume: %w", id, err)
 	}
 	journal := make(map[string]storage.Entry, len(entries))
 	for _, e := range entries {
 		journal[e.CallKey] = e
 	}
+	return journal, nil
+}
+
+// claim makes the run this process's next attempt of it, running src: it fails when
+// another process claimed the attempt first.
+func (s *Service) claim(ctx context.Context, row storage.Run, src []byte) (int, error) {
 	attempt := row.Attempt + 1
 	running, clear, zero, pid := storage.StatusRunning, "", time.Time{}, s.opts.PID
 	no := false
 	hash := sha(src)
-	if err := st.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
+	if err := s.opts.Store.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
 		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash,
 		IfAttempt: &row.Attempt}); err != nil {
 		if errors.Is(err, storage.ErrRunChanged) {
-			return nil, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
+			return 0, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
 		}
-		return nil, fmt.Errorf("run %s: resume: %w", row.ID, err)
+		return 0, fmt.Errorf("run %s: resume: %w", row.ID, err)
 	}
-	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
+	return attempt, nil
 }
 
 // completed is a run that has already completed, as a *Run that has ended: resuming it
