@@ -143,8 +143,16 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 	ctx, stop := context.WithCancelCause(r.Context())
 	defer stop(nil)
 	r = r.WithContext(ctx)
-	j := p.runs.join(caller, clientRun, class, up.Name, req.Model, echoed, cont, stop, now)
+	j, started := p.runs.join(caller, clientRun, class, up.Name, req.Model, echoed, cont, stop, now)
 	w.Header().Set("x-luft-run", j.id)
+	// The turn goes upstream only once its start is recorded (SPEC §5).
+	if err := started.do(context.WithoutCancel(ctx)); err != nil {
+		p.runs.finish(j, turnEnd{unrecorded: true}, p.opts.Clock.Now())
+		p.log.Printf("run %s: turn %d refused: %v", j.id, j.turn, err)
+		writeError(w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
+			"luft could not record this turn in its state dir, so it did not send it upstream: "+err.Error())
+		return
+	}
 	maxOut := 0
 	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
 		maxOut = *req.MaxCompletionTokens
@@ -156,12 +164,21 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		lane: up.Name + "/" + req.Model, start: now, estIn: in}
 	end := t.run(scheduler.Turn{RunID: j.id, CallKey: callKey(j.turn), Lane: t.lane, Class: class, Caller: caller,
 		EstTokens: in + maxOut, EstOutput: maxOut, Continuation: j.continuation, CallStart: j.callStart,
-		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.id, callKey(j.turn)),
+		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.run, callKey(j.turn)),
 		// The client retries on its own: while a lane keeps failing it is told so at once.
 		NoCircuitWait: true})
 	end.elapsed = p.opts.Clock.Now().Sub(now)
-	p.runs.finish(j, end, p.opts.Clock.Now())
+	// The answer is the client's once its turn's end is recorded: what is held of it
+	// (a whole answer, a stream's [DONE]) waits for that.
+	err = p.runs.finish(j, end, p.opts.Clock.Now()).do(context.WithoutCancel(ctx))
+	if err != nil {
+		p.log.Printf("run %s: turn %d: %v", j.id, j.turn, err)
+	}
+	t.deliver(err)
 }
+
+// codeUnrecorded is the error code of a turn luft could not record.
+const codeUnrecorded = "luft_state_unwritable"
 
 // readBody reads a request body of at most limit bytes, in one allocation when the
 // request says its length.
@@ -186,8 +203,8 @@ func (p *Proxy) upstreamOf(model string) *Upstream {
 }
 
 // notify turns the scheduler's notices about a waiting turn into the run's events.
-func (p *Proxy) notify(runID, key string) func(scheduler.Notice) {
-	if p.opts.Store == nil {
+func (p *Proxy) notify(ru *run, key string) func(scheduler.Notice) {
+	if p.opts.Service == nil {
 		return nil
 	}
 	return func(n scheduler.Notice) {
@@ -212,7 +229,7 @@ func (p *Proxy) notify(runID, key string) func(scheduler.Notice) {
 		default:
 			return
 		}
-		p.rec.notice(runID, ev)
+		p.runs.notice(ru, ev)
 	}
 }
 
@@ -230,6 +247,11 @@ type turn struct {
 	start  time.Time
 	estIn  int
 	wrote  bool // the response has begun
+	// held is the end of the answer, kept back until the turn's end is recorded: a whole
+	// answer (then its status and headers are held too: header) or a stream's [DONE].
+	held       []byte
+	heldHeader bool
+	status     int
 }
 
 // sendError is an upstream that gave no response. Its StatusCode of 0 tells the

@@ -61,9 +61,10 @@ type Service struct {
 	mu        sync.Mutex
 	live      map[string]*Run                    // runs driven by this process
 	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
-	hosted    map[string]int                     // runs a door of this process drives without a script (Host)
+	hosted    map[string]int                     // runs a door of this process drives without a script (OpenExternal)
 
 	quiesced atomic.Bool // Quiesce was called
+	externalWatch
 }
 
 // Quiesce stops the runs of this Service from going into new work while their host
@@ -109,10 +110,10 @@ func New(opts Options) (*Service, error) {
 	return &Service{opts: opts, live: map[string]*Run{}, hosted: map[string]int{}}, nil
 }
 
-// Host marks run id as driven by this process though no script of this Service drives it
-// (a run of the proxy door, whose agent keeps its own loop), so Status and List show it
-// running rather than interrupted; call release when the run ends.
-func (s *Service) Host(id string) (release func()) {
+// host marks run id as driven by this process though no script of this Service drives it
+// (an external run: see OpenExternal), so Status and List show it running rather than
+// interrupted; call release when the run ends.
+func (s *Service) host(id string) (release func()) {
 	s.mu.Lock()
 	s.hosted[id]++
 	s.mu.Unlock()
