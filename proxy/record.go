@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strconv"
 	"time"
 
@@ -67,26 +66,6 @@ func (w *write) do(ctx context.Context) error {
 		return w.x.Close(ctx, *w.end)
 	}
 	return w.x.Record(ctx, w.evs, w.up)
-}
-
-// unrecorded is a turn's failure to record it: the client is told, with what to do.
-type unrecorded struct{ err error }
-
-func (u *unrecorded) Error() string {
-	return "luft could not record this turn in its state dir, so it does not answer it: " + u.err.Error()
-}
-func (u *unrecorded) Unwrap() error { return u.err }
-
-// errUnrecorded wraps a failure to record a turn for its client.
-func errUnrecorded(err error) error {
-	if err == nil {
-		return nil
-	}
-	var u *unrecorded
-	if errors.As(err, &u) {
-		return err
-	}
-	return &unrecorded{err}
 }
 
 // workflowOf names a run: proxy:<caller>, or proxy:<model> for a run without a caller.
