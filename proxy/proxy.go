@@ -50,8 +50,8 @@ type Options struct {
 	Scheduler scheduler.Scheduler
 	// Service records the proxy's runs and their turns, as the external runs of the
 	// process's runtime (runtime.Service.OpenExternal), and shows them running in list
-	// and status while the proxy drives them; nil = not recorded. A turn is sent upstream
-	// only once its start is recorded, and answered only once its end is.
+	// and status while the proxy drives them; nil = not recorded. No answer is given
+	// before its turn's start and end are recorded (see the package doc).
 	Service *runtime.Service
 	// Clock reads the time and times the expiry of idle runs; default the wall clock.
 	Clock scheduler.Clock

@@ -58,6 +58,14 @@ func (r *relayed) usage(estIn int) agent.Usage {
 // data: [DONE] is held.
 func (t *turn) relay(resp *http.Response) relayed {
 	var res relayed
+	if err := t.started(); err != nil {
+		// Nothing of the answer goes to the client without the turn's start recorded; the
+		// upstream answered, so the scheduler is told nothing went wrong there.
+		writeError(t.w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
+			"luft could not record this turn in its state dir, so it withholds the answer: "+err.Error())
+		t.wrote = true
+		return res
+	}
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	copyHeader(t.w.Header(), resp.Header)
 	if sse {

@@ -393,6 +393,7 @@ func TestRunIdleBetweenTurns(t *testing.T) {
 	p, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Service: recordIn(t, st)})
 	idle := func(run string) bool {
 		t.Helper()
+		p.runs.sync(run)
 		row, err := st.GetRun(context.Background(), run)
 		if err != nil {
 			t.Fatal(err)
@@ -428,5 +429,18 @@ func TestRunIdleBetweenTurns(t *testing.T) {
 	p.Close()
 	if row, err := st.GetRun(context.Background(), run); err != nil || row.Status != storage.StatusCompleted || row.Agents.OK != 2 {
 		t.Fatalf("ended run stored as %+v (%v)", row, err)
+	}
+}
+
+// sync waits until the writes queued so far for the run with luft id id are done.
+func (t *table) sync(id string) {
+	t.mu.Lock()
+	var last <-chan struct{}
+	if r := t.byID[id]; r != nil {
+		last = r.last
+	}
+	t.mu.Unlock()
+	if last != nil {
+		<-last
 	}
 }

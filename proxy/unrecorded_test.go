@@ -110,7 +110,16 @@ func TestUnrecordedTurnRefused(t *testing.T) {
 	var told []error
 	svc.NotifyUnrecorded(func(err error) { mu.Lock(); told = append(told, err); mu.Unlock() })
 	_, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Service: svc})
-	if resp, body := postChat(t, front, hello2); resp.StatusCode != 200 {
+	turnOf := func(run string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodPost, front+"/v1/chat/completions", strings.NewReader(hello2))
+		req.Header.Set("x-luft-run-id", run)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, readAll(t, resp)
+	}
+	if resp, body := turnOf("r1"); resp.StatusCode != 200 {
 		t.Fatalf("turn on a writable state dir: %d %s", resp.StatusCode, body)
 	}
 
@@ -123,6 +132,10 @@ func TestUnrecordedTurnRefused(t *testing.T) {
 	if n := sent.Load() - before; n != 0 {
 		t.Errorf("%d turns luft could not record were sent upstream", n)
 	}
+	// A later turn of a run goes upstream while its start is recorded: its answer is
+	// withheld.
+	resp, body = turnOf("r1")
+	checkRefusal(t, "a later turn of a run", resp.StatusCode, body, st.dir)
 	mu.Lock()
 	if len(told) == 0 || told[len(told)-1] == nil || !strings.Contains(told[len(told)-1].Error(), st.dir) {
 		t.Errorf("the runtime's watcher was told %v, want the state dir's failure", told)
