@@ -108,6 +108,8 @@ type Daemon struct {
 
 	// storageProblem is StatusJSON.StorageProblem (nil = none).
 	storageProblem atomic.Pointer[string]
+	// unrecorded is the problem noteUnrecorded stored there, if it is still the one.
+	unrecorded atomic.Pointer[string]
 }
 
 // New checks the options and returns a Daemon.
@@ -249,6 +251,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	defer root.Remove(InfoFile)
 
+	// A door's run (the proxy's) the state dir cannot record shows in the status too.
+	d.opts.Service.NotifyUnrecorded(d.noteUnrecorded)
+	defer d.opts.Service.NotifyUnrecorded(nil)
 	if d.opts.Mounts != nil {
 		d.mounts = d.opts.Mounts(d)
 	}

@@ -129,6 +129,23 @@ func (d *Daemon) noteStorage(runID string, err error) {
 	d.log.Printf("state dir: %s", msg)
 }
 
+// noteUnrecorded records, for the daemon's status, a failure of the state dir to record
+// a run a door drives without a VM (a proxy conversation): its turns are refused until
+// the state dir can be written. nil clears it once such a run is recorded again (and
+// leaves a problem noted by noteStorage, whose run still waits for a resume).
+func (d *Daemon) noteUnrecorded(err error) {
+	if err == nil {
+		if p := d.unrecorded.Swap(nil); p != nil {
+			d.storageProblem.CompareAndSwap(p, nil)
+		}
+		return
+	}
+	msg := "the proxy's turns are refused, since their runs cannot be recorded: " + err.Error()
+	d.unrecorded.Store(&msg)
+	d.storageProblem.Store(&msg)
+	d.log.Printf("state dir: %s", msg)
+}
+
 // wake resumes a suspended run at its resume time.
 func (d *Daemon) wake(id string, at time.Time) {
 	wait := max(at.Sub(d.opts.Now()), 0)

@@ -37,9 +37,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/proxy"
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
@@ -151,7 +153,12 @@ func run() error {
 			return err
 		}
 		defer st.Close()
-		opts.Store = st
+		svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("mock"),
+			Scheduler: opts.Scheduler, Caller: "proxy"})
+		if err != nil {
+			return err
+		}
+		opts.Service = svc
 	}
 	p, err := proxy.New(opts)
 	if err != nil {

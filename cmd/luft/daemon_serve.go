@@ -55,7 +55,7 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 			mounts := mcpMounts(d, svc, v, logw, cfg)
 			// The proxy door at /v1/: its turns go through the daemon's one scheduler.
 			ups, def := proxy.FromConfig(cfg, e.getenv)
-			p, err := proxy.New(proxy.Options{Upstreams: ups, Default: def, Scheduler: sched, Store: st, Host: svc, Log: logw,
+			p, err := proxy.New(proxy.Options{Upstreams: ups, Default: def, Scheduler: sched, Service: svc, Log: logw,
 				Secret: d.Token(), IdleTTL: cfg.Proxy.IdleTimeout, MaxBody: cfg.Proxy.MaxBody})
 			if err != nil {
 				fmt.Fprintf(logw, "luft: proxy: %v\n", err)
