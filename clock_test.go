@@ -13,7 +13,6 @@ import (
 // manualClock stands still; its timers fire only when the test fires them.
 type manualClock struct {
 	now    time.Time
-	mu     sync.Mutex
 	timers chan *manualTimer // every AfterFunc, as it is made
 }
 

@@ -76,7 +76,7 @@ func (e *Engine) ProxyHandler() (http.Handler, error) {
 	if len(ups) == 0 {
 		return nil, fmt.Errorf("luft: ProxyHandler: no backend for the proxy: configure [backends.NAME] with type = \"openai\", base_url and model (or set OPENAI_BASE_URL)")
 	}
-	p, err := proxy.New(proxy.Options{Upstreams: ups, Default: def, Scheduler: e.sched, Store: e.store, Host: e.svc,
+	p, err := proxy.New(proxy.Options{Upstreams: ups, Default: def, Scheduler: e.sched, Service: e.svc,
 		Clock: e.opts.Clock, IdleTTL: e.cfg.Proxy.IdleTimeout, MaxBody: e.cfg.Proxy.MaxBody})
 	if err != nil {
 		return nil, fmt.Errorf("luft: ProxyHandler: %w", err)

@@ -11,8 +11,8 @@ import (
 	"sync"
 
 	"github.com/luft-run/luft/adapters"
-	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/config"
+	"github.com/luft-run/luft/host"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
@@ -118,7 +118,7 @@ func WithBackend(name string, b Backend) Option {
 type Engine struct {
 	svc      *runtime.Service
 	store    storage.DB
-	backends *setup.Backends
+	host     *host.Host // its backends and scheduler
 	registry *adapters.Registry
 	cfg      config.Config
 	dir      string
@@ -205,20 +205,19 @@ func New(opts Options, more ...Option) (*Engine, error) {
 }
 
 func open(opts Options, dir string, cfg config.Config, set settings) (_ *Engine, err error) {
-	bset, err := setup.Open(setup.Options{Config: cfg, Getenv: opts.Getenv, Protected: setup.ProtectedPaths(dir, cfg)})
+	h, err := host.Open(host.Options{StateDir: dir, Config: cfg, Getenv: opts.Getenv})
 	if err != nil {
 		return nil, fmt.Errorf("luft.New: backends: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			bset.Close()
+			h.Close()
 		}
 	}()
-	reg, err := withCustom(bset.Registry, set.custom)
-	if err != nil {
+	if h.Registry, err = withCustom(h.Registry, set.custom); err != nil {
 		return nil, fmt.Errorf("luft.New: %w", err)
 	}
-	if _, err := reg.Get(opts.Backend); err != nil {
+	if _, err := h.Registry.Get(opts.Backend); err != nil {
 		return nil, fmt.Errorf("luft.New: Options.Backend: %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -229,29 +228,15 @@ func open(opts Options, dir string, cfg config.Config, set settings) (_ *Engine,
 	if err != nil {
 		return nil, fmt.Errorf("luft.New: open state dir %s: %w", dir, err)
 	}
-	slots := opts.Concurrency
-	if slots == 0 {
-		slots = 8
-	}
-	sched := scheduler.NewExecutor(setup.SchedulerConfig(cfg, slots, opts.Concurrency > 0), opts.Clock)
-	svc, err := runtime.New(runtime.Options{
-		Store:     st,
-		StateDir:  dir,
-		Backends:  reg,
-		Scheduler: sched,
-		Clock:     opts.Clock,
-		Caller:    opts.Caller,
-		Events:    setup.EventLimits(cfg.Limits),
+	if err := h.Serve(st, host.ServeOptions{Slots: opts.Concurrency, SlotsGiven: opts.Concurrency > 0, Clock: opts.Clock, Caller: opts.Caller,
 		// The runs park a call that needs approval only where the program answers it.
-		AskApprovals: opts.Approvals || opts.Approve != nil,
-	})
-	if err != nil {
+		AskApprovals: opts.Approvals || opts.Approve != nil}); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("luft.New: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &Engine{svc: svc, store: st, backends: bset, registry: reg, cfg: cfg, dir: dir, opts: opts, ctx: ctx, cancel: cancel, sched: sched}
-	e.warnings = append(append(e.warnings, cfg.Warnings...), bset.Warnings...)
+	e := &Engine{svc: h.Service, store: st, host: h, registry: h.Registry, cfg: cfg, dir: dir, opts: opts, ctx: ctx, cancel: cancel, sched: h.Scheduler}
+	e.warnings = append(append(e.warnings, cfg.Warnings...), h.Backends.Warnings...)
 	return e, nil
 }
 
@@ -327,7 +312,7 @@ func (e *Engine) Close() error {
 	for _, p := range e.proxies {
 		errs = append(errs, p.Close())
 	}
-	err := errors.Join(append(errs, e.backends.Close(), e.store.Close())...)
+	err := errors.Join(append(errs, e.host.Close(), e.store.Close())...)
 	openDirs.Delete(e.dir)
 	return err
 }

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/config"
+	"github.com/luft-run/luft/host"
 	"github.com/luft-run/luft/runtime"
 )
 
@@ -197,7 +197,7 @@ func (e *Engine) spec(s Script) (runtime.Spec, error) {
 		return runtime.Spec{}, err
 	}
 	spec := runtime.Spec{Path: s.Path, Args: args, Backend: backend, Model: s.Model, Class: class,
-		Concurrency: e.opts.Concurrency, Timeout: s.Timeout, Limits: setup.ScriptLimits(e.cfg.Limits, s.MaxAgentCalls)}
+		Concurrency: e.opts.Concurrency, Timeout: s.Timeout, Limits: host.ScriptLimits(e.cfg.Limits, s.MaxAgentCalls)}
 	if s.Source != "" {
 		spec.Source = []byte(s.Source)
 	}

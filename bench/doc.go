@@ -13,9 +13,16 @@
 //	go run ./bench/confine           # what confining a run_command call costs, beside a direct exec
 //
 // fanout, resume, tuiview, mcp and mcpload measure wall time and are never run by `go test`. hosted
-// runs on a scaled clock; its test asserts one fast variant's 429s and extra requests,
-// not its times. bench/sched runs on a virtual clock, so it is deterministic: its fast
+// runs on a scaled clock, against the test kit's provider models (-model all), luft
+// beside a direct client with SDK retries (-direct); its test asserts one fast variant's
+// 429s and extra requests on the classic model, not its times, and prints the whole
+// table on a virtual clock with `go test ./bench/hosted -run TestModelsTable -v -args
+// -table`. bench/sched runs on a virtual clock, so it is deterministic: its fast
 // variants are also tests that assert the scheduler's targets as ratios. proxy runs on a
 // scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
 // (a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
+//
+// Every bench prints the machine first (bench/internal/machine): CPU model, cores, load
+// average and Go version, so that figures from two machines, or from one machine under
+// two loads, are not compared as if they were the same.
 package bench

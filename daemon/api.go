@@ -14,43 +14,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
 
-// RunJSON is a run as the API shows it.
-type RunJSON struct {
-	ID          string              `json:"id"`
-	Workflow    string              `json:"workflow"`
-	Status      string              `json:"status"`
-	Error       string              `json:"error,omitempty"`
-	Attempt     int                 `json:"attempt"`
-	PID         int                 `json:"pid,omitempty"`
-	Tokens      int                 `json:"tokens"`
-	Usage       storage.Usage       `json:"usage"`
-	Cost        float64             `json:"cost"`
-	Agents      storage.AgentCounts `json:"agents"`
-	HasReport   bool                `json:"has_report"`
-	CreatedAt   time.Time           `json:"created_at"`
-	UpdatedAt   time.Time           `json:"updated_at"`
-	FinishedAt  *time.Time          `json:"finished_at,omitempty"`
-	ResumeAfter *time.Time          `json:"resume_after,omitempty"`
-	Hosted      bool                `json:"hosted"` // this daemon drives it
-	// Pending are the tool calls waiting for a person's answer (GET /api/runs/{id} only):
-	// POST /api/runs/{id}/approve answers one.
-	Pending []ApprovalJSON `json:"pending_approvals,omitempty"`
-}
+// RunJSON is a run as the API shows it: the one shape of a run every door answers with
+// (door.Run), with Hosted set (this daemon drives it) and, for GET /api/runs/{id}, the
+// pending approvals (Pending; POST /api/runs/{id}/approve answers one).
+type RunJSON = door.Run
 
 // ApprovalJSON is a tool call waiting for a person's answer.
-type ApprovalJSON struct {
-	ID        string    `json:"id"`
-	CallKey   string    `json:"call_key"`
-	Tool      string    `json:"tool"`
-	Arguments string    `json:"arguments"`
-	CreatedAt time.Time `json:"created_at"`
-}
+type ApprovalJSON = door.Approval
 
 // ApproveRequest is the body of POST /api/runs/{id}/approve.
 type ApproveRequest struct {
@@ -59,16 +36,7 @@ type ApproveRequest struct {
 }
 
 // PhaseJSON is one phase of a run.
-type PhaseJSON struct {
-	ID          int    `json:"id"`
-	Label       string `json:"label"`
-	Description string `json:"description,omitempty"`
-	Planned     int    `json:"planned"`
-	Status      string `json:"status"`
-	OK          int    `json:"ok"`
-	Failed      int    `json:"failed"`
-	Cancelled   int    `json:"cancelled"`
-}
+type PhaseJSON = door.Phase
 
 // RunPage is one page of GET /api/runs.
 type RunPage struct {
@@ -267,15 +235,9 @@ func (d *Daemon) postShutdown(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) runJSON(r storage.Run) RunJSON {
-	out := RunJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Error: r.Error, Attempt: r.Attempt, PID: r.PID,
-		Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost, Agents: r.Agents, HasReport: r.HasReport,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Hosted: runtime.Running(r.Status) && r.PID == d.info.PID}
-	if !r.FinishedAt.IsZero() {
-		out.FinishedAt = &r.FinishedAt
-	}
-	if !r.ResumeAfter.IsZero() {
-		out.ResumeAfter = &r.ResumeAfter
-	}
+	out := door.NewRun(r)
+	hosted := runtime.Running(r.Status) && r.PID == d.info.PID
+	out.Hosted = &hosted
 	return out
 }
 
@@ -330,14 +292,13 @@ func (d *Daemon) getRun(w http.ResponseWriter, r *http.Request) {
 		runError(w, err)
 		return
 	}
-	phases := make([]PhaseJSON, 0, len(info.Phases))
-	for _, p := range info.Phases {
-		phases = append(phases, PhaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
-			Status: p.Status, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
-	}
 	run := d.runJSON(info.Run)
-	for _, a := range info.Pending {
-		run.Pending = append(run.Pending, ApprovalJSON{ID: a.ID, CallKey: a.CallKey, Tool: a.Tool, Arguments: a.Arguments, CreatedAt: a.CreatedAt})
+	run.Pending = door.NewApprovals(info.Pending)
+	// phases is always there, [] before the first one (the dashboard reads it), where
+	// the shape leaves an empty list out.
+	phases := door.NewPhases(info.Phases)
+	if phases == nil {
+		phases = []PhaseJSON{}
 	}
 	writeJSON(w, http.StatusOK, struct {
 		RunJSON

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -76,15 +77,9 @@ type Options struct {
 	Mounts func(*Daemon) []Mount
 }
 
-// Mount is a handler served by the daemon under a pattern of net/http's ServeMux
-// ("/mcp", "/v1/"). Over HTTP it passes the same Host and Origin checks as the API; it
-// needs the bearer token too unless OpenOnLoopback is set and the daemon listens on a
-// loopback address (a proxy whose clients send their own upstream Authorization).
-type Mount struct {
-	Pattern        string
-	Handler        http.Handler
-	OpenOnLoopback bool
-}
+// Mount is a handler served by the daemon beside its API (door.Mount, which a door
+// builds without importing the daemon).
+type Mount = door.Mount
 
 // ErrAlreadyRunning is returned by Run when another daemon holds the state dir.
 var ErrAlreadyRunning = errors.New("a luft daemon already runs for this state dir")
@@ -113,6 +108,8 @@ type Daemon struct {
 
 	// storageProblem is StatusJSON.StorageProblem (nil = none).
 	storageProblem atomic.Pointer[string]
+	// unrecorded is the problem noteUnrecorded stored there, if it is still the one.
+	unrecorded atomic.Pointer[string]
 }
 
 // New checks the options and returns a Daemon.
@@ -167,101 +164,160 @@ func (d *Daemon) grace() time.Duration {
 // Run holds the state dir, serves the API and hosts runs until ctx ends or Shutdown is
 // called, then shuts down gracefully (see the package doc).
 func (d *Daemon) Run(ctx context.Context) error {
-	dir, err := filepath.Abs(d.opts.StateDir)
+	dir, root, err := d.holdStateDir()
 	if err != nil {
-		return fmt.Errorf("daemon: state dir %s: %w", d.opts.StateDir, err)
-	}
-	if err := checkDir(dir); err != nil {
 		return err
 	}
-	// The daemon's own files are removed through a handle on the dir, so that a moved
-	// dir loses them where it is now and a dir made at the old path (maybe a new
-	// daemon's) keeps its own.
+	defer root.Close()
+	listeners, sock, watch, err := d.listen(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Remove(SocketFile)
+	if err := d.writeInfo(dir, sock, listeners); err != nil {
+		closeAll(listeners)
+		return err
+	}
+	defer root.Remove(InfoFile)
+
+	// A door's run (the proxy's) the state dir cannot record shows in the status too.
+	d.opts.Service.NotifyUnrecorded(d.noteUnrecorded)
+	defer d.opts.Service.NotifyUnrecorded(nil)
+	if d.opts.Mounts != nil {
+		d.mounts = d.opts.Mounts(d)
+	}
+	servers, serveErr := d.serve(listeners)
+	d.log.Printf("started: pid %d, socket %s, http %q, version %s", d.info.PID, d.info.Socket, d.info.Addr, d.info.Version)
+	d.recover(ctx)
+	if d.opts.Ready != nil {
+		d.opts.Ready(d.info)
+	}
+	runErr := d.awaitStop(ctx, dir, watch, serveErr)
+	d.drain()
+	stopServers(servers)
+	d.log.Printf("stopped")
+	return runErr
+}
+
+// holdStateDir makes the state dir ready and takes its lock, which stays held until the
+// process exits (the OS releases it then), so whoever waits for it to be free (luft
+// daemon stop) knows the process is gone, not just its API. One daemon per process.
+//
+// The daemon's own files are removed through the returned handle on the dir, so that a
+// moved dir loses them where it is now and a dir made at the old path (maybe a new
+// daemon's) keeps its own.
+func (d *Daemon) holdStateDir() (string, *os.Root, error) {
+	dir, err := filepath.Abs(d.opts.StateDir)
+	if err != nil {
+		return "", nil, fmt.Errorf("daemon: state dir %s: %w", d.opts.StateDir, err)
+	}
+	if err := checkDir(dir); err != nil {
+		return "", nil, err
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return fmt.Errorf("daemon: open state dir %s: %w", dir, err)
+		return "", nil, fmt.Errorf("daemon: open state dir %s: %w", dir, err)
 	}
-	defer root.Close()
 	lock, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return fmt.Errorf("daemon: open its lock file: %w", err)
+		root.Close()
+		return "", nil, fmt.Errorf("daemon: open its lock file: %w", err)
 	}
 	held, err := lockFile(lock)
 	if err != nil || held {
 		lock.Close()
+		root.Close()
 		if held {
-			return alreadyRunning(dir)
+			return "", nil, alreadyRunning(dir)
 		}
-		return fmt.Errorf("daemon: lock %s: %w", lock.Name(), err)
+		return "", nil, fmt.Errorf("daemon: lock %s: %w", lock.Name(), err)
 	}
-	// The lock stays held until the process exits (the OS releases it then), so whoever
-	// waits for it to be free (luft daemon stop) knows the process is gone, not just
-	// its API. One daemon per process.
 	d.lock = lock
+	return dir, root, nil
+}
+
+// listen opens the daemon's listeners: the private unix socket first, then the TCP
+// address of Options.Listen, if any. It also returns the socket's path and what the
+// state-dir watch follows. On an error nothing is left listening and the socket is gone.
+func (d *Daemon) listen(dir string) ([]net.Listener, string, []watched, error) {
+	ul, sock, err := listenSocket(dir)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	fail := func(err error) ([]net.Listener, string, []watched, error) {
+		ul.Close()
+		os.Remove(sock)
+		return nil, "", nil, err
+	}
+	watch, err := watchList(dir, d.lock, sock)
+	if err != nil {
+		return fail(err)
+	}
+	listeners := []net.Listener{ul}
+	if d.opts.Listen != "" {
+		if d.token, err = d.httpToken(dir); err != nil {
+			return fail(err)
+		}
+		tl, err := net.Listen("tcp", d.opts.Listen)
+		if err != nil {
+			return fail(fmt.Errorf("daemon: listen on %s: %w", d.opts.Listen, err))
+		}
+		listeners = append(listeners, tl)
+	}
+	return listeners, sock, watch, nil
+}
+
+// listenSocket listens on the state dir's socket, private to its user. The lock is
+// held, so a socket left there is a dead daemon's and is replaced.
+func listenSocket(dir string) (net.Listener, string, error) {
 	sock := filepath.Join(dir, SocketFile)
 	if len(sock) > maxSocketPath {
-		return fmt.Errorf("daemon: socket path %s is %d bytes, longer than unix sockets allow (%d): use a shorter --state-dir", sock, len(sock), maxSocketPath)
+		return nil, "", fmt.Errorf("daemon: socket path %s is %d bytes, longer than unix sockets allow (%d): use a shorter --state-dir", sock, len(sock), maxSocketPath)
 	}
-	// The lock is ours, so a socket left here is a dead daemon's.
 	if fi, err := os.Lstat(sock); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return fmt.Errorf("daemon: %s exists and is not a socket: remove it", sock)
+			return nil, "", fmt.Errorf("daemon: %s exists and is not a socket: remove it", sock)
 		}
 		if err := os.Remove(sock); err != nil {
-			return fmt.Errorf("daemon: remove the stale socket %s: %w", sock, err)
+			return nil, "", fmt.Errorf("daemon: remove the stale socket %s: %w", sock, err)
 		}
 	}
 	ul, err := net.Listen("unix", sock)
 	if err != nil {
-		return fmt.Errorf("daemon: listen on %s: %w", sock, err)
+		return nil, "", fmt.Errorf("daemon: listen on %s: %w", sock, err)
 	}
 	if u, ok := ul.(*net.UnixListener); ok {
 		u.SetUnlinkOnClose(false) // Close would unlink by path
 	}
-	defer root.Remove(SocketFile)
 	if err := os.Chmod(sock, 0o600); err != nil {
 		ul.Close()
-		return fmt.Errorf("daemon: make %s private: %w", sock, err)
+		os.Remove(sock)
+		return nil, "", fmt.Errorf("daemon: make %s private: %w", sock, err)
 	}
-	watch, err := watchList(dir, lock, sock)
-	if err != nil {
-		ul.Close()
-		return err
-	}
-	var tl net.Listener
-	if d.opts.Listen != "" {
-		if d.token, err = d.httpToken(dir); err != nil {
-			ul.Close()
-			return err
-		}
-		if tl, err = net.Listen("tcp", d.opts.Listen); err != nil {
-			ul.Close()
-			return fmt.Errorf("daemon: listen on %s: %w", d.opts.Listen, err)
-		}
-	}
+	return ul, sock, nil
+}
+
+// writeInfo records who the daemon is and where it listens in the state dir's info file.
+func (d *Daemon) writeInfo(dir, sock string, listeners []net.Listener) error {
 	d.info = Info{PID: os.Getpid(), Socket: sock, StartedAt: d.opts.Now().UTC(), Version: d.opts.Version}
-	if tl != nil {
-		d.info.Addr = tl.Addr().String()
+	if len(listeners) > 1 {
+		d.info.Addr = listeners[1].Addr().String()
 	}
 	b, _ := json.MarshalIndent(d.info, "", "  ")
 	infoPath := filepath.Join(dir, InfoFile)
 	if err := os.WriteFile(infoPath, append(b, '\n'), 0o600); err != nil {
-		ul.Close()
-		if tl != nil {
-			tl.Close()
-		}
 		return fmt.Errorf("daemon: write %s: %w", infoPath, err)
 	}
-	defer root.Remove(InfoFile)
+	return nil
+}
 
-	if d.opts.Mounts != nil {
-		d.mounts = d.opts.Mounts(d)
-	}
+// serve serves the API on each listener: the unix socket (its peers checked by
+// credentials) and the TCP address (behind the token). A server that fails reports on
+// the returned channel.
+func (d *Daemon) serve(listeners []net.Listener) ([]*http.Server, <-chan error) {
 	servers := []*http.Server{{Handler: d.handler(false), ReadHeaderTimeout: 10 * time.Second, ConnContext: peerContext}}
-	listeners := []net.Listener{ul}
-	if tl != nil {
+	if len(listeners) > 1 {
 		servers = append(servers, &http.Server{Handler: d.handler(true), ReadHeaderTimeout: 10 * time.Second})
-		listeners = append(listeners, tl)
 	}
 	serveErr := make(chan error, len(servers))
 	for i, s := range servers {
@@ -271,29 +327,33 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 		}()
 	}
-	d.log.Printf("started: pid %d, socket %s, http %q, version %s", d.info.PID, sock, d.info.Addr, d.info.Version)
-	d.recover(ctx)
-	if d.opts.Ready != nil {
-		d.opts.Ready(d.info)
-	}
+	return servers, serveErr
+}
+
+// awaitStop waits for the reason to stop: a signal, a shutdown request, a server that
+// failed, or the state dir moved away under the daemon. It returns the error Run ends
+// with (nil for a signal or a request).
+func (d *Daemon) awaitStop(ctx context.Context, dir string, watch []watched, serveErr <-chan error) error {
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	gone := watchStateDir(wctx, watch, d.opts.WatchEvery)
-	var runErr error
 	select {
 	case <-ctx.Done():
 		d.log.Printf("signalled: shutting down")
 	case <-d.shutdown:
 		d.log.Printf("asked to shut down (grace %s)", d.grace())
-	case runErr = <-serveErr:
-		d.log.Printf("serving failed: %v", runErr)
+	case err := <-serveErr:
+		d.log.Printf("serving failed: %v", err)
+		return err
 	case why := <-gone:
-		runErr = fmt.Errorf("daemon: %w: %s; no client can reach this daemon, so it stopped and suspended its runs (start a daemon on the state dir where it is now: luft daemon start --state-dir DIR)", ErrStateDirGone, why)
 		d.log.Printf("state dir %s moved or deleted (%s): shutting down", dir, why)
+		return fmt.Errorf("daemon: %w: %s; no client can reach this daemon, so it stopped and suspended its runs (start a daemon on the state dir where it is now: luft daemon start --state-dir DIR)", ErrStateDirGone, why)
 	}
-	stopWatch()
-	d.drain()
-	// Requests in flight (event streams) end with the servers.
+	return nil
+}
+
+// stopServers ends the servers; requests in flight (event streams) end with them.
+func stopServers(servers []*http.Server) {
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, s := range servers {
@@ -301,8 +361,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 			s.Close()
 		}
 	}
-	d.log.Printf("stopped")
-	return runErr
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		l.Close()
+	}
 }
 
 // checkDir creates the state dir and refuses one that every user may write: whoever can

@@ -8,43 +8,15 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/lua"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
 
-// StartRequest is the body of POST /api/runs: a script (or a path the daemon reads) and
-// how to run it.
-type StartRequest struct {
-	Script        string        `json:"script,omitempty"` // the workflow source; wins over reading Path
-	Path          string        `json:"path,omitempty"`   // the workflow file (its name when Script is given)
-	Args          any           `json:"args,omitempty"`
-	Backend       string        `json:"backend,omitempty"`
-	Model         string        `json:"model,omitempty"`
-	Class         string        `json:"class,omitempty"` // interactive (default) or batch
-	Concurrency   int           `json:"concurrency,omitempty"`
-	MaxAgentCalls int           `json:"max_agent_calls,omitempty"`
-	Timeout       time.Duration `json:"timeout_ns,omitempty"`
-	Caller        string        `json:"caller,omitempty"` // who asks (for fairness and the log)
-	// Unattended: no one answers the run's approvals, so a call that needs one fails
-	// instead of waiting (runtime.Spec.Unattended).
-	Unattended bool `json:"unattended,omitempty"`
-	// Quiet: the script came from a file its caller may not be shown (an MCP path), so
-	// its syntax errors never quote it (runtime.Spec.Quiet).
-	Quiet bool `json:"quiet,omitempty"`
-}
-
-// Spec is the request as a runtime.Spec, without any defaults of a config.
-func (r StartRequest) Spec() runtime.Spec {
-	s := runtime.Spec{Path: r.Path, Args: r.Args, Backend: r.Backend, Model: r.Model,
-		Class: agent.Class(r.Class), Concurrency: r.Concurrency, Timeout: r.Timeout,
-		Limits: lua.Limits{MaxAgentCalls: r.MaxAgentCalls}, Caller: r.Caller, Unattended: r.Unattended, Quiet: r.Quiet}
-	if r.Script != "" {
-		s.Source = []byte(r.Script)
-	}
-	return s
-}
+// StartRequest is the body of POST /api/runs (door.StartRequest, shared with the doors
+// that start runs here).
+type StartRequest = door.StartRequest
 
 // errStopping refuses new runs once the daemon shuts down.
 var errStopping = errors.New("the daemon is shutting down and admits no new runs; start it again (luft daemon start)")
@@ -153,6 +125,23 @@ func (d *Daemon) noteStorage(runID string, err error) {
 	} else {
 		msg = "a run could not start: " + msg
 	}
+	d.storageProblem.Store(&msg)
+	d.log.Printf("state dir: %s", msg)
+}
+
+// noteUnrecorded records, for the daemon's status, a failure of the state dir to record
+// a run a door drives without a VM (a proxy conversation): its turns are refused until
+// the state dir can be written. nil clears it once such a run is recorded again (and
+// leaves a problem noted by noteStorage, whose run still waits for a resume).
+func (d *Daemon) noteUnrecorded(err error) {
+	if err == nil {
+		if p := d.unrecorded.Swap(nil); p != nil {
+			d.storageProblem.CompareAndSwap(p, nil)
+		}
+		return
+	}
+	msg := "the proxy's turns are refused, since their runs cannot be recorded: " + err.Error()
+	d.unrecorded.Store(&msg)
 	d.storageProblem.Store(&msg)
 	d.log.Printf("state dir: %s", msg)
 }

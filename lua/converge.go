@@ -189,21 +189,44 @@ func (v *vm) convergeCheck(L *glua.LState) int {
 	if !ok {
 		return bad("argument 1 must be a list of items, got a %s", L.Get(1).Type())
 	}
-	// Every item goes into a producer's prompt as JSON; one that cannot (a cycle, a
-	// function) is refused here, where the caller sees why, rather than as a producer
-	// that failed inside the round.
+	if msg := v.convergeItems(items); msg != "" {
+		return bad("%s", msg)
+	}
+	if v.current == nil || v.current.topLevel {
+		v.raiseAt(L, "converge() is not allowed in a script's top-level code; call it from main() (top-level code only defines meta and functions)")
+	}
+	o := v.convergeDefaults(L)
+	switch opts := L.Get(2).(type) {
+	case *glua.LNilType:
+	case *glua.LTable:
+		if msg := v.setConvergeOptions(o, opts); msg != "" {
+			return bad("%s", msg)
+		}
+	default:
+		return bad("argument 2 must be an options table, got a %s", L.Get(2).Type())
+	}
+	L.Push(o)
+	return 1
+}
+
+// convergeItems checks that every item can go into a producer's prompt as JSON: one that
+// cannot (a cycle, a function) is refused here, where the caller sees why, rather than as
+// a producer that failed inside the round. It returns the problem, or "".
+func (v *vm) convergeItems(items *glua.LTable) string {
 	for i := 1; i <= items.Len(); i++ {
 		it := items.RawGetInt(i)
 		if _, isStr := it.(glua.LString); isStr {
 			continue
 		}
 		if _, err := v.codec.FromLua(it); err != nil {
-			return bad("item %d cannot be put in a prompt: %v", i, err)
+			return fmt.Sprintf("item %d cannot be put in a prompt: %v", i, err)
 		}
 	}
-	if v.current == nil || v.current.topLevel {
-		v.raiseAt(L, "converge() is not allowed in a script's top-level code; call it from main() (top-level code only defines meta and functions)")
-	}
+	return ""
+}
+
+// convergeDefaults is the options table with every default set.
+func (v *vm) convergeDefaults(L *glua.LState) *glua.LTable {
 	o := L.CreateTable(0, 12)
 	o.RawSetString("adversarial", glua.LTrue)
 	o.RawSetString("vote_threshold", glua.LNumber(0.7))
@@ -217,6 +240,13 @@ func (v *vm) convergeCheck(L *glua.LState) int {
 	o.RawSetString("producer_prompt", glua.LString(convergeProducerPrompt))
 	o.RawSetString("recheck_prompt", glua.LString(convergeRecheckPrompt))
 	o.RawSetString("adversary_prompt", glua.LString(convergeAdversaryPrompt))
+	o.RawSetString("finding_schema", defaultFindingSchema(L))
+	return o
+}
+
+// defaultFindingSchema is the JSON Schema of one finding: a title, and optionally a
+// detail and a severity (low, medium or high).
+func defaultFindingSchema(L *glua.LState) *glua.LTable {
 	finding := L.CreateTable(0, 3)
 	finding.RawSetString("type", glua.LString("object"))
 	props := L.CreateTable(0, 3)
@@ -236,70 +266,64 @@ func (v *vm) convergeCheck(L *glua.LState) int {
 	req := L.NewTable()
 	req.Append(glua.LString("title"))
 	finding.RawSetString("required", req)
-	o.RawSetString("finding_schema", finding)
+	return finding
+}
 
-	switch opts := L.Get(2).(type) {
-	case *glua.LNilType:
-	case *glua.LTable:
-		var msg string
-		opts.ForEach(func(k, val glua.LValue) {
-			if msg != "" {
-				return
-			}
-			key := k.String()
-			whole := func(lo, hi int) {
-				n, ok := val.(glua.LNumber)
-				if !ok || !wholeIn(float64(n), float64(lo), float64(hi)) {
-					msg = fmt.Sprintf("option %s must be a whole number from %d to %d, got %s", key, lo, hi, val.String())
-					return
-				}
-				o.RawSetString(key, n)
-			}
-			switch key {
-			case "adversarial":
-				b, ok := val.(glua.LBool)
-				if !ok {
-					msg = fmt.Sprintf("option adversarial must be true or false, got %s", val.String())
-					return
-				}
-				o.RawSetString(key, b)
-			case "vote_threshold":
-				n, ok := val.(glua.LNumber)
-				if !ok || n < 0 || n > 1 || math.IsNaN(float64(n)) {
-					msg = fmt.Sprintf("option vote_threshold must be a number from 0 to 1, got %s", val.String())
-					return
-				}
-				o.RawSetString(key, n)
-			case "max_rounds":
-				whole(1, 20)
-			case "producers_per_item", "adversaries_per_finding":
-				whole(1, 16)
-			case "model", "backend", "producer_prompt", "adversary_prompt", "recheck_prompt":
-				s, ok := val.(glua.LString)
-				if !ok || strings.TrimSpace(string(s)) == "" {
-					msg = fmt.Sprintf("option %s must be a non-empty string, got %s", key, val.String())
-					return
-				}
-				o.RawSetString(key, s)
-			case "schema":
-				sch, err := v.schemaValue(val)
-				if err != nil {
-					msg = "option schema (the JSON Schema of one finding): " + err.Error()
-					return
-				}
-				o.RawSetString("finding_schema", sch)
-			default:
-				msg = unknownOption(key, convergeOptions)
-			}
-		})
-		if msg != "" {
-			return bad("%s", msg)
+// setConvergeOptions sets the script's options over the defaults in o. It returns the
+// first problem, or "".
+func (v *vm) setConvergeOptions(o, opts *glua.LTable) string {
+	var msg string
+	opts.ForEach(func(k, val glua.LValue) {
+		if msg == "" {
+			msg = v.setConvergeOption(o, k.String(), val)
 		}
-	default:
-		return bad("argument 2 must be an options table, got a %s", L.Get(2).Type())
+	})
+	return msg
+}
+
+// setConvergeOption checks one option and sets it in o; it returns the problem, or "".
+func (v *vm) setConvergeOption(o *glua.LTable, key string, val glua.LValue) string {
+	whole := func(lo, hi int) string {
+		n, ok := val.(glua.LNumber)
+		if !ok || !wholeIn(float64(n), float64(lo), float64(hi)) {
+			return fmt.Sprintf("option %s must be a whole number from %d to %d, got %s", key, lo, hi, val.String())
+		}
+		o.RawSetString(key, n)
+		return ""
 	}
-	L.Push(o)
-	return 1
+	switch key {
+	case "adversarial":
+		b, ok := val.(glua.LBool)
+		if !ok {
+			return fmt.Sprintf("option adversarial must be true or false, got %s", val.String())
+		}
+		o.RawSetString(key, b)
+	case "vote_threshold":
+		n, ok := val.(glua.LNumber)
+		if !ok || n < 0 || n > 1 || math.IsNaN(float64(n)) {
+			return fmt.Sprintf("option vote_threshold must be a number from 0 to 1, got %s", val.String())
+		}
+		o.RawSetString(key, n)
+	case "max_rounds":
+		return whole(1, 20)
+	case "producers_per_item", "adversaries_per_finding":
+		return whole(1, 16)
+	case "model", "backend", "producer_prompt", "adversary_prompt", "recheck_prompt":
+		s, ok := val.(glua.LString)
+		if !ok || strings.TrimSpace(string(s)) == "" {
+			return fmt.Sprintf("option %s must be a non-empty string, got %s", key, val.String())
+		}
+		o.RawSetString(key, s)
+	case "schema":
+		sch, err := v.schemaValue(val)
+		if err != nil {
+			return "option schema (the JSON Schema of one finding): " + err.Error()
+		}
+		o.RawSetString("finding_schema", sch)
+	default:
+		return unknownOption(key, convergeOptions)
+	}
+	return ""
 }
 
 // schemaValue checks a schema given as a table or a JSON string and returns it as a table.

@@ -19,6 +19,21 @@
 // frame — a table.sort comparator, a string.gsub callback, a metamethod — ends the run
 // with a clear error instead of panicking the host.
 //
+// # Where the code is
+//
+// vm.go is the run: the VM, its tasks and the driver loop. Around it: config.go (Limits,
+// Config), compile.go (Program, syntax errors), sandbox.go (the globals and the prelude),
+// meta.go (the checks of main and meta), guards.go (where an effect may run: not at the
+// top level, not under a Go frame, not nested without end), where.go (script positions),
+// errors.go (ScriptError and how a run stops) and explain.go (messages about nil). Each
+// primitive has its own file: agent.go, parallel.go (parallel and pmap), pipeline.go,
+// workflow.go, phase.go, log.go (log and print), budget.go, report.go, values.go
+// (luft.now, luft.random, luft.uuid) and converge.go; effects.go and options.go hold what
+// they share. strformat.go and strpattern.go are string.format and the pattern
+// functions, concat.go compiles `..` chains, refs.go keeps the host's addresses and the
+// real string metatable out of a script's sight, grow.go bounds table growth and shape.go
+// the shape of a script.
+//
 // # Rules for script authors
 //
 //   - Globals: assert error ipairs next pairs pcall xpcall select tonumber tostring type

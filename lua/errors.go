@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -148,4 +149,116 @@ func clipErrorText(s string) string {
 		n--
 	}
 	return s[:n] + fmt.Sprintf("… (%d bytes more)", len(s)-n)
+}
+
+func (v *vm) cancelled(err error) error {
+	cause := context.Cause(v.ctx)
+	if cause == nil {
+		cause = err
+	}
+	var se *ScriptError
+	if errors.As(cause, &se) {
+		return se
+	}
+	return &ScriptError{Kind: KindCancelled, Msg: "run stopped: " + cause.Error(), Cause: cause}
+}
+
+// interrupted is cancelled for an error raised inside the VM by the context check: it
+// keeps the script position the VM was at, so a limit names the line it stopped.
+func (v *vm) interrupted(resumeErr error, th *glua.LState) error {
+	err := v.cancelled(v.ctx.Err())
+	var ae *glua.ApiError
+	var se *ScriptError
+	if errors.As(resumeErr, &ae) && errors.As(err, &se) && se.Where == "" {
+		where, _ := splitWhere(ae.Object.String())
+		if where == "" {
+			// Stopped in the prelude (the Lua side of pcall): the coroutine's frames are
+			// still there, the script's below the prelude's.
+			where = scriptFrame(th)
+		}
+		if where != "" {
+			cp := *se
+			cp.Where = where
+			return &cp
+		}
+	}
+	return err
+}
+
+// overflowError turns gopher-lua's call stack overflow, raised without a script position
+// (and as a Go panic inside the VM), into the call depth limit error at the script line
+// of the innermost frame of th, the coroutine that overflowed. It returns nil for any
+// other error.
+func (v *vm) overflowError(th *glua.LState, err error) *ScriptError {
+	var ae *glua.ApiError
+	if !errors.As(err, &ae) {
+		return nil
+	}
+	// The exact text of gopher-lua's panic: a script's own error("... stack overflow")
+	// stays an ordinary error that pcall may catch.
+	if msg, ok := ae.Object.(glua.LString); !ok || msg != "lua callstack overflow" {
+		return nil
+	}
+	where := ""
+	for level := 0; where == "" && level < 8; level++ {
+		dbg, ok := th.GetStack(level)
+		if !ok {
+			break
+		}
+		if _, err := th.GetInfo("Sl", dbg, glua.LNil); err == nil && dbg.CurrentLine > 0 && dbg.Source != "<prelude>" {
+			where = fmt.Sprintf("%s:%d", dbg.Source, dbg.CurrentLine)
+		}
+	}
+	return &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf("call depth limit (%d frames) exceeded: unbounded recursion?", v.lim.MaxCallDepth)}
+}
+
+// raiseFatal ends the run with a limit error that pcall cannot catch.
+func (v *vm) raiseFatal(L *glua.LState, format string, args ...any) int {
+	return v.raiseFatalKind(L, KindLimit, format, args...)
+}
+
+// raiseFatalKind ends the run with an error of the given kind that pcall cannot catch
+// (a limit, or an invalid agent option: mistakes in the script, not failures of a call).
+func (v *vm) raiseFatalKind(L *glua.LState, kind ErrorKind, format string, args ...any) int {
+	where := v.where(L)
+	se := &ScriptError{Kind: kind, Where: where, Msg: fmt.Sprintf(format, args...)}
+	v.fatal = se
+	L.RaiseError("%s", se.Msg)
+	return 0
+}
+
+// scriptError turns an error from Resume into a *ScriptError with a script position.
+func (v *vm) scriptError(err error, kind ErrorKind) error {
+	if v.fatal != nil {
+		return v.fatal
+	}
+	var se *ScriptError
+	if errors.As(err, &se) {
+		return se
+	}
+	if v.ctx.Err() != nil {
+		return v.cancelled(v.ctx.Err())
+	}
+	var ae *glua.ApiError
+	if errors.As(err, &ae) {
+		where, rest := splitWhere(v.errorText(ae.Object))
+		if where == "" {
+			// gopher-lua raises its depth errors ("stack overflow") without a
+			// position; the traceback's innermost script frame has it.
+			if m := traceWhereRe.FindStringSubmatch(ae.StackTrace); m != nil {
+				where = m[1]
+			}
+		}
+		if strings.Contains(rest, "stack overflow") {
+			return &ScriptError{Kind: KindLimit, Where: where, Msg: fmt.Sprintf("call depth limit (%d frames) exceeded: unbounded recursion?", v.lim.MaxCallDepth), Trace: ae.StackTrace}
+		}
+		if strings.Contains(rest, "registry overflow") {
+			return &ScriptError{Kind: KindLimit, Where: where, Msg: "Lua stack limit exceeded (too many values on the stack)", Trace: ae.StackTrace}
+		}
+		if where != "" {
+			_, rest = splitWhere(v.explain(where + ": " + rest))
+		}
+		return &ScriptError{Kind: kind, Where: where, Msg: rest, Trace: ae.StackTrace}
+	}
+	return &ScriptError{Kind: kind, Msg: err.Error()}
 }

@@ -45,7 +45,7 @@ func (s *Server) await(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 		return ToolError("workflow_await: run %s: %v", a.RunID, err), nil
 	}
 	v := runView(info.Run, info.Phases, true)
-	text := v.text()
+	text := runText(v)
 	switch info.Status {
 	case storage.StatusRunning:
 		text += fmt.Sprintf("\nstill running after %s: call workflow_await again", wait)

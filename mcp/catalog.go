@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/adapters/tools"
 	"github.com/luft-run/luft/config"
 )
@@ -33,16 +34,7 @@ func CatalogOf(set *tools.Set, approval string, servers []ServerInfo) ToolCatalo
 // CatalogFromConfig is what sub-agents may call under cfg: the built-in tools of its
 // [tools] table and its [mcp_servers].
 func CatalogFromConfig(cfg config.Config) (ToolCatalog, error) {
-	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
-		Approval: tools.Approval(cfg.Tools.Approval), CommandTimeout: cfg.Tools.CommandTimeout,
-		Env: cfg.Tools.Env, Writable: cfg.Tools.Writable,
-		Readable: cfg.Tools.Readable, Network: cfg.Tools.Network, Unconfined: cfg.Tools.Unconfined}
-	for _, n := range cfg.Tools.Destructive {
-		if !strings.Contains(n, "__") { // an upstream tool's name is known once its server runs
-			tc.Destructive = append(tc.Destructive, n)
-		}
-	}
-	set, err := tools.New(tc)
+	set, err := tools.New(setup.BuiltinToolsConfig(cfg, nil))
 	if err != nil {
 		return ToolCatalog{}, err
 	}

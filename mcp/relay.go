@@ -332,9 +332,12 @@ func (r *Relay) generation() int {
 
 // post sends one message on the current connection and writes what comes back.
 func (r *Relay) post(ctx context.Context, m message, line []byte, handshake bool) error {
-	// Wait for a reconnect under way: its new session is the one to use.
+	// Wait for a reconnect under way: its new session is the one to use. The lock is a
+	// barrier, held by reconnect alone; a post must not hold it while its request is in
+	// flight, or a reconnect would wait for every slow call.
 	r.reconnect.Lock()
-	r.reconnect.Unlock() //nolint:staticcheck // a barrier, not a critical section
+	//lint:ignore SA2001 the empty critical section is the barrier: it waits for a reconnect that holds the lock
+	r.reconnect.Unlock()
 	r.mu.Lock()
 	httpc, url, session, version := r.httpc, r.url, r.session, r.version
 	r.mu.Unlock()

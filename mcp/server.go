@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -30,10 +30,11 @@ const Name = "luft"
 // daemon's own directory. Only an absolute path is taken.
 const HeaderWorkdir = "Luft-Workdir"
 
-// Host starts runs for the door. (*daemon.Daemon).Start is one (the run is hosted by the
-// daemon and outlives the MCP client); ServiceHost starts them on a local Service.
+// Host starts runs for the door: all the door needs of the process it is served in, so it
+// depends on no host package. The daemon's Start is one (the run is hosted by the daemon
+// and outlives the MCP client); ServiceHost starts them on a local Service.
 type Host interface {
-	Start(ctx context.Context, req daemon.StartRequest) (*runtime.Run, error)
+	Start(ctx context.Context, req door.StartRequest) (*runtime.Run, error)
 }
 
 // ServiceHost starts runs on a Service in this process (luft mcp serve --standalone).
@@ -41,13 +42,13 @@ type ServiceHost struct {
 	Service *runtime.Service
 	// NewSpec turns a request into what the Service runs (the CLI applies the config's
 	// limits and defaults); nil uses the request as it is.
-	NewSpec func(daemon.StartRequest) (runtime.Spec, error)
+	NewSpec func(door.StartRequest) (runtime.Spec, error)
 	// Backends, when set, checks a request's backend before the run starts.
 	Backends runtime.BackendSource
 }
 
 // Start runs req on the Service; the run lives on after ctx ends.
-func (h ServiceHost) Start(ctx context.Context, req daemon.StartRequest) (*runtime.Run, error) {
+func (h ServiceHost) Start(ctx context.Context, req door.StartRequest) (*runtime.Run, error) {
 	if req.Class != "" && req.Class != string(agent.ClassInteractive) && req.Class != string(agent.ClassBatch) {
 		return nil, fmt.Errorf("invalid class %q: use interactive or batch", req.Class)
 	}
@@ -83,7 +84,7 @@ type Options struct {
 	// asked for them, so a client's request timeout does not fire; default 10 s.
 	ProgressEvery time.Duration
 	// Validate dry-runs a workflow for workflow_validate; default DryRun.
-	Validate func(ctx context.Context, req daemon.StartRequest) (ValidateResult, error)
+	Validate func(ctx context.Context, req door.StartRequest) (ValidateResult, error)
 	Log      *log.Logger // nil = discarded
 	// Catalog lists what sub-agents may call (the tools tool, and spawn's check of tool
 	// names); nil = unknown (spawn passes names on, the agent call reports unknown ones).
@@ -235,7 +236,7 @@ func (s *Server) Handler() http.Handler {
 const MaxBody = 4 * MaxScript
 
 // Mount is the Handler as a daemon door at /mcp (it needs the daemon's token over HTTP).
-func (s *Server) Mount() daemon.Mount { return daemon.Mount{Pattern: "/mcp", Handler: s.Handler()} }
+func (s *Server) Mount() door.Mount { return door.Mount{Pattern: "/mcp", Handler: s.Handler()} }
 
 // ServeStdio serves one client on in/out (newline-delimited JSON-RPC) until in ends or
 // ctx is done.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/internal/schema"
 	"github.com/luft-run/luft/runtime"
@@ -81,13 +81,9 @@ type SubagentView struct {
 	Pend   []ApprovalView `json:"pending_approvals,omitempty"`
 }
 
-// ApprovalView is a tool call of a run waiting for the user's answer (approve).
-type ApprovalView struct {
-	ApprovalID string `json:"approval_id"`
-	Tool       string `json:"tool"`
-	Arguments  string `json:"arguments"`
-	CallKey    string `json:"call_key"`
-}
+// ApprovalView is a tool call of a run waiting for the user's answer (approve), in the
+// shape every door shows it (door.Approval).
+type ApprovalView = door.Approval
 
 // AwaitResult is await's and run's answer.
 type AwaitResult struct {
@@ -285,7 +281,7 @@ func (sa *subagents) start(ctx context.Context, tool string, a SpawnArgs) (strin
 	if err := checkArgs(tool, args); err != nil {
 		return "", ToolError("%v", err)
 	}
-	run, err := sa.s.host.Start(ctx, daemon.StartRequest{Script: subagentScript, Path: SubagentWorkflow, Args: args,
+	run, err := sa.s.host.Start(ctx, door.StartRequest{Script: subagentScript, Path: SubagentWorkflow, Args: args,
 		Backend: a.Backend, Model: a.Model, Class: a.Class, Caller: Caller(ctx)})
 	if err != nil {
 		return "", ToolError("%s: %v", tool, err)
@@ -529,13 +525,7 @@ type subagentReport struct {
 }
 
 // approvalViews shows a run's pending approvals.
-func approvalViews(pending []runtime.Approval) []ApprovalView {
-	var out []ApprovalView
-	for _, p := range pending {
-		out = append(out, ApprovalView{ApprovalID: p.ID, Tool: p.Tool, Arguments: p.Arguments, CallKey: p.CallKey})
-	}
-	return out
-}
+func approvalViews(pending []runtime.Approval) []ApprovalView { return door.NewApprovals(pending) }
 
 // approvalText tells the caller how to answer a run's pending approvals.
 func approvalText(runID string, pending []runtime.Approval) string {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
-	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -23,7 +23,7 @@ const dryRunTimeout = 30 * time.Second
 // on the offline mock backend in a throw-away state dir, for at most 30 s and 10000
 // agent calls. A script that fails is a result (OK false) saying where; an error is a
 // failure of the check itself.
-func DryRun(ctx context.Context, req daemon.StartRequest) (ValidateResult, error) {
+func DryRun(ctx context.Context, req door.StartRequest) (ValidateResult, error) {
 	dir, err := os.MkdirTemp("", "luft-validate-")
 	if err != nil {
 		return ValidateResult{}, fmt.Errorf("dry run: %w", err)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
@@ -45,58 +45,25 @@ const (
 	maxConcurrency = 10000
 )
 
-// RunView is a run as the workflow tools show it.
-type RunView struct {
-	RunID       string              `json:"run_id"`
-	Workflow    string              `json:"workflow"`
-	Status      string              `json:"status" jsonschema:"enum=running,enum=awaiting_approval,enum=completed,enum=failed,enum=cancelled,enum=suspended,enum=interrupted"`
-	Error       string              `json:"error,omitempty"`
-	Attempt     int                 `json:"attempt"`
-	Agents      storage.AgentCounts `json:"agents"`
-	Usage       storage.Usage       `json:"usage"`
-	Cost        float64             `json:"cost"`
-	Phases      []PhaseView         `json:"phases,omitempty"`
-	CreatedAt   time.Time           `json:"created_at"`
-	FinishedAt  *time.Time          `json:"finished_at,omitempty"`
-	ResumeAfter *time.Time          `json:"resume_after,omitempty"`
-	// Report is the run's report (what the script passed to report()), once it has one.
-	Report any `json:"report,omitempty" jsonschema_description:"what the script passed to report(): any JSON value"`
-	// Pending are tool calls waiting for the user's answer (status awaiting_approval):
-	// answer with approve{run_id, approval_id, allow}.
-	Pending []ApprovalView `json:"pending_approvals,omitempty"`
-}
+// RunView is a run as the workflow tools show it: the one shape of a run every door
+// answers with (door.Run), so workflow_status says what `luft status --json` and the
+// daemon API say.
+type RunView = door.Run
 
 // PhaseView is one phase of a run.
-type PhaseView struct {
-	ID        int    `json:"id"`
-	Label     string `json:"label"`
-	Status    string `json:"status"`
-	Planned   int    `json:"planned"`
-	OK        int    `json:"ok"`
-	Failed    int    `json:"failed"`
-	Cancelled int    `json:"cancelled"`
-}
+type PhaseView = door.Phase
 
 func runView(r storage.Run, phases []storage.Phase, withReport bool) RunView {
-	v := RunView{RunID: r.ID, Workflow: r.Workflow, Status: r.Status, Error: r.Error, Attempt: r.Attempt,
-		Agents: r.Agents, Usage: r.Usage, Cost: r.Cost, CreatedAt: r.CreatedAt}
-	if !r.FinishedAt.IsZero() {
-		v.FinishedAt = &r.FinishedAt
-	}
-	if !r.ResumeAfter.IsZero() {
-		v.ResumeAfter = &r.ResumeAfter
-	}
-	for _, p := range phases {
-		v.Phases = append(v.Phases, PhaseView{ID: p.ID, Label: p.Label, Status: p.Status, Planned: p.Planned, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
-	}
-	if withReport && r.HasReport {
-		v.Report = json.RawMessage(r.Report)
+	v := door.NewRun(r)
+	v.Phases = door.NewPhases(phases)
+	if withReport {
+		v = v.WithReport(r)
 	}
 	return v
 }
 
 // summary is a run in one line of text.
-func (v RunView) summary() string {
+func summary(v RunView) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "run %s (%s): %s", v.RunID, v.Workflow, v.Status)
 	if v.Attempt > 1 {
@@ -113,8 +80,8 @@ func (v RunView) summary() string {
 	return b.String()
 }
 
-func (v RunView) text() string {
-	s := v.summary()
+func runText(v RunView) string {
+	s := summary(v)
 	if r, ok := v.Report.(json.RawMessage); ok {
 		s += "\nreport: " + string(r)
 	}
@@ -379,7 +346,7 @@ func (s *Server) execute(ctx context.Context, req mcp.CallToolRequest) (*mcp.Cal
 	if a.Args != nil {
 		args = a.Args
 	}
-	run, err := s.host.Start(ctx, daemon.StartRequest{Script: string(src), Path: abs, Args: args, Backend: a.Backend, Model: a.Model,
+	run, err := s.host.Start(ctx, door.StartRequest{Script: string(src), Path: abs, Args: args, Backend: a.Backend, Model: a.Model,
 		Class: a.Class, Concurrency: a.Concurrency, Caller: Caller(ctx), Quiet: abs != ""})
 	if err != nil {
 		return ToolError("workflow_execute: %v", err), nil
@@ -427,7 +394,7 @@ func (s *Server) status(ctx context.Context, req mcp.CallToolRequest) (*mcp.Call
 	}
 	v := runView(info.Run, info.Phases, true)
 	v.Pending = approvalViews(info.Pending)
-	return Result(v, v.text()+approvalText(info.ID, info.Pending)), nil
+	return Result(v, runText(v)+approvalText(info.ID, info.Pending)), nil
 }
 
 type eventsArgs struct {
@@ -574,7 +541,7 @@ func (s *Server) listRuns(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 		fmt.Fprintf(&b, " (more: cursor %s)", page.NextCursor)
 	}
 	for _, r := range page.Runs {
-		b.WriteString("\n" + r.summary())
+		b.WriteString("\n" + summary(r))
 	}
 	return Result(page, b.String()), nil
 }
@@ -670,7 +637,7 @@ func (s *Server) validate(ctx context.Context, req mcp.CallToolRequest) (*mcp.Ca
 	if a.Args != nil {
 		args = a.Args
 	}
-	res, err := s.opts.Validate(ctx, daemon.StartRequest{Script: string(src), Path: abs, Args: args, Quiet: abs != ""})
+	res, err := s.opts.Validate(ctx, door.StartRequest{Script: string(src), Path: abs, Args: args, Quiet: abs != ""})
 	if err != nil {
 		return ToolError("workflow_validate: %v", err), nil
 	}

@@ -28,6 +28,19 @@
 // event per turn (tokens, cost, the wait in luft's queue); the response says which run
 // a turn joined in the x-luft-run header.
 //
+// Records. The runs are recorded through Options.Service, as the external runs of the
+// process's runtime (runtime.Service.OpenExternal): every write is durable when it
+// returns, and the writes of many runs share the store's commits. A run's first turn is
+// sent upstream once the run is stored (list and status show it while the turn is
+// upstream); a later turn's agent_started is stored while the turn is on its way, and
+// nothing of the answer goes to the client before it is. A turn is answered only once
+// its agent_done is stored: a whole answer (up to 8 MiB) is held with its status until
+// then, and a stream passes through but for its closing data: [DONE]. A state dir that
+// cannot record a turn (full,
+// read-only) gets the client a 503 luft_state_unwritable naming the state dir and the
+// fix, in place of the answer or of the [DONE] when only the turn's end failed; the
+// runtime tells its watcher (the daemon's status, see Service.NotifyUnrecorded).
+//
 // Auth. The client's Authorization header goes upstream unless the backend's config
 // names a key (api_key_env), which then replaces it. A client's credentials are meant
 // for the upstream its request names, at the origins (scheme, host and port) of that

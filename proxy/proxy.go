@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/config"
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
-	"github.com/luft-run/luft/storage"
 )
 
 // Upstream is one OpenAI-compatible backend the proxy sends turns to: a [backends.NAME]
@@ -40,15 +40,6 @@ type Upstream struct {
 	origins map[string]bool // of BaseURL and Replicas: where the client's credentials may go
 }
 
-// RunHost is what the proxy needs of the runtime for its runs to show as running in
-// list and status (runtime.Service implements it).
-type RunHost interface {
-	// Host marks run id as driven by this process until release is called.
-	Host(id string) (release func())
-	// List lists runs as status shows them (interrupted: running, process gone).
-	List(ctx context.Context, opts storage.ListOptions) ([]storage.Run, error)
-}
-
 // Options configure a Proxy.
 type Options struct {
 	Upstreams []Upstream
@@ -57,10 +48,11 @@ type Options struct {
 	Default string
 	// Scheduler admits every turn: the process's one scheduler (required).
 	Scheduler scheduler.Scheduler
-	// Store records the proxy's runs and their turns; nil = not recorded.
-	Store storage.Store
-	// Host keeps the recorded runs shown as running; nil = none.
-	Host RunHost
+	// Service records the proxy's runs and their turns, as the external runs of the
+	// process's runtime (runtime.Service.OpenExternal), and shows them running in list
+	// and status while the proxy drives them; nil = not recorded. No answer is given
+	// before its turn's start and end are recorded (see the package doc).
+	Service *runtime.Service
 	// Clock reads the time and times the expiry of idle runs; default the wall clock.
 	Clock scheduler.Clock
 	// IdleTTL ends a run with no turn for this long; default 15 minutes.
@@ -80,11 +72,9 @@ type Options struct {
 	// Transport sends the upstream requests; default a transport tuned for many
 	// concurrent streams to few hosts.
 	Transport http.RoundTripper
-	// Log receives the proxy's own problems (storage failures); never keys. Default
-	// discard.
+	// Log receives the proxy's own problems (its state dir failing, an upstream that
+	// cannot list its models); never keys. Default discard.
 	Log io.Writer
-	// PID is recorded as the owner of the proxy's runs; default the process's.
-	PID int
 }
 
 // Proxy serves the OpenAI-compatible endpoint. It is an http.Handler; Close ends its
@@ -98,7 +88,6 @@ type Proxy struct {
 	client  *http.Client
 	log     *log.Logger
 	runs    *table
-	rec     *recorder
 	mux     *http.ServeMux
 	closed  chan struct{}
 
@@ -214,8 +203,7 @@ func New(opts Options) (*Proxy, error) {
 		}
 	}
 	p.models = slices.Sorted(maps.Keys(p.byModel))
-	p.rec = newRecorder(opts.Store, opts.Host, p.log, opts.IdleTTL)
-	p.runs = newTable(opts.MaxRuns, opts.MaxToolIDs, p.rec)
+	p.runs = newTable(opts.MaxRuns, opts.MaxToolIDs, opts.Service, opts.IdleTTL, p.log)
 	p.endStale()
 	p.mux = http.NewServeMux()
 	p.mux.HandleFunc("POST /v1/chat/completions", p.chat)
@@ -249,8 +237,8 @@ func (p *Proxy) authorized(r *http.Request) bool {
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(p.opts.Token)) == 1
 }
 
-// Close ends every run the proxy tracks (each is stored completed) and waits until
-// what it recorded is written. Requests still in flight finish on their own.
+// Close ends every run the proxy tracks (each is stored completed) and returns once
+// their ends are written. Requests still in flight finish on their own.
 func (p *Proxy) Close() error {
 	select {
 	case <-p.closed:
@@ -265,8 +253,10 @@ func (p *Proxy) Close() error {
 		}
 	}
 	p.tmu.Unlock()
-	p.runs.endAll(p.opts.Clock.Now(), "the proxy stopped")
-	p.rec.close()
+	if err := p.runs.endAll(p.opts.Clock.Now(), "the proxy stopped").do(context.Background()); err != nil {
+		p.log.Printf("record the end of its runs: %v", err)
+		return fmt.Errorf("proxy: record the end of its runs: %w", err)
+	}
 	return nil
 }
 
@@ -295,7 +285,9 @@ func (p *Proxy) armSweep() {
 		if p.isClosed() {
 			return
 		}
-		p.runs.expire(p.opts.Clock.Now(), p.opts.IdleTTL)
+		if err := p.runs.expire(p.opts.Clock.Now(), p.opts.IdleTTL).do(context.Background()); err != nil {
+			p.log.Printf("record the end of idle runs: %v", err)
+		}
 		p.armSweep()
 	})
 }
@@ -306,7 +298,7 @@ const cancelPoll = time.Second
 
 // armCancelPoll schedules the next look for cancel requests.
 func (p *Proxy) armCancelPoll() {
-	if p.opts.Store == nil {
+	if p.opts.Service == nil {
 		return
 	}
 	p.tmu.Lock()
@@ -327,38 +319,27 @@ func (p *Proxy) armCancelPoll() {
 func (p *Proxy) cancelRequested() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	runs, err := p.opts.Store.ListRuns(ctx, storage.ListOptions{Status: storage.StatusRunning})
+	ids, err := p.opts.Service.CancelRequests(ctx, workflowPrefix)
 	if err != nil {
-		p.log.Printf("look for cancelled runs: %v", err)
+		p.log.Printf("%v", err)
 		return
 	}
-	var ids []string
-	for _, r := range runs {
-		if r.CancelRequested && strings.HasPrefix(r.Workflow, workflowPrefix) {
-			ids = append(ids, r.ID)
-		}
-	}
 	if len(ids) > 0 {
-		p.runs.cancel(ids, p.opts.Clock.Now())
+		if err := p.runs.cancel(ids, p.opts.Clock.Now()).do(ctx); err != nil {
+			p.log.Printf("record the end of cancelled runs: %v", err)
+		}
 	}
 }
 
 // endStale ends the proxy runs left running by a process that is gone.
 func (p *Proxy) endStale() {
-	if p.opts.Host == nil || p.opts.Store == nil {
+	if p.opts.Service == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	runs, err := p.opts.Host.List(ctx, storage.ListOptions{Status: storage.StatusInterrupted})
-	if err != nil {
-		p.log.Printf("end runs left by a stopped proxy: %v", err)
-		return
-	}
-	for _, r := range runs {
-		if strings.HasPrefix(r.Workflow, workflowPrefix) {
-			p.rec.endStale(ctx, r, p.opts.Clock.Now())
-		}
+	if err := p.opts.Service.EndLeft(ctx, workflowPrefix, "ended: the proxy that hosted it stopped"); err != nil {
+		p.log.Printf("%v", err)
 	}
 }
 
@@ -451,7 +432,12 @@ func (p *Proxy) deleteRun(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_run_id", fmt.Sprintf("run id of %d bytes: at most %d", len(id), maxHeaderValue))
 		return
 	}
-	ended, ok := p.runs.end(callerOr(caller), id, p.opts.Clock.Now(), "ended by DELETE /v1/runs")
+	ended, ok, ws := p.runs.end(callerOr(caller), id, p.opts.Clock.Now(), "ended by DELETE /v1/runs")
+	if err := ws.do(context.Background()); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
+			fmt.Sprintf("run %q ended, but luft could not record its end in its state dir: %v", id, err))
+		return
+	}
 	if !ok {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "run_not_found",
 			fmt.Sprintf("no live run %q for caller %q (runs are named per caller: send the same x-luft-caller; a run ends by itself after %s idle)", id, callerOr(caller), p.opts.IdleTTL))

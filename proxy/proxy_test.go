@@ -11,10 +11,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
+
+// recordIn is a runtime over st that records the proxy's runs, as a luft process has.
+func recordIn(t *testing.T, st storage.Store) *runtime.Service {
+	t.Helper()
+	svc, err := runtime.New(runtime.Options{Store: st, Backends: adapters.NewRegistry("mock"), Caller: "proxy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
 
 // fixture is a proxy in front of a fake engine on loopback.
 type fixture struct {
@@ -59,7 +71,7 @@ func newFixture(t *testing.T, fo fixtureOpts) *fixture {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		o.Store, f.store = st, st
+		o.Service, f.store = recordIn(t, st), st
 	}
 	if fo.opts != nil {
 		fo.opts(&o)

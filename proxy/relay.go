@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -51,37 +52,52 @@ func (r *relayed) usage(estIn int) agent.Usage {
 }
 
 // relay passes resp on to the client as it arrives: headers and status as sent, then
-// the body, flushed after every read for a stream.
+// the body, flushed after every read for a stream. What tells the client the answer is
+// complete waits for the turn's end to be recorded (deliver): a whole answer of at most
+// maxParsed bytes is held with its status and headers, and a stream's closing
+// data: [DONE] is held.
 func (t *turn) relay(resp *http.Response) relayed {
 	var res relayed
-	h := t.w.Header()
-	copyHeader(h, resp.Header)
-	t.w.WriteHeader(resp.StatusCode)
-	t.wrote = true
-	rc := http.NewResponseController(t.w)
+	if err := t.started(); err != nil {
+		// Nothing of the answer goes to the client without the turn's start recorded; the
+		// upstream answered, so the scheduler is told nothing went wrong there.
+		writeError(t.w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
+			"luft could not record this turn in its state dir, so it withholds the answer: "+err.Error())
+		t.wrote = true
+		return res
+	}
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
-	var (
-		lines sseLines
-		whole bytes.Buffer
-	)
+	copyHeader(t.w.Header(), resp.Header)
+	if sse {
+		// Its end may be replaced by an error (deliver): the stream is sent chunked.
+		t.w.Header().Del("Content-Length")
+		t.w.WriteHeader(resp.StatusCode)
+		t.wrote = true
+		return t.relayStream(resp, &res)
+	}
+	var whole bytes.Buffer
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
+	held := true // the answer so far is in whole, not yet written
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
-			if _, err := t.w.Write(buf[:n]); err != nil {
-				res.err = err
-				return res
-			}
-			if sse {
-				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			if held && whole.Len()+n > maxParsed {
+				// Too long to hold: it passes through, and its usage is estimated.
+				held = false
+				t.w.WriteHeader(resp.StatusCode)
+				t.wrote = true
+				if _, err := t.w.Write(whole.Bytes()); err != nil {
 					res.err = err
 					return res
 				}
-				lines.feed(buf[:n], &res)
-			} else if resp.StatusCode == http.StatusOK && whole.Len()+n <= maxParsed {
+			}
+			if held {
 				whole.Write(buf[:n])
+			} else if _, err := t.w.Write(buf[:n]); err != nil {
+				res.err = err
+				return res
 			}
 		}
 		if rerr == io.EOF {
@@ -89,15 +105,113 @@ func (t *turn) relay(resp *http.Response) relayed {
 		}
 		if rerr != nil {
 			res.err = rerr
+			if held {
+				// The upstream broke off: the client gets what came, as it would have.
+				t.w.WriteHeader(resp.StatusCode)
+				t.wrote = true
+				_, _ = t.w.Write(whole.Bytes())
+			}
 			return res
 		}
 	}
-	if sse {
-		lines.end(&res)
-	} else if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == http.StatusOK {
 		parseAnswer(whole.Bytes(), &res)
 	}
+	if held {
+		t.held, t.heldHeader, t.status = whole.Bytes(), true, resp.StatusCode
+	}
 	return res
+}
+
+// relayStream passes a stream on, holding back its closing data: [DONE].
+func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
+	rc := http.NewResponseController(t.w)
+	var lines sseLines
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			out := buf[:n]
+			if len(t.held) > 0 {
+				// More came after a [DONE]: it was not the end.
+				if _, err := t.w.Write(t.held); err != nil {
+					res.err = err
+					return *res
+				}
+				t.held = t.held[:0]
+			}
+			if i := doneAt(out); i >= 0 {
+				t.held = append(t.held, out[i:]...)
+				out = out[:i]
+			}
+			if len(out) > 0 {
+				if _, err := t.w.Write(out); err != nil {
+					res.err = err
+					return *res
+				}
+				if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+					res.err = err
+					return *res
+				}
+			}
+			lines.feed(buf[:n], res)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			res.err = rerr
+			return *res
+		}
+	}
+	lines.end(res)
+	return *res
+}
+
+// doneMark is the data line that closes an OpenAI stream.
+var doneMark = []byte("data: [DONE]")
+
+// doneAt is where b's closing data: [DONE] begins when b ends with it (and blank
+// lines), -1 otherwise.
+func doneAt(b []byte) int {
+	i := bytes.LastIndex(b, doneMark)
+	if i < 0 || len(bytes.Trim(b[i+len(doneMark):], "\r\n")) != 0 || (i > 0 && b[i-1] != '\n') {
+		return -1
+	}
+	return i
+}
+
+// deliver gives the client what relay held of the answer once the turn's end is
+// recorded; when it could not be, the client is told so instead: a whole answer is
+// replaced by the error, and a stream ends with it in place of its [DONE].
+func (t *turn) deliver(recordErr error) {
+	if recordErr != nil {
+		msg := "luft could not record this turn in its state dir, so it withholds the answer: " + recordErr.Error()
+		switch {
+		case t.heldHeader:
+			h := t.w.Header()
+			for k := range h {
+				if k != "X-Luft-Run" {
+					delete(h, k)
+				}
+			}
+			writeError(t.w, http.StatusServiceUnavailable, "server_error", codeUnrecorded, msg)
+		case len(t.held) > 0:
+			b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": codeUnrecorded}})
+			_, _ = t.w.Write(append(append([]byte("data: "), b...), "\n\n"...))
+		}
+		return
+	}
+	if t.heldHeader {
+		t.w.Header().Set("Content-Length", strconv.Itoa(len(t.held)))
+		t.w.WriteHeader(t.status)
+		t.wrote = true
+	}
+	if len(t.held) > 0 {
+		_, _ = t.w.Write(t.held)
+	}
 }
 
 // answerJSON is what the proxy reads of an answer, or of one chunk of a stream (whose

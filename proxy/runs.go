@@ -4,11 +4,14 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"io"
+	"log"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/runtime"
 )
 
 // run is one agent's conversation as the proxy tracks it.
@@ -20,7 +23,7 @@ type run struct {
 	model    string
 	class    agent.Class
 	started  time.Time
-	last     time.Time // the last turn's start or end: idle runs expire from here
+	lastTurn time.Time // the last turn's start or end: idle runs expire from here
 	// callStart is when the turn that began the current tool loop was admitted: a
 	// continuation ranks by it.
 	callStart time.Time
@@ -31,11 +34,14 @@ type run struct {
 	ok, fail  int
 	elem      *list.Element   // in table.lru
 	ids       []*list.Element // its entries in table.toolOrder
-	release   func()
 	ended     bool
 	cancelled bool
 	// stops cancels the turns in flight, by turn number (luft cancel).
 	stops map[int]context.CancelCauseFunc
+	// x records the run (nil = not recorded); last is closed when the last write queued
+	// for it is done (see writes).
+	x    *runtime.External
+	last <-chan struct{}
 }
 
 // toolEntry is one tool_call id a response of run handed out.
@@ -56,12 +62,17 @@ type table struct {
 	lru       *list.List // of *run, least recently active first
 	maxRuns   int
 	maxIDs    int
-	rec       *recorder
+	svc       *runtime.Service // records the runs; nil = not recorded
+	idle      time.Duration    // a run with no turn for this long ends (Options.IdleTTL)
+	log       *log.Logger
 }
 
-func newTable(maxRuns, maxIDs int, rec *recorder) *table {
+func newTable(maxRuns, maxIDs int, svc *runtime.Service, idle time.Duration, lg *log.Logger) *table {
+	if lg == nil {
+		lg = log.New(io.Discard, "", 0)
+	}
 	return &table{byClient: map[string]*run{}, byID: map[string]*run{}, tools: map[string]*list.Element{},
-		toolOrder: list.New(), lru: list.New(), maxRuns: maxRuns, maxIDs: maxIDs, rec: rec}
+		toolOrder: list.New(), lru: list.New(), maxRuns: maxRuns, maxIDs: maxIDs, svc: svc, idle: idle, log: lg}
 }
 
 // joined is what join tells a turn about its run.
@@ -77,8 +88,10 @@ type joined struct {
 // join finds or starts the run of a turn and counts the turn in it. clientID is the
 // x-luft-run-id ("" = none), echoed the tool_call ids the request's messages carry (the
 // most recent first), cont whether its last message is a tool result; stop, when set,
-// cancels the turn should the run be cancelled.
-func (t *table) join(caller, clientID string, class agent.Class, backend, model string, echoed []string, cont bool, stop context.CancelCauseFunc, now time.Time) joined {
+// cancels the turn should the run be cancelled. The writes it returns (the turn's
+// agent_started, the ends of runs it made room by) are the caller's to make.
+func (t *table) join(caller, clientID string, class agent.Class, backend, model string, echoed []string, cont bool, stop context.CancelCauseFunc, now time.Time) (joined, writes) {
+	var ws writes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r *run
@@ -93,11 +106,11 @@ func (t *table) join(caller, clientID string, class agent.Class, backend, model 
 		}
 	}
 	if r == nil {
-		r = t.startLocked(caller, clientID, class, backend, model, now)
+		r = t.startLocked(caller, clientID, class, backend, model, now, &ws)
 	}
 	r.turns++
 	r.inflight++
-	r.last = now
+	r.lastTurn = now
 	t.lru.MoveToBack(r.elem)
 	j := joined{run: r, id: r.id, turn: r.turns, continuation: cont && r.turns > 1, runStart: r.started}
 	if stop != nil {
@@ -109,12 +122,12 @@ func (t *table) join(caller, clientID string, class agent.Class, backend, model 
 	if j.continuation {
 		j.callStart = r.callStart
 	}
-	t.rec.turnStarted(r, j.turn, class, backend, model, j.continuation, now)
-	return j
+	ws.turnStarted(r, j.turn, class, backend, model, j.continuation)
+	return j, ws
 }
 
 // startLocked begins a run.
-func (t *table) startLocked(caller, clientID string, class agent.Class, backend, model string, now time.Time) *run {
+func (t *table) startLocked(caller, clientID string, class agent.Class, backend, model string, now time.Time, ws *writes) *run {
 	for len(t.byID) >= t.maxRuns {
 		var victim *run
 		for e := t.lru.Front(); e != nil; e = e.Next() {
@@ -126,19 +139,21 @@ func (t *table) startLocked(caller, clientID string, class agent.Class, backend,
 		if victim == nil {
 			break // every run has a turn in flight: go over the bound rather than refuse
 		}
-		t.endLocked(victim, now, "ended to make room: the proxy tracks at most its max runs")
+		t.endLocked(victim, now, "ended to make room: the proxy tracks at most its max runs", ws)
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		id = uuid.New()
 	}
-	r := &run{id: id.String(), clientID: clientID, caller: caller, backend: backend, model: model, class: class, started: now, last: now}
+	r := &run{id: id.String(), clientID: clientID, caller: caller, backend: backend, model: model, class: class, started: now, lastTurn: now}
 	r.elem = t.lru.PushBack(r)
 	t.byID[r.id] = r
 	if clientID != "" {
 		t.byClient[caller+"\x00"+clientID] = r
 	}
-	r.release = t.rec.runStarted(r, now)
+	if err := t.runStarted(r, now); err != nil {
+		t.log.Printf("run %s: %v", r.id, err)
+	}
 	return r
 }
 
@@ -164,16 +179,24 @@ type turnEnd struct {
 	backend  string        // the upstream that answered (a fallback's name when it did)
 	attempts int
 	ids      []string // tool_call ids the response handed out
+	// unrecorded: the turn's start could not be recorded, so it was refused: it counts
+	// in nothing and its end is not recorded either.
+	unrecorded bool
 }
 
-// finish counts a finished turn and remembers the tool_call ids its response handed out.
-func (t *table) finish(j joined, e turnEnd, now time.Time) {
+// finish counts a finished turn and remembers the tool_call ids its response handed
+// out; the caller makes the write it returns (agent_done, the run's totals).
+func (t *table) finish(j joined, e turnEnd, now time.Time) writes {
+	var ws writes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := j.run
 	r.inflight--
 	delete(r.stops, j.turn)
-	r.last = now
+	if e.unrecorded {
+		return nil
+	}
+	r.lastTurn = now
 	r.usage = r.usage.Add(e.usage)
 	r.cost += e.cost
 	if e.ok {
@@ -181,9 +204,9 @@ func (t *table) finish(j joined, e turnEnd, now time.Time) {
 	} else {
 		r.fail++
 	}
-	t.rec.turnDone(r, j.turn, e)
+	ws.turnDone(r, j.turn, e)
 	if r.ended {
-		return
+		return ws
 	}
 	t.lru.MoveToBack(r.elem)
 	for _, id := range e.ids {
@@ -198,6 +221,7 @@ func (t *table) finish(j joined, e turnEnd, now time.Time) {
 	for t.toolOrder.Len() > t.maxIDs {
 		t.dropID(t.toolOrder.Front())
 	}
+	return ws
 }
 
 // dropID forgets one tool_call id.
@@ -212,8 +236,9 @@ func (t *table) dropID(el *list.Element) {
 }
 
 // end ends the run the caller names by its x-luft-run-id or by luft's id; it returns
-// luft's id.
-func (t *table) end(caller, id string, now time.Time, reason string) (string, bool) {
+// luft's id, and the write of its end for the caller to make.
+func (t *table) end(caller, id string, now time.Time, reason string) (string, bool, writes) {
+	var ws writes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.byClient[caller+"\x00"+id]
@@ -223,14 +248,14 @@ func (t *table) end(caller, id string, now time.Time, reason string) (string, bo
 		}
 	}
 	if r == nil {
-		return "", false
+		return "", false, nil
 	}
-	t.endLocked(r, now, reason)
-	return r.id, true
+	t.endLocked(r, now, reason, &ws)
+	return r.id, true, ws
 }
 
-// endLocked forgets a run and records its end.
-func (t *table) endLocked(r *run, now time.Time, reason string) {
+// endLocked forgets a run and queues the write of its end.
+func (t *table) endLocked(r *run, now time.Time, reason string, ws *writes) {
 	if r.ended {
 		return
 	}
@@ -248,7 +273,7 @@ func (t *table) endLocked(r *run, now time.Time, reason string) {
 	}
 	r.ids = nil
 	t.lru.Remove(r.elem)
-	t.rec.runEnded(r, now, reason)
+	ws.runEnded(r, now, reason)
 }
 
 // ErrRunCancelled is the cause of a turn whose run was cancelled (luft cancel, the
@@ -256,7 +281,8 @@ func (t *table) endLocked(r *run, now time.Time, reason string) {
 var ErrRunCancelled = errors.New("its luft run was cancelled")
 
 // cancel ends the runs among ids that this table holds, stopping their turns in flight.
-func (t *table) cancel(ids []string, now time.Time) {
+func (t *table) cancel(ids []string, now time.Time) writes {
+	var ws writes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, id := range ids {
@@ -268,36 +294,41 @@ func (t *table) cancel(ids []string, now time.Time) {
 		for _, stop := range r.stops {
 			stop(ErrRunCancelled)
 		}
-		t.endLocked(r, now, "cancelled by request")
+		t.endLocked(r, now, "cancelled by request", &ws)
 	}
+	return ws
 }
 
 // expire ends the runs with no turn in flight and none for ttl.
-func (t *table) expire(now time.Time, ttl time.Duration) {
+func (t *table) expire(now time.Time, ttl time.Duration) writes {
+	var ws writes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for e := t.lru.Front(); e != nil; {
 		next := e.Next()
 		r := e.Value.(*run)
-		if now.Sub(r.last) < ttl {
+		if now.Sub(r.lastTurn) < ttl {
 			break // the rest were active later
 		}
 		if r.inflight == 0 {
-			t.endLocked(r, now, "idle for "+ttl.String())
+			t.endLocked(r, now, "idle for "+ttl.String(), &ws)
 		}
 		e = next
 	}
+	return ws
 }
 
 // endAll ends every run.
-func (t *table) endAll(now time.Time, reason string) {
+func (t *table) endAll(now time.Time, reason string) writes {
+	var ws writes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for e := t.lru.Front(); e != nil; {
 		next := e.Next()
-		t.endLocked(e.Value.(*run), now, reason)
+		t.endLocked(e.Value.(*run), now, reason, &ws)
 		e = next
 	}
+	return ws
 }
 
 // size returns the runs and tool_call ids tracked.

@@ -304,10 +304,10 @@ func TestIdleRunsExpire(t *testing.T) {
 }
 
 func TestToolIDTableBounded(t *testing.T) {
-	tb := newTable(3, 4, newRecorder(nil, nil, nil, DefaultIdleTTL))
+	tb := newTable(3, 4, nil, DefaultIdleTTL, nil)
 	now := time.Now()
 	for i := 0; i < 10; i++ {
-		j := tb.join("c", "", "interactive", "b", "m", nil, false, nil, now)
+		j, _ := tb.join("c", "", "interactive", "b", "m", nil, false, nil, now)
 		tb.finish(j, turnEnd{ok: true, ids: []string{"a" + string(rune('0'+i)), "b" + string(rune('0'+i))}}, now)
 	}
 	runs, ids := tb.size()
@@ -315,7 +315,7 @@ func TestToolIDTableBounded(t *testing.T) {
 		t.Fatalf("table grew past its bounds: %d runs, %d ids", runs, ids)
 	}
 	// The newest ids still lead to their run.
-	j := tb.join("c", "", "interactive", "b", "m", []string{"b9"}, true, nil, now)
+	j, _ := tb.join("c", "", "interactive", "b", "m", []string{"b9"}, true, nil, now)
 	if j.turn != 2 || !j.continuation {
 		t.Fatalf("newest id lost: %+v", j)
 	}
@@ -344,7 +344,6 @@ func TestCancelRequestStopsRun(t *testing.T) {
 	}})
 	done := postAsync(f.front.URL, hello, map[string]string{"x-luft-run-id": "long"})
 	<-arrived
-	f.proxy.rec.sync()
 	runs, err := f.store.ListRuns(context.Background(), storage.ListOptions{})
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("runs: %v %v", runs, err)
@@ -366,7 +365,6 @@ func TestCancelRequestStopsRun(t *testing.T) {
 	case <-time.After(failAfter):
 		t.Fatal("the client of the cancelled turn got no answer")
 	}
-	f.proxy.rec.sync()
 	row, _ := f.store.GetRun(context.Background(), runs[0].ID)
 	if row.Status != storage.StatusCancelled {
 		t.Fatalf("cancelled run stored as %s", row.Status)
@@ -392,10 +390,10 @@ func TestRunIdleBetweenTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	p, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Store: st})
+	p, front := serve(t, Options{Upstreams: []Upstream{{Name: "u", BaseURL: up.URL + "/v1", Model: "m"}}, Service: recordIn(t, st)})
 	idle := func(run string) bool {
 		t.Helper()
-		p.rec.sync()
+		p.runs.sync(run)
 		row, err := st.GetRun(context.Background(), run)
 		if err != nil {
 			t.Fatal(err)
@@ -431,5 +429,18 @@ func TestRunIdleBetweenTurns(t *testing.T) {
 	p.Close()
 	if row, err := st.GetRun(context.Background(), run); err != nil || row.Status != storage.StatusCompleted || row.Agents.OK != 2 {
 		t.Fatalf("ended run stored as %+v (%v)", row, err)
+	}
+}
+
+// sync waits until the writes queued so far for the run with luft id id are done.
+func (t *table) sync(id string) {
+	t.mu.Lock()
+	var last <-chan struct{}
+	if r := t.byID[id]; r != nil {
+		last = r.last
+	}
+	t.mu.Unlock()
+	if last != nil {
+		<-last
 	}
 }

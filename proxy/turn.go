@@ -143,8 +143,23 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 	ctx, stop := context.WithCancelCause(r.Context())
 	defer stop(nil)
 	r = r.WithContext(ctx)
-	j := p.runs.join(caller, clientRun, class, up.Name, req.Model, echoed, cont, stop, now)
+	j, started := p.runs.join(caller, clientRun, class, up.Name, req.Model, echoed, cont, stop, now)
 	w.Header().Set("x-luft-run", j.id)
+	// A run's first turn goes upstream only once the run is recorded, so that list and
+	// status show it while its turn is upstream. A later turn's start is recorded while it
+	// is on its way: its answer waits for that (relay), and none is given without it.
+	bg := context.WithoutCancel(ctx)
+	startErr := make(chan error, 1)
+	if j.turn == 1 {
+		err := started.do(bg)
+		startErr <- err
+		if err != nil {
+			p.refuseUnrecorded(w, j, err, "so it did not send it upstream")
+			return
+		}
+	} else {
+		go func() { startErr <- started.do(bg) }()
+	}
 	maxOut := 0
 	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
 		maxOut = *req.MaxCompletionTokens
@@ -153,14 +168,45 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	in := req.estimate()
 	t := &turn{p: p, w: w, r: r, j: j, up: up, model: req.Model, body: body, stream: req.Stream,
-		lane: up.Name + "/" + req.Model, start: now, estIn: in}
+		lane: up.Name + "/" + req.Model, start: now, estIn: in, startErr: startErr}
 	end := t.run(scheduler.Turn{RunID: j.id, CallKey: callKey(j.turn), Lane: t.lane, Class: class, Caller: caller,
 		EstTokens: in + maxOut, EstOutput: maxOut, Continuation: j.continuation, CallStart: j.callStart,
-		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.id, callKey(j.turn)),
+		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.run, callKey(j.turn)),
 		// The client retries on its own: while a lane keeps failing it is told so at once.
 		NoCircuitWait: true})
 	end.elapsed = p.opts.Clock.Now().Sub(now)
-	p.runs.finish(j, end, p.opts.Clock.Now())
+	if err := t.started(); err != nil {
+		// Its start could not be recorded: what the client got says so when the answer
+		// had come (relay); the turn counts in nothing.
+		p.runs.finish(j, turnEnd{unrecorded: true}, p.opts.Clock.Now())
+		p.log.Printf("run %s: turn %d: %v", j.id, j.turn, err)
+		return
+	}
+	// The answer is the client's once its turn's end is recorded: what is held of it
+	// (a whole answer, a stream's [DONE]) waits for that.
+	err = p.runs.finish(j, end, p.opts.Clock.Now()).do(context.WithoutCancel(ctx))
+	if err != nil {
+		p.log.Printf("run %s: turn %d: %v", j.id, j.turn, err)
+	}
+	t.deliver(err)
+}
+
+// codeUnrecorded is the error code of a turn luft could not record.
+const codeUnrecorded = "luft_state_unwritable"
+
+// started waits until the turn's start is recorded and returns how that went.
+func (t *turn) started() error {
+	err := <-t.startErr
+	t.startErr <- err // for the next to ask
+	return err
+}
+
+// refuseUnrecorded answers a turn whose start could not be recorded and forgets it.
+func (p *Proxy) refuseUnrecorded(w http.ResponseWriter, j joined, err error, what string) {
+	p.runs.finish(j, turnEnd{unrecorded: true}, p.opts.Clock.Now())
+	p.log.Printf("run %s: turn %d refused: %v", j.id, j.turn, err)
+	writeError(w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
+		"luft could not record this turn in its state dir, "+what+": "+err.Error())
 }
 
 // readBody reads a request body of at most limit bytes, in one allocation when the
@@ -186,8 +232,8 @@ func (p *Proxy) upstreamOf(model string) *Upstream {
 }
 
 // notify turns the scheduler's notices about a waiting turn into the run's events.
-func (p *Proxy) notify(runID, key string) func(scheduler.Notice) {
-	if p.opts.Store == nil {
+func (p *Proxy) notify(ru *run, key string) func(scheduler.Notice) {
+	if p.opts.Service == nil {
 		return nil
 	}
 	return func(n scheduler.Notice) {
@@ -212,7 +258,7 @@ func (p *Proxy) notify(runID, key string) func(scheduler.Notice) {
 		default:
 			return
 		}
-		p.rec.notice(runID, ev)
+		p.runs.notice(ru, ev)
 	}
 }
 
@@ -230,6 +276,13 @@ type turn struct {
 	start  time.Time
 	estIn  int
 	wrote  bool // the response has begun
+	// held is the end of the answer, kept back until the turn's end is recorded: a whole
+	// answer (then its status and headers are held too: header) or a stream's [DONE].
+	held       []byte
+	heldHeader bool
+	status     int
+	// startErr holds the outcome of the record of the turn's start (see started).
+	startErr chan error
 }
 
 // sendError is an upstream that gave no response. Its StatusCode of 0 tells the

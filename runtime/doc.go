@@ -33,6 +33,15 @@
 // memory. A call cut off by a cancel, a timeout or a suspension counts as cancelled, not
 // failed.
 //
+// A door records a run it does not drive with a VM (the proxy's conversations of agents
+// that keep their own loop) as an external run (runtime/external.go): OpenExternal, then
+// External.Record and Close, each durable when it returns; a failure of the state dir is
+// the door's to tell its client, and NotifyUnrecorded's watcher (the daemon) is told too.
+//
+// The Service's files: service.go (Options, New, which runs are driven), spec.go (what a
+// run is told and how it ends), start.go, resume.go, run.go (launching and executing a
+// VM's run), query.go (status, list, events, cancel), external.go.
+//
 // runtime does not know how a backend speaks or how turns are ordered; it asks an
 // adapters.Backend and a scheduler.Scheduler.
 package runtime

@@ -193,7 +193,7 @@ func (p routedPermit) Lane() string         { return p.lane }
 func (p routedPermit) Replica() int         { return p.replica }
 
 func (s routingScheduler) Admit(context.Context, scheduler.Turn) (scheduler.Permit, error) {
-	return routedPermit{s.lane, s.replica}, nil
+	return routedPermit(s), nil
 }
 
 // routeRecorder records the route each send carried.

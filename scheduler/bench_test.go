@@ -43,7 +43,10 @@ func benchDecision(b *testing.B, queued int, budgets bool) {
 			"x-ratelimit-limit-requests", "1073741824", "x-ratelimit-remaining-requests", "1073741000",
 			"x-ratelimit-reset-requests", "1ms"), t0)
 	}
-	c := NewCore(Config{Lanes: map[string]LaneConfig{testLane: lc}})
+	// InteractiveSlots off: the loop keeps the lane saturated, and a last slot held for
+	// interactive work would let the running set drain (every 10th turn is
+	// interactive, and each Complete could then admit nothing).
+	c := NewCore(Config{Lanes: map[string]LaneConfig{testLane: lc}, InteractiveSlots: -1})
 	now := t0
 	var id TurnID
 	mk := func() Job {

@@ -23,6 +23,16 @@
 // disagrees with the response's Date by more than a few seconds, from the Date. Only a
 // suspended run's resume time is wall-clock time, since it outlives the process.
 //
+// The core's files, one concern each: core.go (Core and its events), action.go (what
+// the core is told and tells back), ranking.go (rank keys and the per-caller queues),
+// admission.go (what may run now, on which lane), affinity.go (which replica, per
+// conversation), settle.go (what an answer's usage and headers teach), retry.go (what
+// a 429 or a 5xx teaches), runs.go (runs, their suspension and their forgetting),
+// stats.go (counters for a status view). What a lane knows is in lane.go (its state,
+// slots and circuit breaker), budget.go (its dead-reckoned buckets), estimator.go (its
+// estimate error, margin and output lengths) and headers.go (rate-limit headers read
+// into Telemetry).
+//
 // Executor puts a Core behind the Scheduler interface for real use: one lock, an injected
 // clock, a timer at the core's next wake-up, blocking Admit, and Notify callbacks the
 // runtime turns into events. Gate is the simplest policy (fixed slots, arrival order),

@@ -49,8 +49,7 @@ func (h hostedAgents) run(t *testing.T) ([]testkit.Record, time.Time) {
 	var next TurnID
 	jobs := map[TurnID]*conv{}
 	var last time.Time
-	var send func(c *conv, cont bool)
-	send = func(c *conv, cont bool) {
+	send := func(c *conv, cont bool) {
 		next++
 		est := 0
 		for _, m := range c.msgs {

@@ -5,7 +5,8 @@
 // so a server that cannot start fails only the agents that want it) and the policy both
 // follow (the workspace, the command allow-list, approval, the paths no agent may write).
 //
-// Every front door (the CLI, and the MCP server and daemon to come) builds its backends
-// here, so they all offer the same backends under the same policy. It sits beside the
-// adapters it assembles; scheduling and the journal are not its concern.
+// Every front door builds its backends here (through package host, which wires the rest
+// of a host: the scheduler and the runtime.Service), so they all offer the same backends
+// under the same policy. It sits beside the adapters it assembles and knows neither the
+// runtime nor the VM; scheduling and the journal are not its concern.
 package setup

@@ -67,104 +67,163 @@ func configName(cfg config.Config) string {
 // [backends.NAME] of the config. The default backend is the config's default_backend,
 // else the config's only backend, else mock. Every error is a mistake in the input (config, environment, a file).
 func Open(o Options) (*Backends, error) {
-	cfg, mockFile, protected, getenv := o.Config, o.MockFile, o.Protected, o.Getenv
-	mcfg, err := adapters.ParseMockEnv(getenv)
+	mcfg, err := adapters.ParseMockEnv(o.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	set := &Backends{}
-	toolset, err := newToolset(cfg, protected)
+	ts, err := newToolset(o.Config, o.Protected)
 	if err != nil {
-		return nil, fmt.Errorf("%s: [tools]: %v", configName(cfg), err)
+		return nil, fmt.Errorf("%s: [tools]: %v", configName(o.Config), err)
 	}
-	set.tools = toolset
-	set.Warnings = toolset.base.Warnings()
-	bs := []adapters.Backend{adapters.NewMock(mcfg)}
-	set.Infos = append(set.Infos, Info{ID: "mock", Type: "mock", Source: "built-in", Model: adapters.MockModel})
-	if mockFile != "" {
-		mf, err := adapters.OpenMockFile(mockFile)
-		if err != nil {
+	b := &builder{o: o, tools: ts}
+	b.add(adapters.NewMock(mcfg), Info{ID: "mock", Type: "mock", Source: "built-in", Model: adapters.MockModel})
+	for _, step := range []func() error{b.mockFile, b.fromEnvironment, b.builtinAgents, b.fromConfig} {
+		if err := step(); err != nil {
 			return nil, err
 		}
-		bs = append(bs, mf)
-		set.Infos = append(set.Infos, Info{ID: "mockfile", Type: "mockfile", Source: "--mock-file " + mockFile})
 	}
-	if base, key := getenv("OPENAI_BASE_URL"), getenv("OPENAI_API_KEY"); base != "" || key != "" {
-		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{BaseURL: base, APIKey: key, Model: getenv("LUFT_MODEL"), Tools: toolset})
-		if err != nil {
-			return nil, fmt.Errorf("OPENAI_BASE_URL/OPENAI_API_KEY: %v", err)
-		}
-		bs = append(bs, o)
-		set.Infos = append(set.Infos, Info{ID: "openai", Type: "openai", Source: "environment", BaseURL: o.BaseURL(), Model: getenv("LUFT_MODEL")})
+	return b.registry()
+}
+
+// builder collects a process's backends, and what each one is, in the order they are
+// registered (the order of luft backend list).
+type builder struct {
+	o     Options
+	tools *toolset
+	bs    []adapters.Backend
+	infos []Info
+}
+
+func (b *builder) add(be adapters.Backend, in Info) {
+	b.bs = append(b.bs, be)
+	b.infos = append(b.infos, in)
+}
+
+// mockFile registers --mock-file's scripted replies as "mockfile".
+func (b *builder) mockFile() error {
+	if b.o.MockFile == "" {
+		return nil
 	}
-	// The coding agents luft knows by name; a [backends.NAME] may configure them further.
+	mf, err := adapters.OpenMockFile(b.o.MockFile)
+	if err != nil {
+		return err
+	}
+	b.add(mf, Info{ID: "mockfile", Type: "mockfile", Source: "--mock-file " + b.o.MockFile})
+	return nil
+}
+
+// fromEnvironment registers "openai" when OPENAI_BASE_URL or OPENAI_API_KEY is set.
+func (b *builder) fromEnvironment() error {
+	getenv := b.o.Getenv
+	base, key := getenv("OPENAI_BASE_URL"), getenv("OPENAI_API_KEY")
+	if base == "" && key == "" {
+		return nil
+	}
+	o, err := adapters.NewOpenAI(adapters.OpenAIConfig{BaseURL: base, APIKey: key, Model: getenv("LUFT_MODEL"), Tools: b.tools})
+	if err != nil {
+		return fmt.Errorf("OPENAI_BASE_URL/OPENAI_API_KEY: %v", err)
+	}
+	b.add(o, Info{ID: "openai", Type: "openai", Source: "environment", BaseURL: o.BaseURL(), Model: getenv("LUFT_MODEL")})
+	return nil
+}
+
+// builtinAgents registers the coding agents luft knows by name; a [backends.NAME] may
+// configure them further (fromConfig registers those).
+func (b *builder) builtinAgents() error {
+	cfg := b.o.Config
 	for _, name := range acp.BuiltinNames() {
 		if _, configured := cfg.Backends[name]; configured {
 			continue
 		}
 		c, _ := acp.Builtin(name)
-		b, err := acp.New(acpPolicy(c, cfg, protected))
+		a, err := acp.New(acpPolicy(c, cfg, b.o.Protected))
 		if err != nil {
-			return nil, fmt.Errorf("%s: [tools]: %v", configName(cfg), err)
+			return fmt.Errorf("%s: [tools]: %v", configName(cfg), err)
 		}
-		bs = append(bs, b)
-		set.Infos = append(set.Infos, Info{ID: name, Type: "acp", Source: "built-in", BaseURL: strings.Join(append([]string{c.Command}, c.Args...), " ")})
+		b.add(a, Info{ID: name, Type: "acp", Source: "built-in", BaseURL: strings.Join(append([]string{c.Command}, c.Args...), " ")})
 	}
+	return nil
+}
+
+// fromConfig registers every [backends.NAME] of the config, by name.
+func (b *builder) fromConfig() error {
+	cfg := b.o.Config
 	for _, id := range slices.Sorted(maps.Keys(cfg.Backends)) {
-		b := cfg.Backends[id]
-		info := Info{ID: id, Type: b.Type, Source: cfg.Path, Model: b.Model}
-		switch {
-		case b.Type == "openai":
-			keyEnv := b.APIKeyEnv
-			if keyEnv == "" {
-				keyEnv = "OPENAI_API_KEY"
-			}
-			base := b.BaseURL
-			if base == "" {
-				base = getenv("OPENAI_BASE_URL")
-			}
-			o, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: id, BaseURL: base, APIKey: getenv(keyEnv), Model: b.Model,
-				PriceInPerMTok: b.PriceInputPerMTok, PriceOutPerMTok: b.PriceOutputPerMTok,
-				Tools: toolset, MaxTurns: b.MaxTurns, NoStream: b.Stream != nil && !*b.Stream, Replicas: b.Replicas, StructuredOutput: b.StructuredOutput})
-			if err != nil {
-				return nil, fmt.Errorf("%s: backends.%s: %v", cfg.Path, id, err)
-			}
-			info.BaseURL = o.BaseURL()
-			bs = append(bs, o)
-		case b.Type == "mockfile" && b.MockFile != "":
-			// Scripted replies of its own, registered under the entry's name; a relative
-			// path is taken from the config file's folder.
-			path := b.MockFile
-			if !filepath.IsAbs(path) && cfg.Path != "" {
-				path = filepath.Join(filepath.Dir(cfg.Path), path)
-			}
-			mf, err := adapters.OpenMockFile(path)
-			if err != nil {
-				return nil, fmt.Errorf("%s: backends.%s: %v", configName(cfg), id, err)
-			}
-			info.Source += " (" + path + ")"
-			bs = append(bs, mf.Named(id))
-		case b.Type == "mock" || b.Type == "mockfile":
-			// Built in: the config entry only sets the lane's limits.
-		default: // "acp" with a command, or "acp:AGENT" for a known agent
-			c, known := acp.Builtin(b.Type)
-			if b.Type == "acp" || !known {
-				c = acp.Config{}
-			}
-			c.ID = id
-			if b.Command != "" {
-				c.Command, c.Args = b.Command, b.Args
-			}
-			c.Model, c.IdleTimeout, c.PassEnv = b.Model, b.IdleTimeout, b.Env
-			a, err := acp.New(acpPolicy(c, cfg, protected))
-			if err != nil {
-				return nil, fmt.Errorf("%s: backends.%s: %v", configName(cfg), id, err)
-			}
-			info.BaseURL = strings.Join(append([]string{c.Command}, c.Args...), " ")
-			bs = append(bs, a)
+		be, info, err := b.configured(id, cfg.Backends[id])
+		if err != nil {
+			return err
 		}
-		set.Infos = append(set.Infos, info)
+		if be != nil {
+			b.bs = append(b.bs, be)
+		}
+		b.infos = append(b.infos, info)
 	}
+	return nil
+}
+
+// configured is the backend of one [backends.NAME] entry (nil for the built-in mock and
+// mockfile, whose entry only sets the lane's limits) and what it is.
+func (b *builder) configured(id string, e config.Backend) (adapters.Backend, Info, error) {
+	cfg, getenv := b.o.Config, b.o.Getenv
+	info := Info{ID: id, Type: e.Type, Source: cfg.Path, Model: e.Model}
+	switch {
+	case e.Type == "openai":
+		keyEnv := e.APIKeyEnv
+		if keyEnv == "" {
+			keyEnv = "OPENAI_API_KEY"
+		}
+		base := e.BaseURL
+		if base == "" {
+			base = getenv("OPENAI_BASE_URL")
+		}
+		o, err := adapters.NewOpenAI(adapters.OpenAIConfig{ID: id, BaseURL: base, APIKey: getenv(keyEnv), Model: e.Model,
+			PriceInPerMTok: e.PriceInputPerMTok, PriceOutPerMTok: e.PriceOutputPerMTok,
+			Tools: b.tools, MaxTurns: e.MaxTurns, NoStream: e.Stream != nil && !*e.Stream, Replicas: e.Replicas, StructuredOutput: e.StructuredOutput})
+		if err != nil {
+			return nil, info, fmt.Errorf("%s: backends.%s: %v", cfg.Path, id, err)
+		}
+		info.BaseURL = o.BaseURL()
+		return o, info, nil
+	case e.Type == "mockfile" && e.MockFile != "":
+		// Scripted replies of its own, registered under the entry's name; a relative
+		// path is taken from the config file's folder.
+		path := e.MockFile
+		if !filepath.IsAbs(path) && cfg.Path != "" {
+			path = filepath.Join(filepath.Dir(cfg.Path), path)
+		}
+		mf, err := adapters.OpenMockFile(path)
+		if err != nil {
+			return nil, info, fmt.Errorf("%s: backends.%s: %v", configName(cfg), id, err)
+		}
+		info.Source += " (" + path + ")"
+		return mf.Named(id), info, nil
+	case e.Type == "mock" || e.Type == "mockfile":
+		// Built in: the config entry only sets the lane's limits.
+		return nil, info, nil
+	default: // "acp" with a command, or "acp:AGENT" for a known agent
+		c, known := acp.Builtin(e.Type)
+		if e.Type == "acp" || !known {
+			c = acp.Config{}
+		}
+		c.ID = id
+		if e.Command != "" {
+			c.Command, c.Args = e.Command, e.Args
+		}
+		c.Model, c.IdleTimeout, c.PassEnv = e.Model, e.IdleTimeout, e.Env
+		a, err := acp.New(acpPolicy(c, cfg, b.o.Protected))
+		if err != nil {
+			return nil, info, fmt.Errorf("%s: backends.%s: %v", configName(cfg), id, err)
+		}
+		info.BaseURL = strings.Join(append([]string{c.Command}, c.Args...), " ")
+		return a, info, nil
+	}
+}
+
+// registry is the registry of the backends collected, with the default chosen: the
+// config's default_backend, else the config's only backend, else the mock (Auto).
+func (b *builder) registry() (*Backends, error) {
+	cfg := b.o.Config
+	set := &Backends{Infos: b.infos, tools: b.tools, Warnings: b.tools.base.Warnings()}
 	def := "mock"
 	chosen := cfg.DefaultBackend
 	if chosen == "" && len(cfg.Backends) == 1 {
@@ -175,14 +234,14 @@ func Open(o Options) (*Backends, error) {
 	}
 	if chosen != "" {
 		def = chosen
-		if b := cfg.Backends[def]; b.Type == "mock" || b.Type == "mockfile" && b.MockFile == "" {
-			def = b.Type
+		if e := cfg.Backends[def]; e.Type == "mock" || e.Type == "mockfile" && e.MockFile == "" {
+			def = e.Type
 		}
 	} else {
 		set.Auto = true
 		set.Unchosen = slices.Sorted(maps.Keys(cfg.Backends))
 	}
-	set.Registry = adapters.NewRegistry(def, bs...)
+	set.Registry = adapters.NewRegistry(def, b.bs...)
 	if _, err := set.Registry.Get(""); err != nil {
 		return nil, fmt.Errorf("%s: default_backend %q: %v", cfg.Path, cfg.DefaultBackend, err)
 	}

@@ -32,11 +32,39 @@ type toolset struct {
 	closed    bool
 }
 
-func newToolset(cfg config.Config, protected []string) (*toolset, error) {
-	tc := tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
+// ToolsConfig is the tool set of cfg's [tools]: the workspace, the commands and the
+// folders agents may use, the approval policy and the destructive tools (the names of
+// upstream tools, "server__tool", among them); protected are the paths no agent may
+// write. It is the one reading of [tools]: the backends' tools and the MCP door's
+// catalog both start from it.
+func ToolsConfig(cfg config.Config, protected []string) tools.Config {
+	return tools.Config{Workspace: cfg.Tools.Workspace, AllowCommands: cfg.Tools.AllowCommands,
 		Approval: tools.Approval(cfg.Tools.Approval), Destructive: cfg.Tools.Destructive, CommandTimeout: cfg.Tools.CommandTimeout,
 		Protected: protected, Env: cfg.Tools.Env, Writable: cfg.Tools.Writable,
 		Readable: cfg.Tools.Readable, Network: cfg.Tools.Network, Unconfined: cfg.Tools.Unconfined}
+}
+
+// BuiltinToolsConfig is ToolsConfig for the built-in tools alone: the destructive names
+// of upstream tools are left out, since such a tool is known only once its server runs.
+func BuiltinToolsConfig(cfg config.Config, protected []string) tools.Config {
+	return withServers(ToolsConfig(cfg, protected), nil)
+}
+
+// withServers is c for the built-ins and the tools of the started servers: the [tools]
+// destructive names that belong to them.
+func withServers(c tools.Config, started map[string]bool) tools.Config {
+	all := c.Destructive
+	c.Destructive = nil
+	for _, n := range all {
+		if server, _, up := strings.Cut(n, "__"); !up || started[server] {
+			c.Destructive = append(c.Destructive, n)
+		}
+	}
+	return c
+}
+
+func newToolset(cfg config.Config, protected []string) (*toolset, error) {
+	tc := ToolsConfig(cfg, protected)
 	ts := &toolset{cfg: tc, servers: map[string]mcptools.Server{}, started: map[string]bool{}}
 	for _, name := range slices.Sorted(maps.Keys(cfg.MCPServers)) {
 		s := cfg.MCPServers[name]
@@ -59,18 +87,8 @@ func newToolset(cfg config.Config, protected []string) (*toolset, error) {
 	return ts, nil
 }
 
-// toolConfig is the tools.Config of the built-ins and the started servers' tools: the
-// [tools] destructive names that belong to them.
-func (t *toolset) toolConfig() tools.Config {
-	c := t.cfg
-	c.Destructive = nil
-	for _, n := range t.cfg.Destructive {
-		if server, _, up := strings.Cut(n, "__"); !up || t.started[server] {
-			c.Destructive = append(c.Destructive, n)
-		}
-	}
-	return c
-}
+// toolConfig is the tools.Config of the built-ins and the started servers' tools.
+func (t *toolset) toolConfig() tools.Config { return withServers(t.cfg, t.started) }
 
 // Resolve implements adapters.ToolResolver. The servers whose tools are named and are not
 // running yet start under ctx (the asking call's: a cancelled run does not wait for

@@ -2,6 +2,7 @@ package setup
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,5 +65,21 @@ func TestDestructiveUpstreamToolNeedsItsServer(t *testing.T) {
 	_, err := newToolset(config.Config{Tools: config.Tools{Workspace: t.TempDir(), Destructive: []string{"search__drop"}}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `[tools] destructive names "search__drop", but no [mcp_servers.search] is configured`) {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// [tools] is read once: the backends' tool set keeps every destructive name (upstream
+// ones included, for when their server starts), the built-ins alone (the MCP door's
+// catalog) only theirs; protected paths are the caller's.
+func TestToolsConfig(t *testing.T) {
+	cfg := config.Config{Tools: config.Tools{Workspace: "/w", Approval: "deny", AllowCommands: []string{"go"},
+		Destructive: []string{"write_file", "files__delete"}}}
+	full := ToolsConfig(cfg, []string{"/s"})
+	if full.Workspace != "/w" || full.Approval != "deny" || !slices.Equal(full.AllowCommands, []string{"go"}) ||
+		!slices.Equal(full.Destructive, []string{"write_file", "files__delete"}) || !slices.Equal(full.Protected, []string{"/s"}) {
+		t.Fatalf("ToolsConfig: %+v", full)
+	}
+	if b := BuiltinToolsConfig(cfg, nil); !slices.Equal(b.Destructive, []string{"write_file"}) || b.Protected != nil || b.Workspace != "/w" {
+		t.Fatalf("BuiltinToolsConfig: %+v", b)
 	}
 }

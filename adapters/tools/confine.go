@@ -104,9 +104,7 @@ func newConfinement(ws workspace, cfg Config, protected []string) (confinement, 
 // holds, the home folder or the root is left out: it would open everything below it.
 func programDirs(home string) []string {
 	var cands []string
-	for _, d := range filepath.SplitList(os.Getenv("PATH")) {
-		cands = append(cands, d)
-	}
+	cands = append(cands, filepath.SplitList(os.Getenv("PATH"))...)
 	for _, c := range toolCaches {
 		cands = append(cands, filepath.Join(home, c))
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters/tools/sandbox"
+	"github.com/luft-run/luft/bench/internal/machine"
 )
 
 func main() {
@@ -48,6 +49,7 @@ func run(rounds, calls int) error {
 		return err
 	}
 	abi, lerr := sandbox.Status()
+	machine.Print(os.Stdout)
 	fmt.Printf("Landlock ABI %d (%v), user namespaces: %v, euid %d, %d calls × %d rounds\n\n", abi, lerr, sandbox.Namespaces(), os.Geteuid(), calls, rounds)
 	variants := []struct {
 		name string

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -67,6 +68,7 @@ func main() {
 		fmt.Println(d.Nanoseconds())
 		return
 	}
+	machine.Print(os.Stdout)
 	fmt.Printf("luft fan-out: one parallel() of N mock agents, zero latency, %d scheduler slots per lane, durable journal and events in SQLite, median of %d runs\n\n", *conc, *repeat)
 	fmt.Printf("%10s  %12s  %21s  %14s  %12s\n", "N", "median wall", "spread (min–max)", "calls/s", "peak RSS")
 	for _, s := range strings.Split(*ns, ",") {

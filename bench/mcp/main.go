@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/daemon"
 	luftmcp "github.com/luft-run/luft/mcp"
 	"github.com/luft-run/luft/runtime"
@@ -203,6 +204,7 @@ func latencyMode(ctx context.Context, e *env) error {
 		return err
 	}
 	defer c.Close()
+	machine.Print(os.Stdout)
 	fmt.Printf("luft MCP door: daemon on loopback HTTP, mock agent answering in %s, %d iterations per repeat\n\n", *latency, *iters)
 	fmt.Printf("%-7s %12s %12s %12s %12s\n", "repeat", "a p50", "a p99", "b p50", "b p99")
 	var aP50, aP99, bP50, bP99 []float64

@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/daemon"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -65,6 +66,7 @@ func run(sessions, spawns, runs int, latencies, bin string) error {
 			return fmt.Errorf("build luft (run from the repository root, or pass -luft): %w", err)
 		}
 	}
+	machine.Print(os.Stdout)
 	fmt.Printf("luft MCP sub-agents: %d concurrent sessions × %d spawn + await(all) through the daemon's /mcp, mock backend, %d runs per variant\n\n",
 		sessions, spawns, runs)
 	fmt.Printf("%-12s %-22s %-22s %-22s %-22s\n", "mock latency", "wall", "slowest session", "daemon peak RSS", "daemon RSS after")

@@ -39,10 +39,12 @@ type Shape struct {
 var Full = Shape{Agents: 16, Steps: 3}
 
 // env is where a measurement runs: the clock every party reads (the engine, the agents,
-// the proxy and its scheduler) and the network between them.
+// the proxy and its scheduler), the network between them, and the provider model the
+// engine plays (the zero value is classic).
 type env struct {
 	clock testkit.Clock
 	net   network
+	model testkit.Provider
 }
 
 // network connects the parties: serve puts a handler at a base URL, client reaches it.
@@ -137,18 +139,31 @@ type Result struct {
 }
 
 // engineConfig is the fake engine as bench/hosted has it: a hosted API with
-// effectively unlimited slots, TPM 6,000 and RPM 30 refilled continuously, completions
-// of lognormal length billed when they end (no max_tokens is sent), a tool call scripted
-// for every user step.
-func engineConfig(clock testkit.Clock, seed uint64) testkit.Config {
+// effectively unlimited slots, TPM 6,000 and RPM 30 (limits), completions of lognormal
+// length (no max_tokens is sent), a tool call scripted for every user step.
+func engineConfig(clock testkit.Clock, p testkit.Provider, seed uint64) testkit.Config {
 	return testkit.Config{
 		Clock: clock, Slots: 64, Models: []string{model},
 		Lengths:         testkit.Lengths{Median: 60, Sigma: 0.8, Max: 600, Seed: seed},
 		PrefillPerToken: 200 * time.Microsecond, DecodePerToken: 10 * time.Millisecond,
-		Limits: testkit.Limits{TPM: tpm, RPM: rpm, Window: testkit.Continuous, OutputAtEnd: true},
+		Limits: limits(p),
 		ToolRules: []testkit.ToolRule{{Match: "step", Rounds: 1,
 			Calls: []testkit.ScriptedCall{{Name: "lookup", Arguments: `{"query":"rates"}`}}}},
 	}
+}
+
+// limits is the key in provider model p, the same in every model: TPM 6,000 (Anthropic:
+// 6,000 input and 1,500 output tokens) and RPM 30. Classic, the engine this bench has
+// always measured, refills continuously and bills each completion when it ends.
+func limits(p testkit.Provider) testkit.Limits {
+	l := testkit.Limits{Provider: p, TPM: tpm, RPM: rpm}
+	switch p {
+	case testkit.ProviderClassic:
+		l.Window, l.OutputAtEnd = testkit.Continuous, true
+	case testkit.ProviderAnthropic:
+		l.TPM, l.ITPM, l.OTPM = 0, tpm, tpm/4
+	}
+	return l
 }
 
 // horizon bounds a measurement in modelled time: agents still at work then count as
@@ -162,7 +177,7 @@ func measure(ctx context.Context, e env, tgt target, shape Shape, seed uint64, s
 	defer cancel(nil)
 	over := e.clock.AfterFunc(horizon, func() { cancel(errHorizon) })
 	defer over.Stop()
-	cfg := engineConfig(e.clock, seed)
+	cfg := engineConfig(e.clock, e.model, seed)
 	tgt.engine(&cfg)
 	eng := testkit.NewEngine(cfg)
 	srv := testkit.NewServer(eng)
@@ -223,31 +238,24 @@ func measure(ctx context.Context, e env, tgt target, shape Shape, seed uint64, s
 				rec.PromptTokens, rec.OutputTokens, rec.Finish.Sub(rec.Arrival).Seconds())
 		}
 	}
-	ok := 0
-	for _, rec := range eng.Log() {
+	log := eng.Log()
+	for _, rec := range log {
 		r.Requests++
 		if rec.Status == http.StatusTooManyRequests {
 			r.RateLimited++
 			continue
 		}
-		ok++
 		r.Tokens += rec.ChargedTokens
 	}
 	r.Seconds = last.Sub(start).Seconds()
-	r.Floor = netFloor(r.Tokens, ok)
+	// The net floor is the time the key's budgets force on the tokens and requests
+	// answered, beyond the buckets' initial fill, at their refill rates: no client can
+	// finish sooner, however it schedules.
+	r.Floor = testkit.NetFloor(cfg.Limits, log).Seconds()
 	if r.Floor > 0 {
 		r.Ratio = r.Seconds / r.Floor
 	}
 	return r, nil
-}
-
-// netFloor is the time the key's budgets force on tokens and requests answered: what
-// either needs beyond the bucket's initial fill, at its refill rate. No client can
-// finish sooner, however it schedules.
-func netFloor(tokens, requests int) float64 {
-	t := float64(max(0, tokens-tpm)) / tpm * 60
-	q := float64(max(0, requests-rpm)) / rpm * 60
-	return math.Max(t, q)
 }
 
 // trace, when set, receives every request the engine saw.

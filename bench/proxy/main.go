@@ -30,7 +30,11 @@
 // spread (min–max) over the seeds side by side, and whether the proxy met its targets in
 // every seed: no 429, time ≤ 1.03 × the net floor.
 //
-//	go run ./bench/proxy [-seeds 10] [-speed 30] [-retries 8] [-json out.json]
+//	go run ./bench/proxy [-seeds 10] [-speed 30] [-retries 8] [-model classic] [-json out.json]
+//
+// -model picks the provider model the engine plays (internal/testkit's Provider): classic,
+// the default and the engine described above, or openai, strict, anthropic (6,000 input
+// and 1,500 output tokens a minute), fixed-window or silent, on the same key.
 //
 // The same measurement runs on a virtual clock (a testing/synctest bubble, in-memory
 // HTTP) in this package's test, which holds the targets.
@@ -47,6 +51,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/internal/testkit"
 )
 
@@ -59,19 +64,26 @@ func main() {
 	retries := flag.Int("retries", 8, "retries an agent makes per request (openai-python's default is 2)")
 	out := flag.String("json", "", "write every result as JSON to this file")
 	verbose := flag.Bool("v", false, "print every request the engine saw")
+	modelF := flag.String("model", "classic", "the provider model the engine plays: classic, openai, strict, anthropic, fixed-window or silent")
 	flag.Parse()
+	prov, err := testkit.ParseProvider(*modelF)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "-model:", err)
+		os.Exit(2)
+	}
 	if *verbose {
 		trace = os.Stdout
 	}
-	fmt.Printf("own-loop agents (%d × %d turns, OpenAI chat API over HTTP, tool calls between turns) on one key: fake engine TPM %d, RPM %d (continuous), no max_tokens, completions lognormal (median 60, tail 600); time ×%g\n\n",
-		Full.Agents, 2*Full.Steps, tpm, rpm, *speed)
+	machine.Print(os.Stdout)
+	fmt.Printf("own-loop agents (%d × %d turns, OpenAI chat API over HTTP, tool calls between turns) on one key: fake engine as provider model %s, TPM %d, RPM %d, no max_tokens, completions lognormal (median 60, tail 600); time ×%g\n\n",
+		Full.Agents, 2*Full.Steps, prov, tpm, rpm, *speed)
 	byTarget := map[string][]Result{}
 	var all []Result
 	printRowHeader(os.Stdout)
 	for s := 1; s <= *seeds; s++ {
 		for _, tgt := range []target{direct{}, direct{free: true}, viaProxy{}} {
 			clock := testkit.NewScaledClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), *speed)
-			r, err := measure(context.Background(), env{clock: clock, net: newLoopback()}, tgt, Full, uint64(s), *retries)
+			r, err := measure(context.Background(), env{clock: clock, net: newLoopback(), model: prov}, tgt, Full, uint64(s), *retries)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "%s seed %d: %v\n", tgt.name(), s, err)
 				os.Exit(1)

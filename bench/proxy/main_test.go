@@ -165,3 +165,25 @@ func (w *memWriter) Write(b []byte) (int, error) {
 }
 
 func (w *memWriter) Flush() { w.WriteHeader(http.StatusOK) }
+
+// Every provider model of the engine runs through the proxy and straight at the engine
+// (the figures are logged, not held to targets: only the classic model's are).
+func TestProxyModels(t *testing.T) {
+	for _, p := range testkit.Providers() {
+		for _, tgt := range []target{direct{}, viaProxy{}} {
+			var r Result
+			var err error
+			synctest.Test(t, func(t *testing.T) {
+				e := env{clock: testkit.RealClock{}, net: newMemNet(), model: p}
+				r, err = measure(t.Context(), e, tgt, Shape{Agents: 4, Steps: 2}, 1, 8)
+			})
+			if err != nil {
+				t.Fatalf("%s %s: %v", p, tgt.name(), err)
+			}
+			if r.Requests == 0 || r.Seconds <= 0 {
+				t.Errorf("%s %s: %+v", p, tgt.name(), r)
+			}
+			t.Logf("%-12s %-7s turns %2d gave up %d 429 %3d ratio %.3f", p, r.Target, r.Turns, r.FailedRuns, r.RateLimited, r.Ratio)
+		}
+	}
+}

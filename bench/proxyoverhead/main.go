@@ -37,8 +37,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/proxy"
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
@@ -150,7 +153,12 @@ func run() error {
 			return err
 		}
 		defer st.Close()
-		opts.Store = st
+		svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("mock"),
+			Scheduler: opts.Scheduler, Caller: "proxy"})
+		if err != nil {
+			return err
+		}
+		opts.Service = svc
 	}
 	p, err := proxy.New(opts)
 	if err != nil {
@@ -221,6 +229,7 @@ func run() error {
 		{"first byte p50 (stream)", q(true, 0.50, true)},
 		{"first byte p99 (stream)", q(true, 0.99, true)},
 	}
+	machine.Print(os.Stdout)
 	fmt.Printf("luft proxy overhead on loopback: %d concurrent agents × %d turns, %d runs; median [min–max] over runs\n",
 		*conc, *turns, *runs)
 	fmt.Printf("engine: first chunk after %s, the rest %s later; proxy records runs: %v\n\n", *prefill, 16**decode, *record)

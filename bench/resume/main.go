@@ -28,6 +28,7 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/agent"
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/runtime"
@@ -76,6 +77,7 @@ func main() {
 	dir := flag.String("dir", "", "parent folder of the state dirs (default: the system temp dir)")
 	flag.Parse()
 
+	machine.Print(os.Stdout)
 	fmt.Printf("luft resume: replay a journal of N completed mock agent calls (+1 live call) through the real runtime, SQLite state, %d scheduler slots, median of %d\n\n", *conc, *repeat)
 	fmt.Printf("%8s  %10s  %12s  %14s  %12s  %14s  %8s  %8s\n", "N", "build", "open store", "load journal", "Resume()", "resume→done", "calls/s", "events")
 	for _, s := range strings.Split(*ns, ",") {

@@ -25,6 +25,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/bench/sched/internal/schedbench"
 )
 
@@ -50,6 +51,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
+	machine.Print(os.Stdout)
 	var reports []*schedbench.Report
 	failed := 0
 	for _, n := range names {

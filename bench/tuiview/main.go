@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/luft-run/luft/bench/internal/machine"
 )
 
 const workflow = `meta = { phases = { {label = "fan", description = "one wide fan-out"} } }
@@ -57,6 +59,7 @@ func main() {
 			times[m] = append(times[m], d)
 		}
 	}
+	machine.Print(os.Stdout)
 	fmt.Printf("luft terminal view overhead: %d mock agents in one parallel(), median of %d alternating runs\n\n", *n, *repeat)
 	fmt.Printf("%-22s %10s %10s %10s %12s\n", "view", "median", "min", "max", "vs none")
 	base := median(times[0])

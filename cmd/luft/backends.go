@@ -13,27 +13,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/luft-run/luft/adapters"
-	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/config"
+	"github.com/luft-run/luft/host"
 )
 
-// protectedPaths are luft's own files, which agents may not write even when they lie in
-// the workspace: the config file in use and the state dir.
-func protectedPaths(e *env, g *globalFlags, cfg config.Config) []string {
-	return setup.ProtectedPaths(stateDir(e, g), cfg)
-}
-
-// openBackends builds this process's backends (adapters/setup); what it refuses is a
-// mistake in the input, exit 2.
-func openBackends(e *env, g *globalFlags, cfg config.Config, mockFile string) (*setup.Backends, error) {
-	set, err := setup.Open(setup.Options{Config: cfg, Getenv: e.getenv, MockFile: mockFile, Protected: protectedPaths(e, g, cfg)})
+// openBackends builds this process's backends, the first step of its host (package host);
+// what it refuses is a mistake in the input, exit 2.
+func openBackends(e *env, g *globalFlags, cfg config.Config, mockFile string) (*host.Host, error) {
+	h, err := host.Open(host.Options{StateDir: stateDir(e, g), Config: cfg, Getenv: e.getenv, MockFile: mockFile})
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
-	for _, w := range set.Warnings {
+	for _, w := range h.Backends.Warnings {
 		fmt.Fprintf(e.stderr, "luft: warning: %s\n", w)
 	}
-	return set, nil
+	return h, nil
 }
 
 // autoNotice is the one line a run on the stand-in default prints.
@@ -89,10 +83,11 @@ func newBackendCmd(e *env, g *globalFlags) *cobra.Command {
 		Short: "List the backends this process would offer: built-in, from the environment and from luft.toml",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			set, err := loadBackends(e, g)
+			h, err := loadBackends(e, g)
 			if err != nil {
 				return err
 			}
+			set := h.Backends
 			if asJSON {
 				return writeJSON(e.stdout, set.Infos)
 			}
@@ -161,7 +156,7 @@ completion of a single token to read them. Exit 0 when the backend is usable, 1 
 	return cmd
 }
 
-func loadBackends(e *env, g *globalFlags) (*setup.Backends, error) {
+func loadBackends(e *env, g *globalFlags) (*host.Host, error) {
 	cfg, err := loadConfig(e, g)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
+	"github.com/luft-run/luft/door"
 	"github.com/luft-run/luft/event"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
@@ -50,36 +51,12 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// runJSON is the JSON form of a run for list and status.
-type runJSON struct {
-	ID         string              `json:"run_id"`
-	Workflow   string              `json:"workflow"`
-	Status     string              `json:"status"`
-	Error      string              `json:"error,omitempty"`
-	Attempt    int                 `json:"attempt"`
-	Agents     storage.AgentCounts `json:"agents"`
-	Tokens     int                 `json:"tokens"`
-	Usage      storage.Usage       `json:"usage"`
-	Cost       float64             `json:"cost"`
-	Report     json.RawMessage     `json:"report,omitempty"`
-	CreatedAt  time.Time           `json:"created_at"`
-	FinishedAt *time.Time          `json:"finished_at,omitempty"`
-	Phases     []phaseJSON         `json:"phases,omitempty"`
-	ResumeWith string              `json:"resume_with,omitempty"`
-	Args       json.RawMessage     `json:"args,omitempty"`
-	ScriptHash string              `json:"script_hash,omitempty"`
-	ProcessID  int                 `json:"pid,omitempty"`
-	Pending    []approvalJSON      `json:"pending_approvals,omitempty"`
-}
+// runJSON is the JSON form of a run for list and status: the one shape of a run every
+// door answers with (door.Run), so it says what the daemon API and the MCP tools say.
+type runJSON = door.Run
 
-// approvalJSON is a tool call waiting for a person's answer.
-type approvalJSON struct {
-	ID        string `json:"approval_id"`
-	CallKey   string `json:"call_key"`
-	Tool      string `json:"tool"`
-	Arguments string `json:"arguments"`
-}
-
+// phaseJSON is one phase in `luft phases --json`, whose "actual" list keeps its own
+// format (the phase's id under phase_id only).
 type phaseJSON struct {
 	ID          int    `json:"phase_id"`
 	Label       string `json:"label"`
@@ -94,24 +71,26 @@ type phaseJSON struct {
 // toJSON is the JSON form of a run; its resume hint carries --state-dir when one was
 // given, so following it finds the run.
 func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) runJSON {
-	j := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Error: r.Error, Attempt: r.Attempt,
-		Agents: r.Agents, Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost,
-		CreatedAt: r.CreatedAt, Args: r.Args, ScriptHash: r.ScriptHash, ProcessID: r.PID}
-	if r.HasReport {
-		j.Report = r.Report
+	j := door.NewRun(r).WithReport(r)
+	if len(r.Args) > 0 {
+		j.Args = r.Args
 	}
-	if !r.FinishedAt.IsZero() {
-		t := r.FinishedAt
-		j.FinishedAt = &t
-	}
+	j.ScriptHash = r.ScriptHash
 	if r.Resumable() && (r.Status != storage.StatusRunning || stale) && !runtime.PlanFailed(r) {
 		j.ResumeWith = tui.ResumeCommand(r.ID, stateDir)
 	}
+	j.Phases = door.NewPhases(phases)
+	return j
+}
+
+// phasesJSON are a run's phases as `luft phases` shows them.
+func phasesJSON(phases []storage.Phase) []phaseJSON {
+	var out []phaseJSON
 	for _, p := range phases {
-		j.Phases = append(j.Phases, phaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
+		out = append(out, phaseJSON{ID: p.ID, Label: p.Label, Description: p.Description, Planned: p.Planned,
 			Status: p.Status, OK: p.OK, Failed: p.Failed, Cancelled: p.Cancelled})
 	}
-	return j
+	return out
 }
 
 func newListCmd(e *env, g *globalFlags) *cobra.Command {
@@ -173,9 +152,7 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 					return runRefError(err)
 				}
 				j := toJSON(info.Run, info.Stale, info.Phases, g.stateDir)
-				for _, a := range info.Pending {
-					j.Pending = append(j.Pending, approvalJSON{ID: a.ID, CallKey: a.CallKey, Tool: a.Tool, Arguments: a.Arguments})
-				}
+				j.Pending = door.NewApprovals(info.Pending)
 				if asJSON {
 					return writeJSON(e.stdout, j)
 				}
@@ -229,9 +206,9 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 					st.Status = info.Status // a proxy conversation between turns
 				}
 				fmt.Fprintf(e.stdout, "\n%s\n", tui.StatusView(st, e.now(), e.width(), styles(e, g), time.Local))
-				if len(j.Report) > 0 {
+				if report, ok := j.Report.(json.RawMessage); ok && len(report) > 0 {
 					var v any
-					if json.Unmarshal(j.Report, &v) == nil {
+					if json.Unmarshal(report, &v) == nil {
 						if text, err := reportText(v); err == nil {
 							fmt.Fprintf(e.stdout, "\nreport:\n%s", e.outText(text))
 						}
@@ -291,7 +268,7 @@ func newPhasesCmd(e *env, g *globalFlags) *cobra.Command {
 				if err := <-errc; err != nil {
 					return err
 				}
-				actual := toJSON(info.Run, info.Stale, info.Phases, g.stateDir).Phases
+				actual := phasesJSON(info.Phases)
 				if asJSON {
 					if planned == nil {
 						planned = []any{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/host"
 	luftmcp "github.com/luft-run/luft/mcp"
 	"github.com/luft-run/luft/runtime"
 	"github.com/spf13/cobra"
@@ -140,19 +141,14 @@ func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) (*dae
 
 // serveMCPStandalone serves MCP on stdio with runs hosted in this process.
 func serveMCPStandalone(ctx context.Context, e *env, g *globalFlags) error {
-	h, err := openHost(ctx, e, g)
+	h, err := serveHost(ctx, e, g, host.ServeOptions{Caller: "mcp", AskApprovals: true})
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	dir, cfg, bset, st := h.dir, h.cfg, h.backends, h.store
-	svc, err := newService(e, st, dir, bset.Registry, schedulerConfig(cfg, 8, false), eventLimits(cfg.Limits),
-		func(o *runtime.Options) { o.Caller, o.AskApprovals = "mcp", true })
-	if err != nil {
-		return err
-	}
+	cfg, svc := h.cfg, h.Service
 	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Version: buildVersion(),
-		Host:    luftmcp.ServiceHost{Service: svc, NewSpec: hostedSpec(bset.Registry, cfg)},
+		Host:    luftmcp.ServiceHost{Service: svc, NewSpec: hostedSpec(h.Registry, cfg)},
 		Log:     log.New(e.stderr, "luft mcp: ", log.LstdFlags),
 		Catalog: toolCatalog(cfg)})
 	if err != nil {

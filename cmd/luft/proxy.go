@@ -101,7 +101,7 @@ func serveProxy(ctx context.Context, e *env, g *globalFlags, f *proxyFlags) erro
 	if err != nil {
 		return err
 	}
-	opts := proxy.Options{Upstreams: ups, Default: def, Scheduler: sched, Store: st, Host: svc,
+	opts := proxy.Options{Upstreams: ups, Default: def, Scheduler: sched, Service: svc,
 		IdleTTL: f.idle, MaxBody: f.maxBody, Log: e.stderr}
 	if !isLoopback(host) {
 		opts.Token = token

@@ -57,8 +57,7 @@ func TestDaemonServesProxy(t *testing.T) {
 	if r, err := http.Get(url + "/api/runs"); err != nil || r.StatusCode != 401 {
 		t.Fatalf("the API answered without its token: %v %v", r, err)
 	}
-	// The run is stored by the daemon's recorder a moment after the turn: poll the
-	// external process with a deadline.
+	// Another luft process reads the run: poll it with a deadline.
 	waitFor := func(what string, ok func(string) bool, args ...string) string {
 		deadline := time.Now().Add(20 * time.Second)
 		for {

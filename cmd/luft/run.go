@@ -12,15 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/agent"
-	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/config"
+	"github.com/luft-run/luft/host"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/lua/luaval"
-	"github.com/luft-run/luft/planner"
 	"github.com/luft-run/luft/runtime"
-	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
 )
 
@@ -188,24 +185,53 @@ func parseArgs(s string) (any, error) {
 	return nil, usageErr("invalid --args: must be a JSON object or array, got %s", s)
 }
 
+// runWorkflow runs `luft run`: it checks the flags, opens the backends, hands the run to
+// the state dir's daemon when one runs, and otherwise hosts it here (run_local.go).
 func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resumeRef string) error {
 	// Signals stay handled until the very end, after the store is closed: a second
 	// Ctrl-C while it closes still exits 130 rather than killing the process.
-	var endSignals func()
-	defer func() {
-		if endSignals != nil {
-			endSignals()
-		}
-	}()
+	sig := &runSignals{}
+	defer sig.end()
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	args, err := parseArgs(f.args)
+	args, err := checkRunFlags(f)
 	if err != nil {
 		return err
 	}
+	h, err := openRunBackends(e, g, f)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if err := checkBeforeRun(e, g, f); err != nil {
+		return err
+	}
+	// While a daemon runs for the state dir, the run is hosted there: one scheduler for
+	// every run on the machine.
+	if routed, err := daemonRun(ctx, e, g, f, args, resumeRef); routed {
+		return err
+	}
+	lr, err := serveLocalRun(ctx, e, g, f, h)
+	if err != nil {
+		return err
+	}
+	defer lr.close()
+	run, err := lr.start(ctx, e, g, f, args, resumeRef)
+	if err != nil {
+		return err
+	}
+	return lr.watch(ctx, e, g, f, run, sig)
+}
+
+// checkRunFlags refuses flags out of range before anything is opened, and returns the
+// script's args. --mock-file alone runs on the mockfile backend.
+func checkRunFlags(f *runFlags) (args any, err error) {
+	if args, err = parseArgs(f.args); err != nil {
+		return nil, err
+	}
 	if f.class != string(agent.ClassInteractive) && f.class != string(agent.ClassBatch) {
-		return usageErr("invalid --class %q: use interactive or batch", f.class)
+		return nil, usageErr("invalid --class %q: use interactive or batch", f.class)
 	}
 	for _, c := range []struct {
 		flag string
@@ -216,30 +242,44 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		{"--timeout", config.CheckRange(f.timeout, 0, time.Duration(math.MaxInt64))},
 	} {
 		if c.err != nil {
-			return usageErr("invalid %s: %v", c.flag, c.err)
+			return nil, usageErr("invalid %s: %v", c.flag, c.err)
 		}
 	}
 	if f.mockFile != "" && f.backend == "" {
 		f.backend = "mockfile"
 	}
+	return args, nil
+}
+
+// openRunBackends is the first step of the run's host: the config and the backends. It
+// says once when the mock stands in as the default, and refuses a --backend nothing
+// registers.
+func openRunBackends(e *env, g *globalFlags, f *runFlags) (*host.Host, error) {
 	cfg, err := loadConfig(e, g)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	bset, err := openBackends(e, g, cfg, f.mockFile)
+	h, err := openBackends(e, g, cfg, f.mockFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer bset.Close()
-	reg := bset.Registry
+	b := h.Backends
 	// A task planned offline says so in the planner's one line, which covers this notice.
-	offlineTask := f.task != "" && len(bset.Unchosen) < 2
-	if bset.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json && !offlineTask {
-		fmt.Fprintln(e.stderr, defaultNotice(bset.Unchosen))
+	offlineTask := f.task != "" && len(b.Unchosen) < 2
+	if b.Auto && f.backend == "" && !f.resume && !f.quiet && !f.json && !offlineTask {
+		fmt.Fprintln(e.stderr, defaultNotice(b.Unchosen))
 	}
-	if _, err := reg.Get(f.backend); err != nil {
-		return usageErr("--backend: %v", err)
+	if _, err := h.Registry.Get(f.backend); err != nil {
+		h.Close()
+		return nil, usageErr("--backend: %v", err)
 	}
+	return h, nil
+}
+
+// checkBeforeRun refuses what would fail the run late, before any agent runs: an unknown
+// log level, a script the user declines (--confirm), a report path that cannot be
+// written.
+func checkBeforeRun(e *env, g *globalFlags, f *runFlags) error {
 	if err := checkLevel(g.logLevel); err != nil {
 		return err
 	}
@@ -249,164 +289,11 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		}
 	}
 	if f.output != "" {
-		// Refuse a report path that cannot be written before any agent runs.
 		if st, err := os.Stat(filepath.Dir(f.output)); err != nil || !st.IsDir() {
 			return usageErr("-o %s: the folder %s does not exist", f.output, filepath.Dir(f.output))
 		}
 	}
-	// While a daemon runs for the state dir, the run is hosted there: one scheduler for
-	// every run on the machine.
-	if routed, err := daemonRun(ctx, e, g, f, args, resumeRef); routed {
-		return err
-	}
-	logFile, err := openLog(f)
-	if err != nil {
-		return err
-	}
-	if logFile != nil {
-		defer logFile.Close() // closed by the mirror once the run ends; this covers an early return
-	}
-	st, err := openStore(ctx, e, g, f.resume)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	// A destructive tool under [tools] approval = "ask" waits for an answer only where
-	// one can be given: the live board with keys asks y/n. Elsewhere its agent call fails
-	// with a message naming the setting, so a run never waits silently.
-	askable := approvable(e, f)
-	svc, err := newService(e, st, stateDir(e, g), reg, schedulerConfig(cfg, f.maxConcurrency, f.slotsFromFlag),
-		eventLimits(cfg.Limits), func(o *runtime.Options) { o.AskApprovals = askable })
-	if err != nil {
-		return err
-	}
-	var (
-		run  *runtime.Run
-		pl   *planner.Planner
-		plan *planner.Plan
-	)
-	if f.task != "" || f.autoFix {
-		if pl, err = newPlanner(svc, reg, cfg, f); err != nil {
-			return err
-		}
-	}
-	if f.task != "" && !f.resume {
-		runsOn, _ := reg.Get(f.backend) // checked above
-		if plan, err = planTask(ctx, e, f, pl, runsOn.ID()); err != nil {
-			return failedPlan(ctx, e, g, f, svc, pl, err)
-		}
-		if f.confirm {
-			if err := confirmScript(e, f, "planned workflow", plan.Script); err != nil {
-				return err
-			}
-		}
-	}
-	if f.resume {
-		run, err = svc.Resume(ctx, runtime.ResumeSpec{Run: resumeRef, AllowChangedScript: f.allowChanged, RerunFromDivergence: f.rerunDiverged,
-			Repeated: f.repeated})
-		if err != nil {
-			switch {
-			case errors.Is(err, runtime.ErrSettingChanged):
-				return usageErr("%v", err)
-			case errors.Is(err, storage.ErrRunNotFound), errors.Is(err, storage.ErrAmbiguousRun):
-				return runRefError(err)
-			case errors.Is(err, runtime.ErrNotResumable), errors.Is(err, runtime.ErrScriptChanged), errors.Is(err, runtime.ErrStillRunning):
-				return usageErr("%v", err)
-			}
-			return err // a syntax error in a changed script maps to exit 2 in exitCode
-		}
-	} else {
-		spec := runtime.Spec{
-			Path: f.workflow, Args: args, Backend: f.backend, Model: f.model,
-			Class: agent.Class(f.class), Concurrency: f.maxConcurrency, Timeout: f.timeout,
-			Limits: setup.ScriptLimits(cfg.Limits, f.maxAgentCalls),
-		}
-		if plan != nil {
-			spec.Source, spec.Plan = plan.Script, planRecord(plan, "")
-		}
-		run, err = svc.Start(ctx, spec)
-		if err != nil {
-			if lua.ErrorKindOf(err) != "" || storage.Broken(err) {
-				return err // a script error, or the state dir failing: not a usage error
-			}
-			return usageErr("%v", err)
-		}
-	}
-
-	if plan != nil && !f.json {
-		fmt.Fprintf(e.stderr, "luft: planned script saved to %s (edit it and rerun with luft run --workflow FILE)\n",
-			filepath.Join(svc.RunDir(run.ID), "workflow.lua"))
-	}
-	r := newRenderer(e, g, f)
-	r.lanes = laneSampler(svc)
-	if askable {
-		r.approve = func(approvalID string, allow bool) error {
-			_, err := svc.Approve(context.WithoutCancel(ctx), run.ID, approvalID, allow)
-			return err
-		}
-	}
-	if run.AlreadyCompleted() && !f.json {
-		// Idempotent resume: nothing runs; the stored report is printed as the run printed
-		// it (with --json the stored events of its last attempt are, below).
-		if !f.quiet {
-			fmt.Fprintf(e.stderr, "luft: run %s had already completed; printing its stored report\n", run.ID)
-			r.state = tui.NewState(tui.StateOptions{LogLevel: g.logLevel})
-			for ev := range run.SubscribeAttempt(ctx) {
-				r.state.Apply(ev) // the summary of its last attempt
-			}
-		}
-		return r.finish(run.Wait())
-	}
-	// First Ctrl-C: stop admitting, cancel in-flight calls, exit 3. Second: exit 130 now.
-	// Signals are handled until this function returns, including while the report and
-	// events are still being written.
-	cur := &liveRun{r: r, run: run}
-	sigs := make(chan os.Signal, 2)
-	stop := e.notify(sigs)
-	finished := make(chan struct{})
-	endSignals = func() {
-		close(finished)
-		stop()
-	}
-	go func() {
-		n := 0
-		for {
-			select {
-			case <-sigs:
-				n++
-				cur.interrupt(n)
-			case <-finished:
-				return
-			}
-		}
-	}()
-
-	logDone := mirrorLog(ctx, f, logFile, run)
-	r.runDone = storedRunDone(svc, run.ID)
-	stuck, err := r.view(ctx, run)
-	if err != nil {
-		run.Cancel()
-		run.Wait()
-		return &exitError{code: exitFailed, err: err}
-	}
-	res := run.Wait()
-	if f.autoFix && !stuck && fixable(res) {
-		fx := &fixing{r: r, run: run, res: res, logFile: logFile, logDone: logDone}
-		if err := fx.loop(ctx, e, g, f, svc, pl, cur); err != nil {
-			return err
-		}
-		r, res, stuck, logDone = fx.r, fx.res, fx.stuck, fx.logDone
-	}
-	var ferr error
-	if stuck {
-		ferr = r.finishWithin(res)
-	} else {
-		ferr = r.finish(res)
-	}
-	if err := logDone(); err != nil && ferr == nil {
-		return &exitError{code: exitFailed, err: err}
-	}
-	return ferr
+	return nil
 }
 
 // approvable reports whether a run's approvals can be answered here: the live board is

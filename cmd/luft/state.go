@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/luft-run/luft/adapters/setup"
 	"github.com/luft-run/luft/config"
+	"github.com/luft-run/luft/host"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
@@ -65,11 +65,11 @@ func loadConfig(e *env, g *globalFlags) (config.Config, error) {
 	return cfg, nil
 }
 
-// schedulerConfig is the admission scheduler's configuration (adapters/setup decides
+// schedulerConfig is the admission scheduler's configuration (package host decides
 // it for every door): slots concurrent turns per lane, unless the config sets them and
 // --max-concurrency was not given.
 func schedulerConfig(cfg config.Config, slots int, slotsFromFlag bool) scheduler.Config {
-	return setup.SchedulerConfig(cfg, slots, slotsFromFlag)
+	return host.SchedulerConfig(cfg, slots, slotsFromFlag)
 }
 
 func newService(e *env, st storage.Store, dir string, backends runtime.BackendSource, sc scheduler.Config, more ...func(*runtime.Options)) (*runtime.Service, error) {
@@ -87,11 +87,6 @@ func newService(e *env, st storage.Store, dir string, backends runtime.BackendSo
 	return runtime.New(o)
 }
 
-// eventLimits applies the config's [limits] on what a run records.
-func eventLimits(l config.Limits) func(*runtime.Options) {
-	return func(o *runtime.Options) { o.Events = setup.EventLimits(l) }
-}
-
 // runRefError maps a failure to find a run to an input error.
 func runRefError(err error) error {
 	if errors.Is(err, storage.ErrRunNotFound) || errors.Is(err, storage.ErrAmbiguousRun) {
@@ -103,18 +98,20 @@ func runRefError(err error) error {
 	return err
 }
 
-// host is what a process that hosts runs opens (the daemon, a standalone MCP server):
-// the absolute state dir, the config, the backends and the store.
-type host struct {
-	dir      string
-	cfg      config.Config
-	backends *setup.Backends
-	store    storage.DB
+// served is a host this process serves runs from (the daemon, a standalone MCP server):
+// its absolute state dir, its backends, scheduler and Service (package host), and the
+// store under them.
+type served struct {
+	*host.Host
+	dir   string
+	cfg   config.Config
+	store storage.DB
 }
 
-// openHost opens the state dir's config, backends and store, making the state dir absolute
-// (in g too, so later lookups agree) and private to the user.
-func openHost(ctx context.Context, e *env, g *globalFlags) (*host, error) {
+// serveHost opens the state dir's config, backends and store and serves o's Service over
+// them, making the state dir absolute (in g too, so later lookups agree) and private to
+// the user. Its runs are timed by e's clock.
+func serveHost(ctx context.Context, e *env, g *globalFlags, o host.ServeOptions) (*served, error) {
 	dir, err := filepath.Abs(stateDir(e, g))
 	if err != nil {
 		return nil, err
@@ -124,24 +121,30 @@ func openHost(ctx context.Context, e *env, g *globalFlags) (*host, error) {
 	if err != nil {
 		return nil, err
 	}
-	bset, err := openBackends(e, g, cfg, "")
+	h, err := openBackends(e, g, cfg, "")
 	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		bset.Close()
+		h.Close()
 		return nil, fmt.Errorf("create state dir %s: %w", dir, err)
 	}
 	st, err := openStore(ctx, e, g, false)
 	if err != nil {
-		bset.Close()
+		h.Close()
 		return nil, err
 	}
-	return &host{dir: dir, cfg: cfg, backends: bset, store: st}, nil
+	o.Now = e.now
+	if err := h.Serve(st, o); err != nil {
+		st.Close()
+		h.Close()
+		return nil, err
+	}
+	return &served{Host: h, dir: dir, cfg: cfg, store: st}, nil
 }
 
 // Close closes the store, then the backends.
-func (h *host) Close() {
-	h.store.Close()
-	h.backends.Close()
+func (s *served) Close() {
+	s.store.Close()
+	s.Host.Close()
 }

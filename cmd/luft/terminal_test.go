@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // hostile is what a model's answer may carry to a terminal: a clipboard write (OSC 52),
@@ -79,7 +80,13 @@ func (r *escapesRun) newestRun() string {
 
 func noEscapes(t *testing.T, what, s string) {
 	t.Helper()
-	if i := strings.IndexAny(s, "\x1b\x07\x9b\x9d"); i >= 0 {
+	// ESC and BEL, the C1 CSI and OSC as runes, and as the raw bytes a terminal in a
+	// non-UTF-8 mode reads as CSI and OSC.
+	i := strings.IndexAny(s, "\x1b\x07\u009b\u009d")
+	if j := strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError }); j >= 0 && (i < 0 || j < i) {
+		i = j
+	}
+	if i >= 0 {
 		t.Errorf("%s on a terminal has a control character at %d: %q", what, i, s[max(0, i-20):min(len(s), i+40)])
 	}
 }

@@ -16,5 +16,13 @@
 // uses it to answer structured calls offline. The same schema and seed always give the same
 // value, and every value it returns has been validated against the compiled schema.
 //
+// The generator is one file, example.go, longer than the house's ~800 lines on purpose:
+// it is one recursive descent (value → alternatives → object, array, string or number →
+// value again) over one generator (its seed, its budget of validations and the items a
+// unique array must avoid), and its steps call each other in both directions; split by
+// JSON type, a reader would follow one descent across files. Only the search for strings
+// that match a "pattern", a self-contained walk of the regular expression's syntax tree,
+// is apart, in regexgen.go.
+//
 // A compiled *Schema is immutable and safe for concurrent use.
 package schema

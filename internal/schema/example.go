@@ -1,5 +1,7 @@
 package schema
 
+// The schema example generator, kept whole in one file: see the package doc for why.
+
 import (
 	"encoding/json"
 	"errors"

@@ -55,6 +55,14 @@
 //     off; ChargeRejectedTokens also charges its tokens). A continuous bucket can go at
 //     most one window into debt. A request larger than the token limit is refused
 //     without a retry-after: waiting cannot help.
+//   - Provider models (Limits.Provider): the above is ProviderClassic. ProviderOpenAI
+//     reserves prompt + max_tokens (the model's max output without it) and enforces over
+//     one-second windows too; ProviderStrict refuses unless prompt + the actual
+//     completion fits, billing the output as it streams; ProviderAnthropic has separate
+//     input- and output-token buckets and Anthropic's headers only; ProviderFixedWindow
+//     is a gateway's fixed windows; ProviderSilent limits without any header. Each
+//     model's 429s carry the retry headers its provider sends, not always both. See
+//     Provider for the rules, and NetFloor for the least time a log's charges need.
 //   - Every response, 200 or not, carries x-ratelimit-{limit,remaining,reset}-{requests,
 //     tokens} (resets as OpenAI durations: 450ms, 7.66s, 2m59.56s, rounded up) and,
 //     with Limits.Anthropic, anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}
@@ -67,7 +75,7 @@
 //
 // Not modelled: KV memory pressure on running requests (no preemption), priorities
 // (vLLM's priority field is accepted and ignored), chunked prefill, per-key limits,
-// Anthropic's separate input/output token buckets, injected 5xx failures.
+// Anthropic's cache reads being free of its input limit, injected 5xx failures.
 //
 // Rules: the server binds loopback only unless Server.AllowNonLoopback is set; the
 // package never touches the network otherwise, never sleeps on a VirtualClock, and

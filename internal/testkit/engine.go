@@ -116,6 +116,11 @@ type Record struct {
 	FinishReason string `json:"finish_reason,omitempty"`
 
 	RetryAfter time.Duration `json:"retry_after_ns,omitempty"` // on a 429
+	// LimitedBy is, on a 429, the budget that refused it: requests, tokens, input_tokens
+	// or output_tokens, whatever the error type the provider model sends; Quantum says
+	// the bucket had room but its current short window (Limits.Quantum) did not.
+	LimitedBy string `json:"limited_by,omitempty"`
+	Quantum   bool   `json:"quantum,omitempty"`
 }
 
 // Result is the outcome of one in-process call: what the HTTP server would send.
@@ -208,7 +213,8 @@ type job struct {
 	replica *replica
 	state   jobState
 	timer   Timer
-	tail    int // tokens charged when the request ends (Limits.OutputAtEnd)
+	bill    billing
+	stop    func(time.Time) int // ends the billing of a streamed output; nil when none runs
 	decode  time.Duration
 	header  http.Header
 	rec     Record
@@ -363,31 +369,24 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 	j.rec.PromptTokens = j.prompt.tokens
 	j.rec.OutputTokens = j.answer.tokens
 	j.rec.ToolCalls = len(j.answer.toolCalls)
-	// Providers charge the prompt plus max_tokens at admission (OpenAI's rate limiter
-	// counts max_tokens, not what is finally generated); without max_tokens, the output.
-	charge := j.prompt.tokens + j.answer.tokens
-	switch {
-	case explicit:
-		charge = j.prompt.tokens + maxTokens
-	case e.cfg.Limits.OutputAtEnd:
-		charge, j.tail = j.prompt.tokens, j.answer.tokens
-	}
+	// How the request is charged depends on the provider model (providers.go).
+	bill := e.bill(j.prompt.tokens, j.answer.tokens, maxTokens, explicit)
+	j.bill = bill
 
-	if rej := e.limits.admit(now, charge); rej != nil {
+	if rej := e.limits.admit(now, bill.demand); rej != nil {
 		if e.cfg.Limits.ChargeRejectedTokens {
-			j.rec.ChargedTokens = charge
+			j.rec.ChargedTokens = bill.charged
 		}
 		j.rec.RetryAfter = rej.retryAfter
+		j.rec.LimitedBy, j.rec.Quantum = rej.dim, rej.quantum
 		e.rejected++
-		r := e.refuseLocked(j, now, http.StatusTooManyRequests, rateLimitError(req.Model, rej))
-		if !rej.never {
-			retryHeaders(r.Header, rej.retryAfter)
-		}
+		r := e.refuseLocked(j, now, http.StatusTooManyRequests, e.rateLimitError(req.Model, rej))
+		e.limits.retryHeaders(r.Header, rej)
 		e.mu.Unlock()
 		done(r)
 		return func() {}
 	}
-	j.rec.ChargedTokens = charge
+	j.rec.ChargedTokens = bill.charged
 	e.limits.headers(j.header, now)
 
 	r := e.route(o)
@@ -578,6 +577,9 @@ func (e *Engine) prefilled(j *job) {
 	j.replica.cache.insert(j.prompt.blocks)
 	j.rec.FirstToken = now
 	j.timer = e.clock.AfterFunc(j.decode, func() { e.finish(j) })
+	if j.bill.stream {
+		j.stop = e.limits.streamOutput(j.answer.tokens, now, now.Add(j.decode))
+	}
 	first := j.opts.firstToken
 	partial := &Result{Status: http.StatusOK, Header: j.header.Clone(), Record: j.rec}
 	e.mu.Unlock()
@@ -596,10 +598,17 @@ func (e *Engine) finish(j *job) {
 	j.state = finished
 	j.rec.Status = http.StatusOK
 	j.rec.Finish = now
-	if j.tail > 0 {
-		e.limits.charge(now, j.tail)
-		j.rec.ChargedTokens += j.tail
+	switch {
+	case j.bill.tail > 0:
+		e.limits.charge(now, j.bill.tail)
+		j.rec.ChargedTokens += j.bill.tail
 		e.limits.headers(j.header, now)
+	case j.bill.stream:
+		j.rec.ChargedTokens += j.stop(now)
+		j.stop = nil
+	case j.bill.refund > 0:
+		e.limits.refundOutput(now, j.bill.refund)
+		j.rec.ChargedTokens -= j.bill.refund
 	}
 	e.completed++
 	e.recordLocked(j.rec)
@@ -635,6 +644,11 @@ func (e *Engine) abandon(j *job) {
 		}
 	case running:
 		j.timer.Stop()
+		if j.stop != nil {
+			// A provider bills the output generated before the client went away.
+			j.rec.ChargedTokens += j.stop(now)
+			j.stop = nil
+		}
 		e.releaseLocked(j.replica, now)
 	}
 	j.state = finished

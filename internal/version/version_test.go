@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
-	goruntime "runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -110,7 +109,7 @@ func TestCheckoutBuild(t *testing.T) {
 		t.Skipf("not a git checkout, or git is missing (install git to run this test): %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "luft")
-	build := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "build", "-buildvcs=auto", "-o", bin, "github.com/luft-run/luft/cmd/luft")
+	build := exec.Command(goBin(t), "build", "-buildvcs=auto", "-o", bin, "github.com/luft-run/luft/cmd/luft")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -127,7 +126,7 @@ func TestCheckoutBuild(t *testing.T) {
 	}
 	// Go records nothing of a git worktree (its .git is a file), so the commit is checked
 	// only where Go recorded one.
-	recorded, err := exec.Command(filepath.Join(goruntime.GOROOT(), "bin", "go"), "version", "-m", bin).Output()
+	recorded, err := exec.Command(goBin(t), "version", "-m", bin).Output()
 	if err != nil {
 		t.Fatalf("go version -m: %v", err)
 	}
@@ -142,4 +141,14 @@ func TestCheckoutBuild(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(line), "luft dev (commit ") {
 		t.Errorf("luft version = %q (%v), want it to start with luft dev (commit", line, err)
 	}
+}
+
+// goBin is the go command that runs this test: the one on PATH, which is what built it.
+func goBin(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("the go command is not on PATH (put Go's bin folder on PATH to run this test): %v", err)
+	}
+	return p
 }

@@ -20,4 +20,7 @@
 // where pm reads stale positions (and may panic with an index out of range): one to a
 // capture still open ("(a%1)") is the error "invalid capture index", and one to a
 // position capture ("()%1") never matches.
+//
+// The port is one file, pattern.go, longer than the house's ~800 lines: it keeps the order
+// and names of the file it derives from, so the two can be compared (see its header).
 package luapattern

@@ -58,7 +58,7 @@ func FuzzFind(f *testing.F) {
 		if backRef.MatchString(pat) && (strings.Contains(pat, "()") || (perr != nil && perr.Message == "invalid capture index")) {
 			return // back-references to position or open captures follow Lua 5.1, not pm
 		}
-		want, wantErr, crashed := pmFind(pat, src, int(offset), int(limit))
+		want, crashed, wantErr := pmFind(pat, src, int(offset), int(limit))
 		if crashed != "" {
 			return // a bug of pm's (e.g. an index out of range) that this package does not share
 		}
@@ -130,12 +130,12 @@ func checkStopped(t *testing.T, pat, src string, offset int) {
 }
 
 // pmFind runs gopher-lua's matcher; crashed describes a panic other than pm's *Error.
-func pmFind(pat, src string, offset, limit int) (ms []*pm.MatchData, err error, crashed string) {
+func pmFind(pat, src string, offset, limit int) (ms []*pm.MatchData, crashed string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			crashed = fmt.Sprint(v)
 		}
 	}()
 	ms, err = pm.Find(pat, []byte(src), offset, limit)
-	return ms, err, ""
+	return ms, "", err
 }

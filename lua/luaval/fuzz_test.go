@@ -207,7 +207,7 @@ func FuzzEncodeLua(f *testing.F) {
 	}
 	seeds := [][]byte{
 		{1, 129},
-		num(math.NaN()), num(math.Inf(-1)), num(-0.0), num(1e21), num(0.1), num(math.MaxFloat64), num(5e-324),
+		num(math.NaN()), num(math.Inf(-1)), num(math.Copysign(0, -1)), num(1e21), num(0.1), num(math.MaxFloat64), num(5e-324),
 		{2, 3, 'a', '"', 0xff},
 		{1, 130, 2, 1, 'x', 3, 6, 3},
 		{1, 130, 13, 3, 6, 3},

@@ -232,8 +232,7 @@ func TestLiveInterruptCancels(t *testing.T) {
 	for _, ev := range s.evs {
 		events <- ev
 	}
-	var l *Live
-	l = NewLive(LiveOptions{Options: Options{Now: func() time.Time { return s.now() }, Cancel: func() {
+	l := NewLive(LiveOptions{Options: Options{Now: func() time.Time { return s.now() }, Cancel: func() {
 		cancels.Add(1)
 		// The run ends as a cancelled one does.
 		go func() {

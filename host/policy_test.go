@@ -1,4 +1,4 @@
-package main
+package host
 
 import (
 	"testing"
@@ -26,7 +26,7 @@ suspend_after = "90s"
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := schedulerConfig(cfg, 8, false)
+	sc := SchedulerConfig(cfg, 8, false)
 	if sc.DefaultLane.Slots != 5 || sc.SuspendAfter != 90*time.Second {
 		t.Fatalf("defaults from [scheduler]: %+v", sc)
 	}
@@ -38,7 +38,7 @@ suspend_after = "90s"
 		t.Fatalf("lane spare/: %+v", sc.Lanes["spare/"])
 	}
 	// --max-concurrency beats the file.
-	if sc := schedulerConfig(cfg, 3, true); sc.DefaultLane.Slots != 3 {
+	if sc := SchedulerConfig(cfg, 3, true); sc.DefaultLane.Slots != 3 {
 		t.Fatalf("flag slots: %+v", sc.DefaultLane)
 	}
 }

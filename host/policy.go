@@ -1,4 +1,4 @@
-package setup
+package host
 
 import (
 	"github.com/luft-run/luft/config"
@@ -8,8 +8,8 @@ import (
 )
 
 // The policy every door applies when it builds a runtime.Service from a config: the
-// scheduler's lanes, what a run may record, and the paths no agent may write. The CLI,
-// the daemon and the Go API (package luft) all take it from here.
+// scheduler's lanes, what a run may record, a script's limits and the paths no agent may
+// write.
 
 // ProtectedPaths are luft's own files, which agents may not write even when they lie in
 // the workspace: the state dir and the config file in use.

@@ -1,0 +1,83 @@
+package scheduler
+
+import (
+	"time"
+)
+
+// used is the tokens a finished attempt consumed. A successful turn from a backend that
+// reports no usage is taken to have used its estimate, so that it neither refunds its
+// budget nor escapes its caller's counter.
+func used(res Result, j *job) float64 {
+	if t := res.Usage.Total(); t > 0 || res.Status != StatusOK {
+		return float64(t)
+	}
+	return j.charged
+}
+
+// settle reconciles the serving lane's budgets and learns from a finished attempt.
+func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
+	u, tel := res.Usage, res.Telemetry
+	total := used(res, j)
+	in, out := float64(u.Input), float64(u.Output)
+	if u.Total() == 0 {
+		in, out = total*(1-t.outFrac), total*t.outFrac
+	}
+	var unread float64
+	readAt := now
+	if j.early {
+		readAt = j.earlyAt
+		if j.EstOutput == 0 {
+			unread = out
+		}
+	}
+	if !t.requests.endKept(j.flight, tel.Requests, 1, 0, now) {
+		t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
+	}
+	if !t.tokens.endKept(j.flight, tel.Tokens, total, out, now) {
+		t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
+	}
+	if !t.inTokens.endKept(j.flight, tel.InputTokens, in, 0, now) {
+		t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
+	}
+	if !t.outTokens.endKept(j.flight, tel.OutputTokens, out, out, now) {
+		t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
+	}
+	if res.Status == StatusOK && u.Total() > 0 {
+		if j.EstOutput == 0 {
+			// No output cap: the estimate is the prompt's, and the completion's length
+			// is learned apart (see outputs).
+			t.est.record(float64(j.EstTokens), in)
+			t.outs.record(out)
+		} else {
+			t.est.record(float64(j.EstTokens), total)
+		}
+		t.outFrac = 0.9*t.outFrac + 0.1*out/total
+	}
+}
+
+// Observe applies the rate-limit headers of a turn whose response is still coming (a
+// stream's headers, read before its body): budgets the lane knows nothing of yet are
+// learned now (conservatively: see bucket.early), and a scouting lane lets the turns it
+// held back through without waiting for the turn's end.
+func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
+	c.out = c.out[:0]
+	j := c.jobs[id]
+	if j == nil || j.state != jobRunning {
+		return c.out
+	}
+	t := j.serving
+	j.early, j.earlyAt = true, now
+	t.requests.seen(j.flight, tel.Requests, now)
+	t.tokens.seen(j.flight, tel.Tokens, now)
+	t.inTokens.seen(j.flight, tel.InputTokens, now)
+	t.outTokens.seen(j.flight, tel.OutputTokens, now)
+	t.requests.early(tel.Requests, now)
+	t.tokens.early(tel.Tokens, now)
+	t.inTokens.early(tel.InputTokens, now)
+	t.outTokens.early(tel.OutputTokens, now)
+	if t.scouting {
+		t.scouting = false
+		c.tryAdmit(j.home, now)
+	}
+	return c.out
+}
