@@ -1,6 +1,7 @@
 package luft
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,12 @@ type Options struct {
 	// ./.luft (or $LUFT_HOME); point both at one folder to see the Engine's runs with
 	// `luft list`.
 	StateDir string
+	// StorageURL, a postgres:// URL, keeps the runs (runs, events, the journal, approvals,
+	// tool calls) in that PostgreSQL database instead of luft.db, shared with the daemons
+	// and commands that use it (SPEC §9); StateDir still holds runs/<id>/. "" takes the
+	// config's [storage] url, and with none SQLite in StateDir. The environment
+	// (LUFT_STORAGE_URL) is not read: that is the CLI's.
+	StorageURL string
 	// ConfigPath is a luft.toml to read ([backends.NAME], [scheduler], [tools],
 	// [limits]); Config is one already parsed (config.Parse). At most one may be set.
 	// With neither, no file is read: agents run on the offline mock backend unless
@@ -110,7 +117,7 @@ func WithBackend(name string, b Backend) Option {
 // done.
 type Engine struct {
 	svc      *runtime.Service
-	store    *storage.SQLite
+	store    storage.DB
 	host     *host.Host // its backends and scheduler
 	registry *adapters.Registry
 	cfg      config.Config
@@ -151,6 +158,9 @@ func New(opts Options, more ...Option) (*Engine, error) {
 	}
 	if opts.StateDir == "" {
 		return nil, errors.New("luft.New: Options.StateDir is empty; set it to the folder runs are kept in (the CLI uses .luft)")
+	}
+	if err := config.CheckStorageURL(opts.StorageURL); err != nil {
+		return nil, fmt.Errorf("luft.New: Options.StorageURL: %w", err)
 	}
 	if opts.ConfigPath != "" && opts.Config != nil {
 		return nil, errors.New("luft.New: both Options.ConfigPath and Options.Config are set; give one")
@@ -213,7 +223,8 @@ func open(opts Options, dir string, cfg config.Config, set settings) (_ *Engine,
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("luft.New: create state dir: %w (pick a folder this process may write, in Options.StateDir)", err)
 	}
-	st, err := storage.Open(context.Background(), dir)
+	url := cmp.Or(opts.StorageURL, cfg.Storage.URL)
+	st, err := storage.OpenURL(context.Background(), url, dir)
 	if err != nil {
 		return nil, fmt.Errorf("luft.New: open state dir %s: %w", dir, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -39,6 +40,7 @@ type Config struct {
 	Scheduler    Scheduler
 	Proxy        Proxy
 	Limits       Limits
+	Storage      Storage
 	// Warnings are problems that do not stop luft (unknown keys), "FILE:LINE: KEY: MSG".
 	Warnings []string
 }
@@ -115,6 +117,40 @@ type Scheduler struct {
 type Proxy struct {
 	IdleTimeout time.Duration // a run with no turn for this long ends
 	MaxBody     int64         // largest request body, in bytes
+}
+
+// Storage is the [storage] table: where runs, events, the journal, approvals and tool
+// calls are kept (SPEC §9).
+type Storage struct {
+	// URL is a PostgreSQL database (postgres://... or postgresql://...) shared by several
+	// luft processes; "" keeps them in SQLite in the state dir. LUFT_STORAGE_URL, when set,
+	// wins over it (the caller applies that).
+	URL string
+}
+
+// CheckStorageURL reports whether u can be a [storage] url: "" or a postgres:// or
+// postgresql:// URL. The message never repeats the URL, which may hold a password.
+func CheckStorageURL(u string) error {
+	if u == "" {
+		return nil
+	}
+	scheme, rest, ok := strings.Cut(u, "://")
+	switch {
+	case !ok:
+		return errors.New("not a URL; write postgres://user@host:5432/dbname, or leave it out to keep runs in SQLite in the state dir")
+	case scheme != "postgres" && scheme != "postgresql":
+		return fmt.Errorf("unknown scheme %q; luft keeps runs in PostgreSQL (postgres://user@host:5432/dbname) or, with no url, in SQLite in the state dir", printable(scheme))
+	case strings.ContainsAny(rest, " \t\r\n") || strings.ContainsFunc(rest, unicode.IsControl):
+		return errors.New("the URL holds a space or a control character; percent-encode it (a space is %20)")
+	}
+	if _, err := url.Parse(u); err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the URL
+		}
+		return fmt.Errorf("not a valid URL (%v); write postgres://user:password@host:5432/dbname, percent-encoding special characters of the password", err)
+	}
+	return nil
 }
 
 // MaxProxyBody bounds [proxy] max_body (and --max-body).
@@ -212,6 +248,11 @@ type rawConfig struct {
 	Scheduler      rawScheduler          `toml:"scheduler"`
 	Limits         rawLimits             `toml:"limits"`
 	Proxy          rawProxy              `toml:"proxy"`
+	Storage        rawStorage            `toml:"storage"`
+}
+
+type rawStorage struct {
+	URL string `toml:"url"`
 }
 
 type rawProxy struct {
@@ -411,6 +452,8 @@ func Parse(path string, data []byte) (Config, error) {
 	c.Proxy.IdleTimeout = v.duration(toml.Key{"proxy", "idle_timeout"}, raw.Proxy.IdleTimeout)
 	v.check(toml.Key{"proxy", "max_body"}, CheckRange(raw.Proxy.MaxBody, 0, MaxProxyBody))
 	c.Proxy.MaxBody = raw.Proxy.MaxBody
+	v.check(toml.Key{"storage", "url"}, CheckStorageURL(raw.Storage.URL))
+	c.Storage.URL = raw.Storage.URL
 	if e := v.first(); e != nil {
 		return Config{}, e
 	}
@@ -467,6 +510,8 @@ func knownKeys(k toml.Key) []string {
 		t = reflect.TypeFor[rawLimits]()
 	case k[0] == "proxy" && len(k) == 2:
 		t = reflect.TypeFor[rawProxy]()
+	case k[0] == "storage" && len(k) == 2:
+		t = reflect.TypeFor[rawStorage]()
 	default:
 		return []string{"none"}
 	}

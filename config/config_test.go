@@ -124,7 +124,7 @@ func TestErrors(t *testing.T) {
 func TestUnknownKeysWarn(t *testing.T) {
 	for _, tc := range []struct{ file, want string }{
 		{"unknown_key.toml", "testdata/unknown_key.toml:5: backends.local.max_concurency: unknown key, ignored (known: api_key_env, args, base_url, command, env, fallback, idle_timeout, max_concurrency, max_turns, mock_file, model, price_input_per_mtok, price_output_per_mtok, replicas, rpm, stream, structured_output, tpm, type)"},
-		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, planner_model, proxy, scheduler, tools)"},
+		{"unknown_table.toml", "testdata/unknown_table.toml:1: tool: unknown key, ignored (known: backends, default_backend, limits, mcp_servers, planner_model, proxy, scheduler, storage, tools)"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			c, err := parseFile(t, tc.file)
@@ -302,5 +302,36 @@ func TestToolsConfinement(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not a TCP port") || !strings.Contains(err.Error(), "tools.network") && !strings.Contains(err.Error(), "network") {
 			t.Errorf("network = %s: %v, want a refusal naming it", bad, err)
 		}
+	}
+}
+
+// [storage] url: a PostgreSQL URL, or nothing for SQLite in the state dir; anything else
+// is refused on its line without repeating a password.
+func TestStorageTable(t *testing.T) {
+	for _, u := range []string{"postgres://luft:s3cret@db:5432/luft", "postgresql:///luft?host=/run/postgresql", ""} {
+		c, err := Parse("luft.toml", []byte("[storage]\nurl = \""+u+"\"\n"))
+		if err != nil || c.Storage.URL != u {
+			t.Fatalf("%q: %+v %v", u, c.Storage, err)
+		}
+	}
+	for data, want := range map[string]string{
+		"[storage]\nurl = \"mysql://u:pw@h/db\"\n":         `luft.toml:2: storage.url: unknown scheme "mysql"; luft keeps runs in PostgreSQL`,
+		"[storage]\nurl = \"luft.db\"\n":                   "luft.toml:2: storage.url: not a URL; write postgres://",
+		"[storage]\nurl = \"postgres://u:pw@h/d b\"\n":     "luft.toml:2: storage.url: the URL holds a space",
+		"[storage]\nurl = \"postgres://u:pw@h:port/db\"\n": "luft.toml:2: storage.url: not a valid URL",
+		"[storage]\nurl = \"postgres://u:pw@h/\\u0000\"\n": "luft.toml:2: storage.url: the URL holds a space or a control character",
+		"[storage]\nurl = 5\n":                             "luft.toml:2: storage.url: incompatible types",
+		"storage = \"postgres://h/db\"\n":                  "luft.toml:1: storage: type mismatch",
+	} {
+		_, err := Parse("luft.toml", []byte(data))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %s", data, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "pw") {
+			t.Errorf("%q: the error repeats the password: %v", data, err)
+		}
+	}
+	if _, err := Parse("luft.toml", []byte("[storage]\nurl = \"postgres://h/db\"\npath = \"x\"\n")); err != nil {
+		t.Fatal(err)
 	}
 }

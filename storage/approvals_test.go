@@ -10,9 +10,9 @@ import (
 
 // An approval is asked once per tool call (asking again returns the stored row, answered
 // or not), answered once, and belongs to its journal entry.
-func TestApprovals(t *testing.T) {
+func testApprovals(t *testing.T, k kind) {
 	ctx := context.Background()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r1", Workflow: "w.lua"})
 	mustCreate(t, s, Run{ID: "r2", Workflow: "w.lua"})
 	for _, run := range []string{"r1", "r2"} {

@@ -4,8 +4,9 @@
 // and 6).
 //
 // The runtime consumes two interfaces defined here: EventLog (append and read a run's
-// events) and Store (EventLog plus runs, phases, files and the journal). SQLite implements
-// both durably.
+// events) and Store (EventLog plus runs, phases, files and the journal). SQLite and Postgres
+// implement both durably, and answer every call alike (one contract test suite runs on
+// both); OpenURL opens the one a storage URL names (SPEC §9) as a DB.
 //
 // # Tables
 //
@@ -22,6 +23,8 @@
 //   - journal: (run_id, call_key) → kind, input_hash, status (scheduled, completed,
 //     failed), result_json, error, usage, cost, attempts, completed_seq, where_pos.
 //     completed_seq is the run's completion order (previous maximum + 1), unique per run.
+//     Both it and events.seq are taken from counters on the run's row (event_seq,
+//     journal_seq), not from max()+1: see the PostgreSQL section.
 //   - phases: (run_id, phase_id) → label, planned, description, status, ok, failed,
 //     cancelled, started_at, done_at; written by Append, in the same transaction, from phase_started and
 //     phase_done events.
@@ -70,4 +73,41 @@
 // after another from a single goroutine get one transaction each; AppendAsync lets an
 // ordered emitter queue under its lock and wait outside it. Stats reports the writer's
 // counters. After Close (which commits what is queued) every call fails with ErrClosed.
+// # PostgreSQL
+//
+// Postgres is the same store on a PostgreSQL server (pgx through database/sql), for several
+// luft processes sharing runs: the same tables, statements, writer goroutine and group
+// commit, with these differences (dialect.go, migrations_pg):
+//
+//   - Migrations are migrations_pg/NNNN_name.sql, applied in one transaction that holds
+//     pg_advisory_xact_lock, so concurrent first opens on many machines apply them once.
+//   - The JSON columns, errors, tool outputs, approval arguments and the text a script or
+//     a model chooses (workflow path, phase labels, script positions, file paths, tool
+//     names and tool call ids) are bytea, so they come back byte for byte (text refuses
+//     NUL and invalid UTF-8; jsonb reorders keys).
+//     Keys and times are text COLLATE "C", so ordering and the id-prefix range scan follow
+//     bytes as SQLite's do; times are the same fixed-width text.
+//   - events.seq and journal.completed_seq come, on both stores, from counters on the runs
+//     row (event_seq, journal_seq; SQLite's migration 0005 starts them from what a run
+//     holds): a transaction's first take for a run is UPDATE ... RETURNING, whose row lock
+//     (SQLite: the database's write lock) serialises the run's writers on every node until
+//     commit; later takes in it count on from the cached value, written back before the
+//     commit. When entries lose their completed_seq (rescheduled, invalidated) the counter
+//     drops to the largest left, so the next is the largest + 1, as before the counters.
+//     SQLite's first take also never goes below the largest stored value, for an older
+//     luft still writing by max()+1 across the upgrade.
+//   - A batch that loses a deadlock to another process's batch runs again; a unique
+//     violation on create is ErrRunExists; ids text cannot hold are runs not found.
+//
+// # Fencing
+//
+// WithFence(ctx, run, attempt) makes a context's writes for that run check, in the write's
+// own transaction, that the run is still at the attempt its process claimed (the epoch;
+// a claim is UpdateRun with IfAttempt), and fail with ErrOwnershipLost otherwise: journal,
+// events, tool calls, approvals, pinned files and the run's own updates, on both stores.
+// On PostgreSQL the check locks the run's row until commit, so no claim slips between the
+// check and the write. The runtime does not fence its writes yet.
+//
+// With PostgreSQL the state dir holds no luft.db: only the runs/ folder, the daemon's files
+// and logs.
 package storage

@@ -12,13 +12,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/luft-run/luft/event"
 )
 
 // hammer writes n events and n journal entries (keys prefixed with who) to run from
 // workers goroutines, and returns the stamped seqs and completed_seqs.
-func hammer(ctx context.Context, s *SQLite, run, who string, workers, n int) (seqs, done []int64, err error) {
+func hammer(ctx context.Context, s Store, run, who string, workers, n int) (seqs, done []int64, err error) {
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
@@ -44,7 +45,7 @@ func hammer(ctx context.Context, s *SQLite, run, who string, workers, n int) (se
 
 // checkComplete says whether the run's events and journal are numbered 1..n without gaps
 // or duplicates.
-func checkComplete(t *testing.T, s *SQLite, run string, n int) {
+func checkComplete(t *testing.T, s Store, run string, n int) {
 	t.Helper()
 	ctx := t.Context()
 	evs, err := s.Events(ctx, run, 0, 0)
@@ -76,7 +77,7 @@ func checkComplete(t *testing.T, s *SQLite, run string, n int) {
 }
 
 // readWhile reads the run's events and list from s until stop is closed.
-func readWhile(s *SQLite, run string, stop <-chan struct{}) error {
+func readWhile(s Store, run string, stop <-chan struct{}) error {
 	for {
 		select {
 		case <-stop:
@@ -95,16 +96,16 @@ func readWhile(s *SQLite, run string, stop <-chan struct{}) error {
 	}
 }
 
-func TestTwoStoresOnOneDir(t *testing.T) {
-	dir := t.TempDir()
-	a := openTest(t, dir, config{})
-	b := openTest(t, dir, config{})
+func testTwoStoresOnOnePlace(t *testing.T, k kind) {
+	dir := k.place(t)
+	a := k.open(t, dir, config{})
+	b := k.open(t, dir, config{})
 	mustCreate(t, a, Run{ID: "r"})
 	const per = 150
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
 	readErrs := make([]error, 2)
-	for i, s := range []*SQLite{a, b} {
+	for i, s := range []*sqlStore{a, b} {
 		readers.Go(func() { readErrs[i] = readWhile(s, "r", stop) })
 	}
 	var wg sync.WaitGroup
@@ -123,37 +124,47 @@ func TestTwoStoresOnOneDir(t *testing.T) {
 
 const helperEnv = "LUFT_STORAGE_HELPER"
 
-// TestHelperProcess is the child of TestTwoProcesses: it opens the state dir named in
-// LUFT_STORAGE_HELPER ("dir|run|n"), says "ready", then writes.
+// TestHelperProcess is the child of TwoProcesses and ProcessesMigrateAFreshPlaceOnce: it
+// opens the store named in LUFT_STORAGE_HELPER ("kind|place|run|n"), says "ready", then
+// writes n events and entries to run (none when run is "").
 func TestHelperProcess(t *testing.T) {
 	spec := os.Getenv(helperEnv)
 	if spec == "" {
-		t.Skip("the child process of TestTwoProcesses")
+		t.Skip("the child process of TestStore/*/TwoProcesses")
 	}
 	parts := strings.Split(spec, "|")
-	n, _ := strconv.Atoi(parts[2])
-	s, err := Open(context.Background(), parts[0])
+	n, _ := strconv.Atoi(parts[3])
+	s, err := kindNamed(parts[0]).openErr(context.Background(), parts[1], config{now: time.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	fmt.Println("ready")
-	if _, _, err := hammer(context.Background(), s, parts[1], "child", 4, n); err != nil {
+	if parts[2] == "" {
+		return
+	}
+	if _, _, err := hammer(context.Background(), s, parts[2], "child", 4, n); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func TestTwoProcesses(t *testing.T) {
+// helper returns the command of a child process that opens place (see TestHelperProcess).
+func helper(t *testing.T, k kind, place, run string, n int) *exec.Cmd {
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%s|%d", helperEnv, k.name, place, run, n))
+	return cmd
+}
+
+func testTwoProcesses(t *testing.T, k kind) {
 	if os.Getenv(helperEnv) != "" {
 		t.Skip("in the child")
 	}
-	dir := t.TempDir()
-	s := openTest(t, dir, config{})
+	dir := k.place(t)
+	s := k.open(t, dir, config{})
 	mustCreate(t, s, Run{ID: "r"})
 	const per = 150
 
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s|r|%d", helperEnv, dir, per))
+	cmd := helper(t, k, dir, "r", per)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -210,14 +221,14 @@ func TestTwoProcesses(t *testing.T) {
 	}
 }
 
-func TestConcurrentOpenOfAFreshDir(t *testing.T) {
-	dir := t.TempDir()
+func testConcurrentOpenOfAFreshPlace(t *testing.T, k kind) {
+	dir := k.place(t)
 	const n = 4
-	stores := make([]*SQLite, n)
+	stores := make([]*sqlStore, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { stores[i], errs[i] = Open(t.Context(), dir) })
+		wg.Go(func() { stores[i], errs[i] = k.openErr(t.Context(), dir, config{now: time.Now}) })
 	}
 	wg.Wait()
 	for _, s := range stores {
@@ -232,7 +243,51 @@ func TestConcurrentOpenOfAFreshDir(t *testing.T) {
 	if err := stores[0].r.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if ms, _ := migrations(); rows != len(ms) {
+	if ms := k.migrations(t); rows != len(ms) {
+		t.Fatalf("%d migration rows, want %d", rows, len(ms))
+	}
+}
+
+// migrations are the kind's embedded migrations.
+func (k kind) migrations(t *testing.T) []migration {
+	ms, err := migrations()
+	if k.name == "postgres" {
+		ms, err = readMigrations(pgMigrationFS, "migrations_pg")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// Several processes opening one fresh place at once apply its migrations once: luft
+// daemons on several nodes start together against a new database.
+func testProcessesMigrateAFreshPlaceOnce(t *testing.T, k kind) {
+	if os.Getenv(helperEnv) != "" {
+		t.Skip("in the child")
+	}
+	place := k.place(t)
+	const n = 3
+	cmds := make([]*exec.Cmd, n)
+	outs := make([][]byte, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		cmds[i] = helper(t, k, place, "", 0)
+		wg.Go(func() { outs[i], errs[i] = cmds[i].CombinedOutput() })
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("child %d: %v\n%s", i, errs[i], outs[i])
+		}
+	}
+	s := k.open(t, place, config{})
+	var rows int
+	if err := s.r.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if ms := k.migrations(t); rows != len(ms) {
 		t.Fatalf("%d migration rows, want %d", rows, len(ms))
 	}
 }

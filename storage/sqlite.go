@@ -32,11 +32,19 @@ var migrationFS embed.FS
 // SQLite is the durable Store: one database file per state dir, one writer connection fed
 // by a group-commit goroutine, and a pool of read-only connections. It is safe for
 // concurrent use, also by several processes on the same state dir.
-type SQLite struct {
+type SQLite struct{ *sqlStore }
+
+// sqlStore is the store both SQLite and Postgres are: the same tables, statements, writer
+// goroutine and group commit over database/sql. Where the two databases differ (the
+// placeholders, the types of a few columns, how sequence numbers are taken, what an error
+// means), pg says which one it is.
+type sqlStore struct {
 	dir, path string
 	w         *sql.DB // the one writer connection; only the writer goroutine uses it after Open
 	r         *sql.DB // read pool (query_only)
 	now       func() time.Time
+	pg        bool     // PostgreSQL, not SQLite
+	rebound   sync.Map // PostgreSQL: query with ? → with $n
 
 	mu     sync.RWMutex // guards closed and sends on queue
 	closed bool
@@ -58,7 +66,7 @@ type Stats struct {
 }
 
 // Stats returns the writer's counters.
-func (s *SQLite) Stats() Stats {
+func (s *sqlStore) Stats() Stats {
 	return Stats{Transactions: s.txs.Load(), Ops: s.ops.Load(), MaxBatch: s.maxBatch.Load()}
 }
 
@@ -90,8 +98,7 @@ func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
 	if err := checkNotEmptied(dir, path); err != nil {
 		return nil, err
 	}
-	s := &SQLite{dir: dir, path: path, now: cfg.now, hold: cfg.hold,
-		queue: make(chan *op, queueSize), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
+	s := newSQLStore(dir, path, cfg)
 
 	base := fileURI(path) + "?_pragma=busy_timeout(5000)"
 	w, err := sql.Open("sqlite", base+
@@ -124,7 +131,12 @@ func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
 	}
 	s.r = r
 	go s.writeLoop()
-	return s, nil
+	return &SQLite{s}, nil
+}
+
+func newSQLStore(dir, path string, cfg config) *sqlStore {
+	return &sqlStore{dir: dir, path: path, now: cfg.now, hold: cfg.hold,
+		queue: make(chan *op, queueSize), done: make(chan struct{}), stmts: map[string]*sql.Stmt{}}
 }
 
 // checkNotEmptied refuses a luft.db of zero bytes in a state dir that has held runs: SQLite
@@ -162,7 +174,7 @@ func fileURI(path string) string {
 
 // Close waits for queued writes to commit, then closes the database. Later calls fail with
 // ErrClosed.
-func (s *SQLite) Close() error {
+func (s *sqlStore) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -175,7 +187,7 @@ func (s *SQLite) Close() error {
 	return errors.Join(s.r.Close(), s.w.Close())
 }
 
-func (s *SQLite) isClosed() bool {
+func (s *sqlStore) isClosed() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.closed
@@ -183,7 +195,7 @@ func (s *SQLite) isClosed() bool {
 
 // classify turns SQLite's "not a database" and "malformed" errors into a *CorruptError,
 // a full or failing disk into an *UnwritableError, and names the operation otherwise.
-func (s *SQLite) classify(what string, err error) error {
+func (s *sqlStore) classify(what string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -196,7 +208,7 @@ func (s *SQLite) classify(what string, err error) error {
 // typed is classify for errors already named by their operation: a corrupt database or a
 // failing disk anywhere in err's chain gives the typed error users act on; any other error,
 // and one already typed, is returned as it is. Every error the store returns passes here.
-func (s *SQLite) typed(err error) error {
+func (s *sqlStore) typed(err error) error {
 	switch {
 	case err == nil || errors.Is(err, ErrCorruptState) || errors.Is(err, ErrUnwritable):
 		return err
@@ -207,7 +219,7 @@ func (s *SQLite) typed(err error) error {
 }
 
 // typedErr is typed for a method's named error result, in a defer.
-func (s *SQLite) typedErr(err *error) { *err = s.typed(*err) }
+func (s *sqlStore) typedErr(err *error) { *err = s.typed(*err) }
 
 // diskFailure says in words what went wrong when err is a failure of the disk (SQLite's
 // full, I/O, read-only and cannot-open errors, or the same from the file system), and ""
@@ -266,7 +278,7 @@ func isBusy(err error) bool {
 
 func isForeignKey(err error) bool {
 	var se *sqlite.Error
-	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY || pgCode(err) == pgForeignKeyViolation
 }
 
 type migration struct {
@@ -276,8 +288,11 @@ type migration struct {
 }
 
 // migrations reads migrations/NNNN_name.sql; versions must run 1, 2, 3, ... without gaps.
-func migrations() ([]migration, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+func migrations() ([]migration, error) { return readMigrations(migrationFS, "migrations") }
+
+// readMigrations reads dir/NNNN_name.sql of fsys.
+func readMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	names, err := fs.Glob(fsys, dir+"/*.sql")
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +304,7 @@ func migrations() ([]migration, error) {
 		if err != nil {
 			return nil, fmt.Errorf("storage: migration %s: name must start with its number", n)
 		}
-		b, err := migrationFS.ReadFile(n)
+		b, err := fs.ReadFile(fsys, n)
 		if err != nil {
 			return nil, err
 		}
@@ -307,7 +322,7 @@ func migrations() ([]migration, error) {
 // migrate applies the missing migrations in one BEGIN IMMEDIATE transaction, so two
 // processes opening a fresh state dir at once apply them exactly once, then checks the
 // schema.
-func (s *SQLite) migrate(ctx context.Context) error {
+func (s *sqlStore) migrate(ctx context.Context) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -362,7 +377,8 @@ func (s *SQLite) migrate(ctx context.Context) error {
 var schemaColumns = map[string][]string{
 	"runs": {"id", "workflow", "script_hash", "status", "error", "args_json", "report_json", "has_report",
 		"input_tokens", "output_tokens", "cached_tokens", "cost", "agents_ok", "agents_failed", "agents_cached",
-		"agents_cancelled", "attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json"},
+		"agents_cancelled", "attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json",
+		"event_seq", "journal_seq"},
 	"events": {"run_id", "seq", "ts", "type", "data_json"},
 	"journal": {"run_id", "call_key", "kind", "input_hash", "status", "result_json", "error", "input_tokens",
 		"output_tokens", "cached_tokens", "cost", "attempts", "completed_seq", "where_pos", "created_at", "updated_at"},

@@ -58,7 +58,7 @@ type ApprovalFilter struct {
 }
 
 // AskApproval implements Store.
-func (s *SQLite) AskApproval(ctx context.Context, a Approval) (Approval, error) {
+func (s *sqlStore) AskApproval(ctx context.Context, a Approval) (Approval, error) {
 	if a.RunID == "" || a.ID == "" || a.CallKey == "" || a.Conversation == "" || a.Turn < 1 || a.Tool == "" {
 		return Approval{}, fmt.Errorf("storage: ask approval: run id, id, call key, conversation, tool and a turn from 1 are required (got %q, %q, %q, %q, %q, %d)",
 			a.RunID, a.ID, a.CallKey, a.Conversation, a.Tool, a.Turn)
@@ -73,20 +73,24 @@ func (s *SQLite) AskApproval(ctx context.Context, a Approval) (Approval, error) 
 	a.Status, a.CreatedAt, a.DecidedAt = ApprovalPending, s.now(), time.Time{}
 	subject := a.RunID + " " + a.CallKey + " " + a.Tool
 	var stored Approval
+	fence := fenceFor(ctx, a.RunID)
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("ask approval", fence); err != nil {
+			return err
+		}
 		_, err := tx.Exec(`INSERT INTO approvals (run_id, id, call_key, conversation, turn, tool_call_id, tool, arguments,
 				args_hash, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`,
-			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, a.ToolCallID, a.Tool, a.Arguments, a.ArgsHash, a.Status, fmtTime(a.CreatedAt))
+			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, s.bin(a.ToolCallID), s.bin(a.Tool), s.bin(a.Arguments), a.ArgsHash, a.Status, fmtTime(a.CreatedAt))
 		if err != nil {
 			if isForeignKey(err) {
 				return fmt.Errorf("storage: ask approval %s: the call has no journal entry (journal it as scheduled first): %w", subject, err)
 			}
 			return errf("ask approval", subject, err)
 		}
-		rows, err := tx.tx.Query(`SELECT `+approvalColumns+` FROM approvals WHERE run_id = ? AND (id = ? OR
+		rows, err := tx.Query(`SELECT `+approvalColumns+` FROM approvals WHERE run_id = ? AND (id = ? OR
 			(call_key = ? AND conversation = ? AND turn = ? AND tool_call_id = ?))`,
-			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, a.ToolCallID)
+			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, s.bin(a.ToolCallID))
 		if err != nil {
 			return errf("ask approval", subject, err)
 		}
@@ -105,7 +109,7 @@ func (s *SQLite) AskApproval(ctx context.Context, a Approval) (Approval, error) 
 }
 
 // DecideApproval implements Store.
-func (s *SQLite) DecideApproval(ctx context.Context, runID, id string, allow bool) (Approval, error) {
+func (s *sqlStore) DecideApproval(ctx context.Context, runID, id string, allow bool) (Approval, error) {
 	status := ApprovalDeclined
 	if allow {
 		status = ApprovalAllowed
@@ -113,7 +117,7 @@ func (s *SQLite) DecideApproval(ctx context.Context, runID, id string, allow boo
 	subject := runID + " " + id
 	var out Approval
 	err := s.write(ctx, func(tx *wtx) error {
-		rows, err := tx.tx.Query(`SELECT `+approvalColumns+` FROM approvals WHERE run_id = ? AND id = ?`, runID, id)
+		rows, err := tx.Query(`SELECT `+approvalColumns+` FROM approvals WHERE run_id = ? AND id = ?`, runID, id)
 		if err != nil {
 			return errf("decide approval", subject, err)
 		}
@@ -143,7 +147,7 @@ func (s *SQLite) DecideApproval(ctx context.Context, runID, id string, allow boo
 const approvalColumns = `run_id, id, call_key, conversation, turn, tool_call_id, tool, arguments, args_hash, status, created_at, decided_at`
 
 // Approvals implements Store.
-func (s *SQLite) Approvals(ctx context.Context, f ApprovalFilter) (_ []Approval, err error) {
+func (s *sqlStore) Approvals(ctx context.Context, f ApprovalFilter) (_ []Approval, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 // cutoff, with their events, journal, phases and pinned files (the schema cascades), and
 // returns their ids so the caller can remove their folders too. Running and suspended
 // runs are never deleted: one is being driven, the other waits for its resume time.
-func (s *SQLite) DeleteFinished(ctx context.Context, cutoff time.Time) ([]string, error) {
+func (s *sqlStore) DeleteFinished(ctx context.Context, cutoff time.Time) ([]string, error) {
 	db, err := s.reader()
 	if err != nil {
 		return nil, err
@@ -45,6 +45,9 @@ func (s *SQLite) DeleteFinished(ctx context.Context, cutoff time.Time) ([]string
 			if n, _ := res.RowsAffected(); n > 0 {
 				deleted = append(deleted, id)
 			}
+		}
+		if err := tx.flush(); err != nil {
+			return err
 		}
 		tx.forget()
 		return nil

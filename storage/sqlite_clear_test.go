@@ -9,9 +9,9 @@ import (
 	"github.com/luft-run/luft/event"
 )
 
-func TestDeleteFinished(t *testing.T) {
+func testDeleteFinished(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	day := 24 * time.Hour
 	now := time.Date(2026, 8, 10, 12, 0, 0, 0, time.UTC)
 	runs := []struct {

@@ -110,7 +110,7 @@ func phaseOf(ev event.Event) *phaseRow {
 // gap-free and unique per run even with several processes appending. A phase_started or
 // phase_done event also updates the phases table in the same transaction. The run must
 // exist (ErrRunNotFound otherwise). Events without a TS get the current time.
-func (s *SQLite) Append(ctx context.Context, runID string, evs ...event.Event) ([]event.Event, error) {
+func (s *sqlStore) Append(ctx context.Context, runID string, evs ...event.Event) ([]event.Event, error) {
 	return s.AppendAsync(ctx, runID, evs...)()
 }
 
@@ -119,7 +119,7 @@ func (s *SQLite) Append(ctx context.Context, runID string, evs ...event.Event) (
 // in that order, so a caller that must keep its events in order can queue under its own
 // lock and wait outside it, and concurrent emitters then share commits instead of paying
 // one transaction each.
-func (s *SQLite) AppendAsync(ctx context.Context, runID string, evs ...event.Event) (wait func() ([]event.Event, error)) {
+func (s *sqlStore) AppendAsync(ctx context.Context, runID string, evs ...event.Event) (wait func() ([]event.Event, error)) {
 	fail := func(err error) func() ([]event.Event, error) {
 		return func() ([]event.Event, error) { return nil, err }
 	}
@@ -145,24 +145,27 @@ func (s *SQLite) AppendAsync(ctx context.Context, runID string, evs ...event.Eve
 		out[i] = ev
 		rows[i] = eventRow{ts: fmtTime(ev.TS), data: data, phase: phaseOf(ev)}
 	}
+	fence := fenceFor(ctx, runID)
 	o, err := s.submit(ctx, func(tx *wtx) error {
-		last, err := tx.lastSeq(tx.eventSeq, "events", "seq", runID)
+		if err := tx.checkFence("append to run", fence); err != nil {
+			return err
+		}
+		last, err := tx.takeSeq("event", runID, int64(len(out)))
 		if err != nil {
-			return errf("append to run", runID, err)
+			return fkErr("append to run", runID, err)
 		}
 		for i := range out {
 			out[i].Seq = last + int64(i) + 1
 			if _, err := tx.Exec(`INSERT INTO events (run_id, seq, ts, type, data_json) VALUES (?, ?, ?, ?, ?)`,
-				runID, out[i].Seq, rows[i].ts, out[i].Type, rows[i].data); err != nil {
+				runID, out[i].Seq, rows[i].ts, out[i].Type, s.bin(rows[i].data)); err != nil {
 				return fkErr("append to run", runID, err)
 			}
 			if p := rows[i].phase; p != nil {
-				if err := projectPhase(tx, runID, rows[i].ts, p); err != nil {
+				if err := s.projectPhase(tx, runID, rows[i].ts, p); err != nil {
 					return errf("project phase of run", runID, err)
 				}
 			}
 		}
-		tx.eventSeq[runID] = last + int64(len(out))
 		return nil
 	})
 	if err != nil {
@@ -176,7 +179,7 @@ func (s *SQLite) AppendAsync(ctx context.Context, runID string, evs ...event.Eve
 	})
 }
 
-func projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
+func (s *sqlStore) projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
 	if !p.done {
 		// A resumed run starts its phases again: reset the counters and the end.
 		_, err := tx.Exec(`INSERT INTO phases (run_id, phase_id, label, planned, description, status, started_at)
@@ -184,7 +187,7 @@ func projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
 			ON CONFLICT (run_id, phase_id) DO UPDATE SET label = excluded.label, planned = excluded.planned,
 				description = excluded.description, status = 'running', ok = 0, failed = 0, cancelled = 0,
 				started_at = excluded.started_at, done_at = NULL`,
-			runID, p.id, p.label, p.planned, p.description, ts)
+			runID, p.id, s.bin(p.label), p.planned, s.bin(p.description), ts)
 		return err
 	}
 	_, err := tx.Exec(`INSERT INTO phases (run_id, phase_id, label, status, ok, failed, cancelled, done_at)
@@ -192,25 +195,26 @@ func projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
 		ON CONFLICT (run_id, phase_id) DO UPDATE SET status = 'done', ok = excluded.ok, failed = excluded.failed,
 			cancelled = excluded.cancelled, done_at = excluded.done_at,
 			label = CASE WHEN excluded.label <> '' THEN excluded.label ELSE phases.label END`,
-		runID, p.id, p.label, p.ok, p.failed, p.cancelled, ts)
+		runID, p.id, s.bin(p.label), p.ok, p.failed, p.cancelled, ts)
 	return err
 }
 
 // Events implements EventLog. An unknown run gives ErrRunNotFound.
-func (s *SQLite) Events(ctx context.Context, runID string, since int64, limit int) ([]event.Event, error) {
+func (s *sqlStore) Events(ctx context.Context, runID string, since int64, limit int) ([]event.Event, error) {
 	return s.EventsOfType(ctx, runID, since, limit, nil)
 }
 
 // EventsOfType implements EventLog. Event fields come back as encoding/json decodes them
 // (numbers are float64), as event.Event.UnmarshalJSON does.
-func (s *SQLite) EventsOfType(ctx context.Context, runID string, since int64, limit int, types []string) (_ []event.Event, err error) {
+func (s *sqlStore) EventsOfType(ctx context.Context, runID string, since int64, limit int, types []string) (_ []event.Event, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return nil, err
 	}
+	var lim any = limit
 	if limit <= 0 {
-		limit = -1
+		lim = s.noLimit()
 	}
 	q := `SELECT seq, ts, type, data_json FROM events WHERE run_id = ? AND seq > ?`
 	args := []any{runID, since}
@@ -221,7 +225,7 @@ func (s *SQLite) EventsOfType(ctx context.Context, runID string, since int64, li
 		}
 	}
 	q += ` ORDER BY seq LIMIT ?`
-	args = append(args, limit)
+	args = append(args, lim)
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, errf("events of run", runID, err)

@@ -14,13 +14,17 @@ func (e Entry) check(what string) error {
 }
 
 // JournalScheduled implements Store.
-func (s *SQLite) JournalScheduled(ctx context.Context, e Entry) error {
+func (s *sqlStore) JournalScheduled(ctx context.Context, e Entry) error {
 	if err := e.check("journal scheduled"); err != nil {
 		return err
 	}
 	now := fmtTime(s.now())
 	subject := e.RunID + " " + e.CallKey
+	fence := fenceFor(ctx, e.RunID)
 	return s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("journal scheduled", fence); err != nil {
+			return err
+		}
 		// Every column is written, so a rescheduled entry keeps nothing of its past.
 		_, err := tx.Exec(`INSERT INTO journal (run_id, call_key, kind, input_hash, status, result_json, error,
 				input_tokens, output_tokens, cached_tokens, cost, attempts, completed_seq, where_pos, created_at, updated_at)
@@ -29,15 +33,18 @@ func (s *SQLite) JournalScheduled(ctx context.Context, e Entry) error {
 				status = 'scheduled', result_json = NULL, error = '', input_tokens = 0, output_tokens = 0,
 				cached_tokens = 0, cost = 0, attempts = excluded.attempts, completed_seq = NULL,
 				where_pos = excluded.where_pos, created_at = excluded.created_at, updated_at = excluded.updated_at`,
-			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Attempts, e.WherePos, now, now)
-		delete(tx.doneSeq, e.RunID) // the entry may have held the largest completed_seq
-		return fkErr("journal scheduled", subject, err)
+			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Attempts, s.bin(e.WherePos), now, now)
+		if err != nil {
+			return fkErr("journal scheduled", subject, err)
+		}
+		// The entry may have held the largest completed_seq.
+		return errf("journal scheduled", subject, tx.journalSeqChanged(e.RunID))
 	})
 }
 
 // JournalFinish implements Store. It returns only after the entry is committed, so the
 // result may be shown to the script.
-func (s *SQLite) JournalFinish(ctx context.Context, e Entry) (int64, error) {
+func (s *sqlStore) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 	if err := e.check("journal finish"); err != nil {
 		return 0, err
 	}
@@ -52,28 +59,25 @@ func (s *SQLite) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 	now := fmtTime(s.now())
 	subject := e.RunID + " " + e.CallKey
 	var seq int64
+	fence := fenceFor(ctx, e.RunID)
 	err = s.write(ctx, func(tx *wtx) error {
-		last, err := tx.lastSeq(tx.doneSeq, "journal", "completed_seq", e.RunID)
+		if err := tx.checkFence("journal finish", fence); err != nil {
+			return err
+		}
+		last, err := tx.takeSeq("journal", e.RunID, 1)
 		if err != nil {
-			return errf("journal finish", subject, err)
+			return fkErr("journal finish", subject, err)
 		}
 		seq = last + 1
 		_, err = tx.Exec(`INSERT INTO journal (run_id, call_key, kind, input_hash, status, result_json, error,
 				input_tokens, output_tokens, cached_tokens, cost, attempts, completed_seq, where_pos, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (run_id, call_key) DO UPDATE SET kind = excluded.kind, input_hash = excluded.input_hash,
-				status = excluded.status, result_json = excluded.result_json, error = excluded.error,
-				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
-				cached_tokens = excluded.cached_tokens, cost = excluded.cost, attempts = excluded.attempts,
-				completed_seq = excluded.completed_seq,
-				where_pos = CASE WHEN excluded.where_pos <> '' THEN excluded.where_pos ELSE journal.where_pos END,
-				updated_at = excluded.updated_at`,
-			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Status, result, e.Error,
-			e.Usage.Input, e.Usage.Output, e.Usage.Cached, e.Cost, e.Attempts, seq, e.WherePos, now, now)
+			`+journalFinishConflict,
+			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Status, s.bin(result), s.bin(e.Error),
+			e.Usage.Input, e.Usage.Output, e.Usage.Cached, e.Cost, e.Attempts, seq, s.bin(e.WherePos), now, now)
 		if err != nil {
 			return fkErr("journal finish", subject, err)
 		}
-		tx.doneSeq[e.RunID] = seq
 		return nil
 	})
 	if err != nil {
@@ -82,8 +86,17 @@ func (s *SQLite) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 	return seq, nil
 }
 
+// journalFinishConflict is what JournalFinish does to an entry already there.
+const journalFinishConflict = `ON CONFLICT (run_id, call_key) DO UPDATE SET kind = excluded.kind, input_hash = excluded.input_hash,
+				status = excluded.status, result_json = excluded.result_json, error = excluded.error,
+				input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens,
+				cached_tokens = excluded.cached_tokens, cost = excluded.cost, attempts = excluded.attempts,
+				completed_seq = excluded.completed_seq,
+				where_pos = CASE WHEN excluded.where_pos <> '' THEN excluded.where_pos ELSE journal.where_pos END,
+				updated_at = excluded.updated_at`
+
 // Journal implements Store.
-func (s *SQLite) Journal(ctx context.Context, runID string) (_ []Entry, err error) {
+func (s *sqlStore) Journal(ctx context.Context, runID string) (_ []Entry, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
@@ -123,17 +136,22 @@ func (s *SQLite) Journal(ctx context.Context, runID string) (_ []Entry, err erro
 }
 
 // InvalidateFrom implements Store.
-func (s *SQLite) InvalidateFrom(ctx context.Context, runID string, completedSeq int64) (int, error) {
+func (s *sqlStore) InvalidateFrom(ctx context.Context, runID string, completedSeq int64) (int, error) {
 	var n int64
+	fence := fenceFor(ctx, runID)
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("invalidate journal of run", fence); err != nil {
+			return err
+		}
 		res, err := tx.Exec(`DELETE FROM journal WHERE run_id = ? AND (status = 'scheduled' OR completed_seq >= ?)`,
 			runID, completedSeq)
 		if err != nil {
 			return errf("invalidate journal of run", runID, err)
 		}
-		delete(tx.doneSeq, runID)
-		n, err = res.RowsAffected()
-		return err
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		return errf("invalidate journal of run", runID, tx.journalSeqChanged(runID))
 	})
 	return int(n), err
 }

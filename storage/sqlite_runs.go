@@ -35,7 +35,7 @@ func validStatus(s string) bool {
 }
 
 // CreateRun implements Store.
-func (s *SQLite) CreateRun(ctx context.Context, r Run) error {
+func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
 	if r.ID == "" {
 		return errors.New("storage: create run: empty id")
 	}
@@ -76,10 +76,13 @@ func (s *SQLite) CreateRun(ctx context.Context, r Run) error {
 		}
 		_, err := tx.Exec(`INSERT INTO runs (`+runColumns+`) VALUES
 			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.Workflow, r.ScriptHash, r.Status, r.Error, args, report, r.HasReport,
+			r.ID, s.bin(r.Workflow), r.ScriptHash, r.Status, s.bin(r.Error), s.bin(args), s.bin(report), r.HasReport,
 			r.Usage.Input, r.Usage.Output, r.Usage.Cached, r.Cost, r.Agents.OK, r.Agents.Failed, r.Agents.Cached,
 			r.Agents.Cancelled, r.Attempt, r.PID, created, created, nullTime(r.FinishedAt), nullTime(r.ResumeAfter),
-			r.CancelRequested, spec)
+			r.CancelRequested, s.bin(spec))
+		if pgCode(err) == pgUniqueViolation {
+			return errf("create run", r.ID, ErrRunExists) // created by another process since the count
+		}
 		if err != nil {
 			return errf("create run", r.ID, err)
 		}
@@ -88,7 +91,7 @@ func (s *SQLite) CreateRun(ctx context.Context, r Run) error {
 }
 
 // UpdateRun implements Store.
-func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
+func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
 	var sets []string
 	var args []any
 	set := func(col string, v any) {
@@ -102,7 +105,7 @@ func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
 		set("status", *u.Status)
 	}
 	if u.Error != nil {
-		set("error", *u.Error)
+		set("error", s.bin(*u.Error))
 	}
 	if u.ScriptHash != nil {
 		set("script_hash", *u.ScriptHash)
@@ -117,7 +120,7 @@ func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
 		if err != nil {
 			return errf("update run", id, err)
 		}
-		set("report_json", v)
+		set("report_json", s.bin(v))
 		set("has_report", true)
 	case hasReport: // HasReport true without a value keeps the stored value
 		set("has_report", true)
@@ -159,7 +162,7 @@ func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
 		if err != nil {
 			return errf("update run", id, err)
 		}
-		set("spec_json", v)
+		set("spec_json", s.bin(v))
 	}
 	set("updated_at", fmtTime(s.now()))
 	args = append(args, id)
@@ -168,8 +171,15 @@ func (s *SQLite) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
 		q += ` AND attempt = ?`
 		args = append(args, *u.IfAttempt)
 	}
+	fence := fenceFor(ctx, id)
 	return s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("update run", fence); err != nil {
+			return err
+		}
 		err := execOne(tx, "update run", id, q, args...)
+		if u.Attempt != nil {
+			delete(tx.fenced, id) // a claim: later fenced writes in this transaction check again
+		}
 		if u.IfAttempt != nil && errors.Is(err, ErrRunNotFound) {
 			var n int
 			if tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ?`, id).Scan(&n) == nil && n == 1 {
@@ -222,19 +232,22 @@ func raw(b []byte) json.RawMessage {
 	return json.RawMessage(b)
 }
 
-func (s *SQLite) reader() (*sql.DB, error) {
+func (s *sqlStore) reader() (rdb, error) {
 	if s.isClosed() {
-		return nil, ErrClosed
+		return rdb{}, ErrClosed
 	}
-	return s.r, nil
+	return rdb{s}, nil
 }
 
 // GetRun implements Store.
-func (s *SQLite) GetRun(ctx context.Context, id string) (_ Run, err error) {
+func (s *sqlStore) GetRun(ctx context.Context, id string) (_ Run, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
 		return Run{}, err
+	}
+	if !s.storable(id) {
+		return Run{}, fmt.Errorf("storage: run %q: %w", id, ErrRunNotFound) // no stored id has it
 	}
 	r, err := scanRun(db.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -246,7 +259,7 @@ func (s *SQLite) GetRun(ctx context.Context, id string) (_ Run, err error) {
 	return r, nil
 }
 
-func (s *SQLite) queryRuns(ctx context.Context, q string, args ...any) (_ []Run, err error) {
+func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) (_ []Run, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
@@ -269,7 +282,7 @@ func (s *SQLite) queryRuns(ctx context.Context, q string, args ...any) (_ []Run,
 }
 
 // ResolveRun implements Store.
-func (s *SQLite) ResolveRun(ctx context.Context, idOrPrefix string) (Run, error) {
+func (s *sqlStore) ResolveRun(ctx context.Context, idOrPrefix string) (Run, error) {
 	p := strings.TrimSpace(idOrPrefix)
 	if p == "" {
 		return Run{}, fmt.Errorf("storage: resolve run: empty id: %w", ErrRunNotFound)
@@ -283,6 +296,9 @@ func (s *SQLite) ResolveRun(ctx context.Context, idOrPrefix string) (Run, error)
 		tries = append(tries, l) // ids are lower-case UUIDs; accept a prefix typed in capitals
 	}
 	for _, p := range tries {
+		if !s.storable(p) {
+			continue
+		}
 		// A range scan on the primary key: every id that starts with p sorts in [p, p+"\U0010FFFF").
 		const limit = 6
 		runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs WHERE id >= ? AND id < ?
@@ -306,7 +322,7 @@ func (s *SQLite) ResolveRun(ctx context.Context, idOrPrefix string) (Run, error)
 }
 
 // LatestResumable implements Store.
-func (s *SQLite) LatestResumable(ctx context.Context) (Run, error) {
+func (s *sqlStore) LatestResumable(ctx context.Context) (Run, error) {
 	runs, err := s.queryRuns(ctx, `SELECT `+runColumns+` FROM runs
 		WHERE status IN ('running', 'failed', 'cancelled', 'suspended')
 		ORDER BY created_at DESC, id DESC LIMIT 1`)
@@ -320,10 +336,10 @@ func (s *SQLite) LatestResumable(ctx context.Context) (Run, error) {
 }
 
 // ListRuns implements Store.
-func (s *SQLite) ListRuns(ctx context.Context, opts ListOptions) ([]Run, error) {
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = -1
+func (s *sqlStore) ListRuns(ctx context.Context, opts ListOptions) ([]Run, error) {
+	var limit any = opts.Limit
+	if opts.Limit <= 0 {
+		limit = s.noLimit()
 	}
 	var (
 		where []string
@@ -348,16 +364,16 @@ func (s *SQLite) ListRuns(ctx context.Context, opts ListOptions) ([]Run, error) 
 }
 
 // RequestCancel implements Store.
-func (s *SQLite) RequestCancel(ctx context.Context, runID string) error {
+func (s *sqlStore) RequestCancel(ctx context.Context, runID string) error {
 	now := fmtTime(s.now())
 	return s.write(ctx, func(tx *wtx) error {
 		return execOne(tx, "request cancel of run", runID,
-			`UPDATE runs SET cancel_requested = 1, updated_at = ? WHERE id = ?`, now, runID)
+			`UPDATE runs SET cancel_requested = TRUE, updated_at = ? WHERE id = ?`, now, runID)
 	})
 }
 
 // CancelRequested implements Store.
-func (s *SQLite) CancelRequested(ctx context.Context, runID string) (_ bool, err error) {
+func (s *sqlStore) CancelRequested(ctx context.Context, runID string) (_ bool, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
@@ -375,7 +391,7 @@ func (s *SQLite) CancelRequested(ctx context.Context, runID string) (_ bool, err
 }
 
 // SaveFile implements Store.
-func (s *SQLite) SaveFile(ctx context.Context, runID, path string, content []byte) (string, error) {
+func (s *sqlStore) SaveFile(ctx context.Context, runID, path string, content []byte) (string, error) {
 	if path == "" {
 		return "", fmt.Errorf("storage: save file of run %s: empty path", runID)
 	}
@@ -385,10 +401,14 @@ func (s *SQLite) SaveFile(ctx context.Context, runID, path string, content []byt
 		content = []byte{}
 	}
 	now := fmtTime(s.now())
+	fence := fenceFor(ctx, runID)
 	err := s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence("save file "+path+" of run", fence); err != nil {
+			return err
+		}
 		_, err := tx.Exec(`INSERT INTO files (run_id, path, sha256, content, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (run_id, path) DO UPDATE SET sha256 = excluded.sha256, content = excluded.content,
-			created_at = excluded.created_at`, runID, path, hexsum, content, now)
+			created_at = excluded.created_at`, runID, s.bin(path), hexsum, content, now)
 		return fkErr("save file "+path+" of run", runID, err)
 	})
 	if err != nil {
@@ -398,7 +418,7 @@ func (s *SQLite) SaveFile(ctx context.Context, runID, path string, content []byt
 }
 
 // Files implements Store.
-func (s *SQLite) Files(ctx context.Context, runID string) (_ []File, err error) {
+func (s *sqlStore) Files(ctx context.Context, runID string) (_ []File, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
@@ -428,7 +448,7 @@ func (s *SQLite) Files(ctx context.Context, runID string) (_ []File, err error) 
 }
 
 // Phases implements Store.
-func (s *SQLite) Phases(ctx context.Context, runID string) (_ []Phase, err error) {
+func (s *sqlStore) Phases(ctx context.Context, runID string) (_ []Phase, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {
@@ -465,7 +485,7 @@ func fkErr(what, runID string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if isForeignKey(err) {
+	if isForeignKey(err) || errors.Is(err, errNoRunRow) {
 		return fmt.Errorf("storage: %s %s: %w (create the run first)", what, runID, ErrRunNotFound)
 	}
 	return errf(what, runID, err)

@@ -53,9 +53,7 @@ func openTest(t testing.TB, dir string, cfg config) *SQLite {
 	return s
 }
 
-func newTestStore(t testing.TB) *SQLite { return openTest(t, t.TempDir(), config{}) }
-
-func mustCreate(t testing.TB, s *SQLite, r Run) {
+func mustCreate(t testing.TB, s Store, r Run) {
 	t.Helper()
 	if err := s.CreateRun(context.Background(), r); err != nil {
 		t.Fatal(err)
@@ -205,9 +203,9 @@ func TestFileURIEscapes(t *testing.T) {
 	}
 }
 
-func TestRunsLifecycle(t *testing.T) {
+func testRunsLifecycle(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	in := Run{
 		ID: "0198a1b2-0000-7000-8000-000000000001", Workflow: "flow.lua", ScriptHash: "abc",
 		Args: json.RawMessage(`{"n":3}`), PID: 42, Spec: json.RawMessage(`{"backend":"mock"}`),
@@ -289,9 +287,9 @@ func TestRunsLifecycle(t *testing.T) {
 	}
 }
 
-func TestResolveRun(t *testing.T) {
+func testResolveRun(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	ids := []string{
 		"0198a1b2-aaaa-7000-8000-000000000001",
 		"0198a1b2-aaab-7000-8000-000000000002",
@@ -345,9 +343,9 @@ func TestResolveRun(t *testing.T) {
 	}
 }
 
-func TestListAndLatestResumable(t *testing.T) {
+func testListAndLatestResumable(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	if _, err := s.LatestResumable(ctx); !errors.Is(err, ErrRunNotFound) {
 		t.Fatalf("empty store: %v", err)
 	}
@@ -397,9 +395,9 @@ func TestListAndLatestResumable(t *testing.T) {
 	}
 }
 
-func TestEventsAppendAndRead(t *testing.T) {
+func testEventsAppendAndRead(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r1"})
 	mustCreate(t, s, Run{ID: "r2"})
 	if evs, err := s.Events(ctx, "r1", 0, 0); err != nil || len(evs) != 0 {
@@ -499,9 +497,9 @@ func TestEventsAppendAndRead(t *testing.T) {
 	}
 }
 
-func TestAppendSeqUnderConcurrentAppenders(t *testing.T) {
+func testAppendSeqUnderConcurrentAppenders(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	const goroutines, appends = 40, 25
 	var mu sync.Mutex
@@ -549,9 +547,9 @@ func TestAppendSeqUnderConcurrentAppenders(t *testing.T) {
 	}
 }
 
-func TestPhasesProjection(t *testing.T) {
+func testPhasesProjection(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	phaseStarted := func(id int, label string, planned int, desc string) event.Event {
 		d := map[string]any{"phase_id": id, "label": label, "planned": planned}
@@ -606,9 +604,9 @@ func TestPhasesProjection(t *testing.T) {
 	}
 }
 
-func TestCancelRequest(t *testing.T) {
+func testCancelRequest(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	if c, err := s.CancelRequested(ctx, "r"); c || err != nil {
 		t.Fatalf("fresh run: %v %v", c, err)
@@ -633,9 +631,9 @@ func TestCancelRequest(t *testing.T) {
 	}
 }
 
-func TestFiles(t *testing.T) {
+func testFiles(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	files := []struct{ path, content string }{
 		{"main.lua", "function main() end"},
@@ -671,9 +669,9 @@ func TestFiles(t *testing.T) {
 	}
 }
 
-func TestJournal(t *testing.T) {
+func testJournal(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	mustCreate(t, s, Run{ID: "other"})
 	sched := func(key, hash string) {
@@ -772,9 +770,9 @@ func TestJournal(t *testing.T) {
 	}
 }
 
-func TestCompletedSeqUnderConcurrentFinishes(t *testing.T) {
+func testCompletedSeqUnderConcurrentFinishes(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	const n = 500
 	seqs := make([]int64, n)
@@ -799,5 +797,74 @@ func TestCompletedSeqUnderConcurrentFinishes(t *testing.T) {
 		if q != int64(i+1) {
 			t.Fatalf("completed_seq %d at %d", q, i)
 		}
+	}
+}
+
+// A state dir written before migration 0005 (no per-run counters) keeps numbering each
+// run's events and journal after what it holds.
+func TestSeqCountersStartFromAnOlderDatabase(t *testing.T) {
+	dir := t.TempDir()
+	db, err := sql.Open("sqlite", fileURI(filepath.Join(dir, DBFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stmts := []string{`CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL) STRICT`}
+	for _, m := range ms[:4] {
+		stmts = append(stmts, m.sql, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, '%s', '2026-01-01T00:00:00.000000000Z')`, m.version, m.name))
+	}
+	const ts = `'2026-01-01T00:00:00.000000000Z'`
+	stmts = append(stmts,
+		`INSERT INTO runs (id, status, created_at, updated_at) VALUES ('r', 'failed', `+ts+`, `+ts+`), ('empty', 'failed', `+ts+`, `+ts+`)`,
+		`INSERT INTO events (run_id, seq, ts, type) VALUES ('r', 1, `+ts+`, 'log'), ('r', 2, `+ts+`, 'log'), ('r', 7, `+ts+`, 'log')`,
+		`INSERT INTO journal (run_id, call_key, status, completed_seq, created_at, updated_at) VALUES
+			('r', 'main/1', 'completed', 1, `+ts+`, `+ts+`), ('r', 'main/2', 'completed', 4, `+ts+`, `+ts+`),
+			('r', 'main/3', 'scheduled', NULL, `+ts+`, `+ts+`)`)
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := openTest(t, dir, config{})
+	ctx := t.Context()
+	for run, want := range map[string][2]int64{"r": {8, 5}, "empty": {1, 1}} {
+		evs, err := s.Append(ctx, run, event.New(event.Log, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := s.JournalFinish(ctx, Entry{RunID: run, CallKey: "main/9", Status: EntryCompleted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if evs[0].Seq != want[0] || seq != want[1] {
+			t.Errorf("run %s: next event %d, next completed_seq %d; want %v", run, evs[0].Seq, seq, want)
+		}
+	}
+}
+
+// An older luft open on the state dir across the upgrade numbers by max()+1 and leaves the
+// counters behind; the next number is still past what is stored.
+func TestSeqCountersCatchUpWithAnOlderWriter(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir, config{})
+	mustCreate(t, s, Run{ID: "r"})
+	if _, err := s.Append(t.Context(), "r", event.New(event.Log, nil)); err != nil {
+		t.Fatal(err)
+	}
+	rawExec(t, dir, `INSERT INTO events (run_id, seq, ts, type) VALUES ('r', 2, '2026-01-01T00:00:00.000000000Z', 'log');
+		INSERT INTO journal (run_id, call_key, status, completed_seq, created_at, updated_at) VALUES
+			('r', 'old/1', 'completed', 1, '2026-01-01T00:00:00.000000000Z', '2026-01-01T00:00:00.000000000Z')`)
+	evs, err := s.Append(t.Context(), "r", event.New(event.Log, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := s.JournalFinish(t.Context(), Entry{RunID: "r", CallKey: "new/1", Status: EntryCompleted})
+	if err != nil || evs[0].Seq != 3 || seq != 2 {
+		t.Fatalf("next event %d, next completed_seq %d (%v); want 3 and 2", evs[0].Seq, seq, err)
 	}
 }

@@ -19,13 +19,13 @@ func (tc ToolCall) subject() string {
 }
 
 // ToolStarted implements Store.
-func (s *SQLite) ToolStarted(ctx context.Context, tc ToolCall) error {
+func (s *sqlStore) ToolStarted(ctx context.Context, tc ToolCall) error {
 	tc.Done, tc.Output = false, ""
 	return s.putTool(ctx, "tool started", tc, `DO NOTHING`)
 }
 
 // ToolDone implements Store.
-func (s *SQLite) ToolDone(ctx context.Context, tc ToolCall) error {
+func (s *sqlStore) ToolDone(ctx context.Context, tc ToolCall) error {
 	tc.Done = true
 	return s.putTool(ctx, "tool done", tc, `DO UPDATE SET name = excluded.name,
 		args_hash = excluded.args_hash, status = 'done', output = excluded.output, updated_at = excluded.updated_at`)
@@ -33,7 +33,7 @@ func (s *SQLite) ToolDone(ctx context.Context, tc ToolCall) error {
 
 // putTool inserts tc's row (started, or done with its output); onConflict says what a
 // row already there for the same tool call becomes.
-func (s *SQLite) putTool(ctx context.Context, what string, tc ToolCall, onConflict string) error {
+func (s *sqlStore) putTool(ctx context.Context, what string, tc ToolCall, onConflict string) error {
 	if err := tc.check(what); err != nil {
 		return err
 	}
@@ -42,12 +42,16 @@ func (s *SQLite) putTool(ctx context.Context, what string, tc ToolCall, onConfli
 		status, output = "done", sql.NullString{String: tc.Output, Valid: true}
 	}
 	now := fmtTime(s.now())
+	fence := fenceFor(ctx, tc.RunID)
 	return s.write(ctx, func(tx *wtx) error {
+		if err := tx.checkFence(what, fence); err != nil {
+			return err
+		}
 		_, err := tx.Exec(`INSERT INTO tool_calls (run_id, call_key, conversation, turn, tool_call_id, name, args_hash,
 				status, output, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (run_id, call_key, conversation, turn, tool_call_id) `+onConflict,
-			tc.RunID, tc.CallKey, tc.Conversation, tc.Turn, tc.ID, tc.Name, tc.ArgsHash, status, output, now, now)
+			tc.RunID, tc.CallKey, tc.Conversation, tc.Turn, s.bin(tc.ID), s.bin(tc.Name), tc.ArgsHash, status, s.bin(output), now, now)
 		return toolErr(what, tc, err)
 	})
 }
@@ -65,7 +69,7 @@ func toolErr(what string, tc ToolCall, err error) error {
 }
 
 // ToolCalls implements Store.
-func (s *SQLite) ToolCalls(ctx context.Context, runID, callKey string) (_ []ToolCall, err error) {
+func (s *sqlStore) ToolCalls(ctx context.Context, runID, callKey string) (_ []ToolCall, err error) {
 	defer s.typedErr(&err)
 	db, err := s.reader()
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 // Tool calls are recorded started, then done; a second start leaves a done call alone;
 // they belong to their journal entry (a call key without one is refused, and rerunning
 // from a divergence deletes them with it).
-func TestToolCalls(t *testing.T) {
+func testToolCalls(t *testing.T, k kind) {
 	ctx := context.Background()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r1", Workflow: "w.lua"})
 	for _, key := range []string{"main/1", "main/2"} {
 		if err := s.JournalScheduled(ctx, Entry{RunID: "r1", CallKey: key, Kind: "agent", InputHash: "h"}); err != nil {

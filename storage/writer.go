@@ -29,28 +29,26 @@ type op struct {
 // first time runs unprepared and is prepared after the transaction ends: the writer pool
 // has one connection, which the open transaction holds.
 type wtx struct {
-	s  *SQLite
+	s  *sqlStore
 	tx *sql.Tx
-	// The last event seq and completed_seq per run in this transaction. The transaction
-	// holds the database's write lock, so no other process changes them; an op rolled back
-	// to its savepoint clears them.
+	// The runs' event and journal counters (event_seq, journal_seq) as this transaction
+	// took them (takeSeq). The transaction holds the run's row lock (SQLite: the database's
+	// write lock), so no other process changes them; an op rolled back to its savepoint
+	// clears them.
 	eventSeq, doneSeq map[string]int64
+	// dirty are the counters taken from the cache, to write back (flush).
+	dirty map[seqKey]bool
+	// fenced are the runs whose attempt this transaction checked (checkFence), by run.
+	fenced map[string]int
 }
 
-// lastSeq returns the largest value of col (seq or completed_seq) among the run's rows in
-// table, cached in m.
-func (w *wtx) lastSeq(m map[string]int64, table, col, runID string) (int64, error) {
-	if v, ok := m[runID]; ok {
-		return v, nil
-	}
-	var v int64
-	err := w.QueryRow(`SELECT COALESCE(MAX(`+col+`), 0) FROM `+table+` WHERE run_id = ?`, runID).Scan(&v)
-	return v, err
-}
-
+// forget drops the cached seqs (and counters not flushed: call it only after a rollback,
+// or after flush).
 func (w *wtx) forget() {
 	clear(w.eventSeq)
 	clear(w.doneSeq)
+	clear(w.dirty)
+	clear(w.fenced)
 }
 
 // maxStmts bounds the statement cache; statements beyond it (rare UPDATE shapes) stay
@@ -68,7 +66,7 @@ func (w *wtx) stmt(q string) *sql.Stmt {
 }
 
 // prepare prepares the statements the last transaction met for the first time.
-func (s *SQLite) prepare() {
+func (s *sqlStore) prepare() {
 	for _, q := range s.toPrepare {
 		if st, err := s.w.Prepare(q); err == nil {
 			s.stmts[q] = st
@@ -78,6 +76,7 @@ func (s *SQLite) prepare() {
 }
 
 func (w *wtx) Exec(q string, args ...any) (sql.Result, error) {
+	q = w.s.q(q)
 	if st := w.stmt(q); st != nil {
 		return st.Exec(args...)
 	}
@@ -85,17 +84,23 @@ func (w *wtx) Exec(q string, args ...any) (sql.Result, error) {
 }
 
 func (w *wtx) QueryRow(q string, args ...any) *sql.Row {
+	q = w.s.q(q)
 	if st := w.stmt(q); st != nil {
 		return st.QueryRow(args...)
 	}
 	return w.tx.QueryRow(q, args...)
 }
 
+// Query runs a query that returns rows; it is not prepared.
+func (w *wtx) Query(q string, args ...any) (*sql.Rows, error) {
+	return w.tx.Query(w.s.q(q), args...)
+}
+
 // write queues fn and waits until the transaction that ran it has committed. The result is
 // fn's own error, or the commit's. ctx only stops the wait to be queued and an op that has
 // not started yet: once a write runs, the call waits for its outcome, so a caller never
 // walks away from a write that then commits.
-func (s *SQLite) write(ctx context.Context, fn func(tx *wtx) error) error {
+func (s *sqlStore) write(ctx context.Context, fn func(tx *wtx) error) error {
 	o, err := s.submit(ctx, fn)
 	if err != nil {
 		return err
@@ -104,7 +109,7 @@ func (s *SQLite) write(ctx context.Context, fn func(tx *wtx) error) error {
 }
 
 // submit queues fn and returns without waiting. Ops run in the order they were queued.
-func (s *SQLite) submit(ctx context.Context, fn func(tx *wtx) error) (*op, error) {
+func (s *sqlStore) submit(ctx context.Context, fn func(tx *wtx) error) (*op, error) {
 	o := &op{ctx: ctx, fn: fn, done: make(chan error, 1)}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -122,7 +127,7 @@ func (s *SQLite) submit(ctx context.Context, fn func(tx *wtx) error) (*op, error
 // writeLoop is the only user of the writer connection. It takes whatever is queued (up to
 // maxBatch), runs it in one transaction, commits, then releases every waiter. After Close
 // it drains the queue and returns.
-func (s *SQLite) writeLoop() {
+func (s *sqlStore) writeLoop() {
 	defer close(s.done)
 	defer func() {
 		for _, st := range s.stmts {
@@ -168,7 +173,7 @@ func (s *SQLite) writeLoop() {
 }
 
 // drain adds the ops queued right now to batch, up to maxBatch.
-func (s *SQLite) drain(batch []*op) []*op {
+func (s *sqlStore) drain(batch []*op) []*op {
 	for len(batch) < maxBatch {
 		select {
 		case o, ok := <-s.queue:
@@ -183,7 +188,7 @@ func (s *SQLite) drain(batch []*op) []*op {
 	return batch
 }
 
-func (s *SQLite) count(n int) {
+func (s *sqlStore) count(n int) {
 	s.txs.Add(1)
 	s.ops.Add(int64(n))
 	if int64(n) > s.maxBatch.Load() {
@@ -195,7 +200,7 @@ func (s *SQLite) count(n int) {
 // another process may hold the write lock through a long checkpoint.
 const beginAttempts = 3
 
-func (s *SQLite) begin() (*wtx, error) {
+func (s *sqlStore) begin() (*wtx, error) {
 	var tx *sql.Tx
 	var err error
 	for range beginAttempts {
@@ -207,7 +212,7 @@ func (s *SQLite) begin() (*wtx, error) {
 	if err != nil {
 		return nil, s.classify("begin write", err)
 	}
-	return &wtx{s: s, tx: tx, eventSeq: map[string]int64{}, doneSeq: map[string]int64{}}, nil
+	return &wtx{s: s, tx: tx, eventSeq: map[string]int64{}, doneSeq: map[string]int64{}, dirty: map[seqKey]bool{}, fenced: map[string]int{}}, nil
 }
 
 func release(ops []*op, err error) {
@@ -219,17 +224,25 @@ func release(ops []*op, err error) {
 // tryBatch runs ops one after another in w and commits. It returns false, having rolled
 // back and released nobody, when an op of several failed: the batch must then be run again
 // with isolated ops.
-func (s *SQLite) tryBatch(w *wtx, ops []*op) bool {
+func (s *sqlStore) tryBatch(w *wtx, ops []*op) bool {
 	s.count(len(ops))
 	for _, o := range ops {
 		if err := o.fn(w); err != nil {
 			w.tx.Rollback()
-			if len(ops) == 1 {
+			if len(ops) == 1 && !retryable(err) {
 				o.done <- err
 				return true
 			}
 			return false
 		}
+	}
+	if err := w.flush(); err != nil {
+		w.tx.Rollback()
+		if retryable(err) {
+			return false
+		}
+		release(ops, s.classify("write sequence counters", err))
+		return true
 	}
 	if err := w.tx.Commit(); err != nil {
 		w.tx.Rollback()
@@ -244,14 +257,20 @@ func (s *SQLite) tryBatch(w *wtx, ops []*op) bool {
 // back alone and the others commit. If an op's failure takes the whole transaction with it
 // (SQLite rolls back on some I/O and memory errors), that op gets its error and the rest
 // run again in a fresh transaction.
-func (s *SQLite) isolated(ops []*op) {
-	for len(ops) > 0 {
-		ops = s.isolatedOnce(ops)
+func (s *sqlStore) isolated(ops []*op) {
+	for tries := 1; len(ops) > 0; tries++ {
+		ops = s.isolatedOnce(ops, tries < retries)
 	}
 }
 
+// retries bounds how often a batch runs again after losing its transaction to another
+// process's (a PostgreSQL deadlock between two nodes' batches).
+const retries = 5
+
 // isolatedOnce returns the ops that must run again.
-func (s *SQLite) isolatedOnce(ops []*op) []*op {
+// With retry, an op that lost the whole transaction to another process's (retryable) makes
+// every op run again.
+func (s *sqlStore) isolatedOnce(ops []*op, retry bool) []*op {
 	s.count(len(ops))
 	w, err := s.begin()
 	if err != nil {
@@ -268,8 +287,15 @@ func (s *SQLite) isolatedOnce(ops []*op) []*op {
 		if _, err := w.Exec("SAVEPOINT op"); err != nil {
 			return fail(s.classify("savepoint", err))
 		}
-		if errs[i] = o.fn(w); errs[i] != nil {
+		if errs[i] = o.fn(w); errs[i] == nil {
+			errs[i] = w.flush()
+		}
+		if errs[i] != nil {
 			w.forget()
+			if retry && retryable(errs[i]) {
+				w.tx.Rollback()
+				return ops
+			}
 			if _, err := w.Exec("ROLLBACK TO op"); err != nil {
 				w.tx.Rollback()
 				o.done <- errs[i]
@@ -294,7 +320,10 @@ func (s *SQLite) isolatedOnce(ops []*op) []*op {
 	return nil
 }
 
-// errf names a write operation and its subject.
+// errf names a write operation and its subject (nil stays nil).
 func errf(what, subject string, err error) error {
+	if err == nil {
+		return nil
+	}
 	return fmt.Errorf("storage: %s %s: %w", what, subject, err)
 }

@@ -39,7 +39,7 @@ func (g *gate) hold() {
 }
 
 // waitQueued waits until n ops wait in the writer's queue.
-func waitQueued(t *testing.T, s *SQLite, n int) {
+func waitQueued(t *testing.T, s *sqlStore, n int) {
 	t.Helper()
 	for len(s.queue) < n {
 		if t.Context().Err() != nil {
@@ -53,10 +53,10 @@ func finishEntry(run, key string) Entry {
 	return Entry{RunID: run, CallKey: key, Kind: "agent", Status: EntryCompleted, Result: json.RawMessage(`{"text":"ok"}`)}
 }
 
-func TestGroupCommitBatchesQueuedWrites(t *testing.T) {
+func testGroupCommitBatchesQueuedWrites(t *testing.T, k kind) {
 	ctx := t.Context()
 	g := newGate()
-	s := openTest(t, t.TempDir(), config{hold: g.hold})
+	s := k.open(t, k.place(t), config{hold: g.hold})
 	mustCreate(t, s, Run{ID: "r"})
 	before := s.Stats()
 	g.armed.Store(true)
@@ -94,9 +94,9 @@ func TestGroupCommitBatchesQueuedWrites(t *testing.T) {
 	}
 }
 
-func TestGroupCommitBatchesConcurrentWrites(t *testing.T) {
+func testGroupCommitBatchesConcurrentWrites(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	before := s.Stats()
 	const n = 1000
@@ -119,10 +119,10 @@ func TestGroupCommitBatchesConcurrentWrites(t *testing.T) {
 	}
 }
 
-func TestFailingOpDoesNotFailItsBatch(t *testing.T) {
+func testFailingOpDoesNotFailItsBatch(t *testing.T, k kind) {
 	ctx := t.Context()
 	g := newGate()
-	s := openTest(t, t.TempDir(), config{hold: g.hold})
+	s := k.open(t, k.place(t), config{hold: g.hold})
 	mustCreate(t, s, Run{ID: "r"})
 	g.armed.Store(true)
 
@@ -182,9 +182,9 @@ func TestFailingOpDoesNotFailItsBatch(t *testing.T) {
 	}
 }
 
-func TestCancelledWriteIsNotApplied(t *testing.T) {
+func testCancelledWriteIsNotApplied(t *testing.T, k kind) {
 	g := newGate()
-	s := openTest(t, t.TempDir(), config{hold: g.hold})
+	s := k.open(t, k.place(t), config{hold: g.hold})
 	mustCreate(t, s, Run{ID: "r"})
 	g.armed.Store(true)
 	var wg sync.WaitGroup
@@ -206,10 +206,10 @@ func TestCancelledWriteIsNotApplied(t *testing.T) {
 	}
 }
 
-func TestCloseCommitsQueuedWritesThenRefuses(t *testing.T) {
-	dir := t.TempDir()
+func testCloseCommitsQueuedWritesThenRefuses(t *testing.T, k kind) {
+	dir := k.place(t)
 	g := newGate()
-	s, err := open(t.Context(), dir, config{hold: g.hold})
+	s, err := k.openErr(t.Context(), dir, config{hold: g.hold, now: newClock().now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,15 +251,15 @@ func TestCloseCommitsQueuedWritesThenRefuses(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 
-	s2 := openTest(t, dir, config{})
+	s2 := k.open(t, dir, config{})
 	if evs, _ := s2.Events(ctx, "r", 0, 0); len(evs) != n {
 		t.Fatalf("after reopen: %d events, want %d", len(evs), n)
 	}
 }
 
-func TestAppendAsyncKeepsCallOrderAndBatches(t *testing.T) {
+func testAppendAsyncKeepsCallOrderAndBatches(t *testing.T, k kind) {
 	ctx := t.Context()
-	s := newTestStore(t)
+	s := k.new(t)
 	mustCreate(t, s, Run{ID: "r"})
 	before := s.Stats()
 	const n = 400

@@ -21,7 +21,7 @@ import (
 // task in words or --auto-fix.
 type localRun struct {
 	h       *host.Host
-	store   *storage.SQLite
+	store   storage.DB
 	logFile *os.File
 	// askable: a destructive tool under [tools] approval = "ask" waits for an answer only
 	// where one can be given: the live board with keys asks y/n. Elsewhere its agent call

@@ -165,6 +165,12 @@ func startLuft(t *testing.T, env []string, args ...string) *luftProc {
 	t.Helper()
 	dir := t.TempDir()
 	writeScripts(t, dir)
+	return startLuftIn(t, dir, env, args...)
+}
+
+// startLuftIn runs luft with args in dir, as startLuft does.
+func startLuftIn(t *testing.T, dir string, env []string, args ...string) *luftProc {
+	t.Helper()
 	cmd := exec.Command(luftBinary(t), args...)
 	cmd.Dir = dir
 	cmd.Env = testEnv(nil, env...)

@@ -28,17 +28,24 @@ func stateDir(e *env, g *globalFlags) string {
 
 // openStore opens the state dir. With mustExist, a missing state dir is an input error
 // instead of being created (commands that only read runs).
-func openStore(ctx context.Context, e *env, g *globalFlags, mustExist bool) (*storage.SQLite, error) {
+func openStore(ctx context.Context, e *env, g *globalFlags, mustExist bool) (storage.DB, error) {
 	dir := stateDir(e, g)
-	if mustExist {
+	url, err := storageURL(e, g)
+	if err != nil {
+		return nil, err
+	}
+	if mustExist && url == "" {
 		if _, err := os.Stat(filepath.Join(dir, storage.DBFile)); err != nil {
 			return nil, usageErr("no luft state in %s (run a workflow first, or pass --state-dir / set LUFT_HOME to where your runs are)", dir)
 		}
 	}
-	st, err := storage.Open(ctx, dir)
+	st, err := storage.OpenURL(ctx, url, dir)
 	if err != nil {
-		if errors.Is(err, storage.ErrCorruptState) || errors.Is(err, storage.ErrSchemaTooNew) {
+		if errors.Is(err, storage.ErrCorruptState) || errors.Is(err, storage.ErrSchemaTooNew) || errors.Is(err, storage.ErrBadStorageURL) {
 			return nil, usageErr("%v", err)
+		}
+		if url != "" {
+			return nil, err // it names the database
 		}
 		return nil, fmt.Errorf("open state dir %s: %w", dir, err)
 	}
@@ -98,7 +105,7 @@ type served struct {
 	*host.Host
 	dir   string
 	cfg   config.Config
-	store *storage.SQLite
+	store storage.DB
 }
 
 // serveHost opens the state dir's config, backends and store and serves o's Service over
