@@ -18,7 +18,10 @@
 // 429s and extra requests on the classic model, not its times, and prints the whole
 // table on a virtual clock with `go test ./bench/hosted -run TestModelsTable -v -args
 // -table`. bench/sched runs on a virtual clock, so it is deterministic: its fast
-// variants are also tests that assert the scheduler's targets as ratios. proxy runs on a
+// variants are also tests that assert the scheduler's targets as ratios, and a missed
+// target fails them. Its headline W1 and W2 figures are luft as shipped (Lua workflows,
+// the runtime, the Executor: `go test -run ThroughRuntime -v ./bench/sched/...`); the
+// command's own W1–W4 tables drive the decision core directly. proxy runs on a
 // scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
 // (a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
 //

@@ -100,6 +100,7 @@ var contract = []struct {
 	{"ProcessesMigrateAFreshPlaceOnce", testProcessesMigrateAFreshPlaceOnce},
 	{"PayloadsRoundTripByteForByte", testPayloadsRoundTripByteForByte},
 	{"HostileText", testHostileText},
+	{"HostileTextIsStored", testHostileTextIsStored},
 	{"FencedWritesAfterATakeover", testFencedWritesAfterATakeover},
 	{"NoStaleWriteLandsAfterAClaim", testNoStaleWriteLandsAfterAClaim},
 }
@@ -215,5 +216,58 @@ func testHostileText(t *testing.T, k kind) {
 		if _, err := s.ResolveRun(ctx, id); !errors.Is(err, ErrRunNotFound) {
 			t.Errorf("ResolveRun(%q): %v, want ErrRunNotFound", id, err)
 		}
+	}
+}
+
+// Text a script or a model chooses — a workflow path, phase labels, script positions,
+// file paths, tool names and tool call ids — is stored and read back byte for byte, NUL
+// bytes and invalid UTF-8 included, on both stores.
+func testHostileTextIsStored(t *testing.T, k kind) {
+	ctx := t.Context()
+	s := k.new(t)
+	odd := "a\x00b\xff\xfe é"
+	mustCreate(t, s, Run{ID: "r", Workflow: "flows/" + odd + ".lua"})
+	if _, err := s.Append(ctx, "r",
+		event.New(event.PhaseStarted, map[string]any{"phase_id": 1, "label": odd, "description": odd}),
+		event.New(event.PhaseDone, map[string]any{"phase_id": 1, "label": odd, "ok": 1})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.JournalScheduled(ctx, Entry{RunID: "r", CallKey: "main/1", WherePos: odd + ":3"}); err != nil {
+		t.Fatal(err)
+	}
+	tc := ToolCall{RunID: "r", CallKey: "main/1", Conversation: "c", Turn: 1, ID: odd, Name: odd, Output: odd}
+	if err := s.ToolDone(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	ask := Approval{RunID: "r", ID: "a1", CallKey: "main/1", Conversation: "c", Turn: 1, ToolCallID: odd, Tool: odd, Arguments: odd}
+	if _, err := s.AskApproval(ctx, ask); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.AskApproval(ctx, Approval{RunID: "r", ID: "a2", CallKey: "main/1", Conversation: "c", Turn: 1, ToolCallID: odd, Tool: odd})
+	if err != nil || again.ID != "a1" {
+		t.Fatalf("the same tool call asked again: %+v %v, want a1 returned", again, err)
+	}
+	if _, err := s.SaveFile(ctx, "r", odd+".lua", []byte(odd)); err != nil {
+		t.Fatal(err)
+	}
+
+	r, err := s.GetRun(ctx, "r")
+	if err != nil || r.Workflow != "flows/"+odd+".lua" {
+		t.Errorf("workflow %q (%v)", r.Workflow, err)
+	}
+	if ps, err := s.Phases(ctx, "r"); err != nil || len(ps) != 1 || ps[0].Label != odd || ps[0].Description != odd {
+		t.Errorf("phases %+v (%v)", ps, err)
+	}
+	if j, err := s.Journal(ctx, "r"); err != nil || len(j) != 1 || j[0].WherePos != odd+":3" {
+		t.Errorf("journal %+v (%v)", j, err)
+	}
+	if tcs, err := s.ToolCalls(ctx, "r", "main/1"); err != nil || len(tcs) != 1 || tcs[0].ID != odd || tcs[0].Name != odd || tcs[0].Output != odd {
+		t.Errorf("tool calls %+v (%v)", tcs, err)
+	}
+	if as, err := s.Approvals(ctx, ApprovalFilter{RunID: "r"}); err != nil || len(as) != 1 || as[0].ToolCallID != odd || as[0].Tool != odd {
+		t.Errorf("approvals %+v (%v)", as, err)
+	}
+	if fs, err := s.Files(ctx, "r"); err != nil || len(fs) != 1 || fs[0].Path != odd+".lua" {
+		t.Errorf("files %+v (%v)", fs, err)
 	}
 }

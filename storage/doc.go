@@ -81,8 +81,10 @@
 //
 //   - Migrations are migrations_pg/NNNN_name.sql, applied in one transaction that holds
 //     pg_advisory_xact_lock, so concurrent first opens on many machines apply them once.
-//   - The JSON columns, errors, tool outputs and approval arguments are bytea, so they
-//     come back byte for byte (text refuses NUL and invalid UTF-8; jsonb reorders keys).
+//   - The JSON columns, errors, tool outputs, approval arguments and the text a script or
+//     a model chooses (workflow path, phase labels, script positions, file paths, tool
+//     names and tool call ids) are bytea, so they come back byte for byte (text refuses
+//     NUL and invalid UTF-8; jsonb reorders keys).
 //     Keys and times are text COLLATE "C", so ordering and the id-prefix range scan follow
 //     bytes as SQLite's do; times are the same fixed-width text.
 //   - events.seq and journal.completed_seq come, on both stores, from counters on the runs

@@ -81,7 +81,7 @@ func (s *sqlStore) AskApproval(ctx context.Context, a Approval) (Approval, error
 		_, err := tx.Exec(`INSERT INTO approvals (run_id, id, call_key, conversation, turn, tool_call_id, tool, arguments,
 				args_hash, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`,
-			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, a.ToolCallID, a.Tool, s.bin(a.Arguments), a.ArgsHash, a.Status, fmtTime(a.CreatedAt))
+			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, s.bin(a.ToolCallID), s.bin(a.Tool), s.bin(a.Arguments), a.ArgsHash, a.Status, fmtTime(a.CreatedAt))
 		if err != nil {
 			if isForeignKey(err) {
 				return fmt.Errorf("storage: ask approval %s: the call has no journal entry (journal it as scheduled first): %w", subject, err)
@@ -90,7 +90,7 @@ func (s *sqlStore) AskApproval(ctx context.Context, a Approval) (Approval, error
 		}
 		rows, err := tx.Query(`SELECT `+approvalColumns+` FROM approvals WHERE run_id = ? AND (id = ? OR
 			(call_key = ? AND conversation = ? AND turn = ? AND tool_call_id = ?))`,
-			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, a.ToolCallID)
+			a.RunID, a.ID, a.CallKey, a.Conversation, a.Turn, s.bin(a.ToolCallID))
 		if err != nil {
 			return errf("ask approval", subject, err)
 		}

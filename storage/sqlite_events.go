@@ -161,7 +161,7 @@ func (s *sqlStore) AppendAsync(ctx context.Context, runID string, evs ...event.E
 				return fkErr("append to run", runID, err)
 			}
 			if p := rows[i].phase; p != nil {
-				if err := projectPhase(tx, runID, rows[i].ts, p); err != nil {
+				if err := s.projectPhase(tx, runID, rows[i].ts, p); err != nil {
 					return errf("project phase of run", runID, err)
 				}
 			}
@@ -179,7 +179,7 @@ func (s *sqlStore) AppendAsync(ctx context.Context, runID string, evs ...event.E
 	})
 }
 
-func projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
+func (s *sqlStore) projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
 	if !p.done {
 		// A resumed run starts its phases again: reset the counters and the end.
 		_, err := tx.Exec(`INSERT INTO phases (run_id, phase_id, label, planned, description, status, started_at)
@@ -187,7 +187,7 @@ func projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
 			ON CONFLICT (run_id, phase_id) DO UPDATE SET label = excluded.label, planned = excluded.planned,
 				description = excluded.description, status = 'running', ok = 0, failed = 0, cancelled = 0,
 				started_at = excluded.started_at, done_at = NULL`,
-			runID, p.id, p.label, p.planned, p.description, ts)
+			runID, p.id, s.bin(p.label), p.planned, s.bin(p.description), ts)
 		return err
 	}
 	_, err := tx.Exec(`INSERT INTO phases (run_id, phase_id, label, status, ok, failed, cancelled, done_at)
@@ -195,7 +195,7 @@ func projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {
 		ON CONFLICT (run_id, phase_id) DO UPDATE SET status = 'done', ok = excluded.ok, failed = excluded.failed,
 			cancelled = excluded.cancelled, done_at = excluded.done_at,
 			label = CASE WHEN excluded.label <> '' THEN excluded.label ELSE phases.label END`,
-		runID, p.id, p.label, p.ok, p.failed, p.cancelled, ts)
+		runID, p.id, s.bin(p.label), p.ok, p.failed, p.cancelled, ts)
 	return err
 }
 

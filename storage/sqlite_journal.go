@@ -33,7 +33,7 @@ func (s *sqlStore) JournalScheduled(ctx context.Context, e Entry) error {
 				status = 'scheduled', result_json = NULL, error = '', input_tokens = 0, output_tokens = 0,
 				cached_tokens = 0, cost = 0, attempts = excluded.attempts, completed_seq = NULL,
 				where_pos = excluded.where_pos, created_at = excluded.created_at, updated_at = excluded.updated_at`,
-			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Attempts, e.WherePos, now, now)
+			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Attempts, s.bin(e.WherePos), now, now)
 		if err != nil {
 			return fkErr("journal scheduled", subject, err)
 		}
@@ -74,7 +74,7 @@ func (s *sqlStore) JournalFinish(ctx context.Context, e Entry) (int64, error) {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			`+journalFinishConflict,
 			e.RunID, e.CallKey, e.Kind, e.InputHash, e.Status, s.bin(result), s.bin(e.Error),
-			e.Usage.Input, e.Usage.Output, e.Usage.Cached, e.Cost, e.Attempts, seq, e.WherePos, now, now)
+			e.Usage.Input, e.Usage.Output, e.Usage.Cached, e.Cost, e.Attempts, seq, s.bin(e.WherePos), now, now)
 		if err != nil {
 			return fkErr("journal finish", subject, err)
 		}

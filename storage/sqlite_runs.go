@@ -76,7 +76,7 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
 		}
 		_, err := tx.Exec(`INSERT INTO runs (`+runColumns+`) VALUES
 			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.Workflow, r.ScriptHash, r.Status, s.bin(r.Error), s.bin(args), s.bin(report), r.HasReport,
+			r.ID, s.bin(r.Workflow), r.ScriptHash, r.Status, s.bin(r.Error), s.bin(args), s.bin(report), r.HasReport,
 			r.Usage.Input, r.Usage.Output, r.Usage.Cached, r.Cost, r.Agents.OK, r.Agents.Failed, r.Agents.Cached,
 			r.Agents.Cancelled, r.Attempt, r.PID, created, created, nullTime(r.FinishedAt), nullTime(r.ResumeAfter),
 			r.CancelRequested, s.bin(spec))
@@ -408,7 +408,7 @@ func (s *sqlStore) SaveFile(ctx context.Context, runID, path string, content []b
 		}
 		_, err := tx.Exec(`INSERT INTO files (run_id, path, sha256, content, created_at) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (run_id, path) DO UPDATE SET sha256 = excluded.sha256, content = excluded.content,
-			created_at = excluded.created_at`, runID, path, hexsum, content, now)
+			created_at = excluded.created_at`, runID, s.bin(path), hexsum, content, now)
 		return fkErr("save file "+path+" of run", runID, err)
 	})
 	if err != nil {

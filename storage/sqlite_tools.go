@@ -51,7 +51,7 @@ func (s *sqlStore) putTool(ctx context.Context, what string, tc ToolCall, onConf
 				status, output, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (run_id, call_key, conversation, turn, tool_call_id) `+onConflict,
-			tc.RunID, tc.CallKey, tc.Conversation, tc.Turn, tc.ID, tc.Name, tc.ArgsHash, status, s.bin(output), now, now)
+			tc.RunID, tc.CallKey, tc.Conversation, tc.Turn, s.bin(tc.ID), s.bin(tc.Name), tc.ArgsHash, status, s.bin(output), now, now)
 		return toolErr(what, tc, err)
 	})
 }

@@ -330,7 +330,7 @@ type EventLog interface {
 }
 
 // Store is everything the runtime keeps durable: runs, their events, phases, pinned files
-// and the journal of effects. *SQLite implements it.
+// and the journal of effects. *SQLite and *Postgres implement it.
 type Store interface {
 	EventLog
 

@@ -36,7 +36,7 @@ type wtx struct {
 	// write lock), so no other process changes them; an op rolled back to its savepoint
 	// clears them.
 	eventSeq, doneSeq map[string]int64
-	// dirty are the PostgreSQL counters taken from the cache, to write back (flush).
+	// dirty are the counters taken from the cache, to write back (flush).
 	dirty map[seqKey]bool
 	// fenced are the runs whose attempt this transaction checked (checkFence), by run.
 	fenced map[string]int

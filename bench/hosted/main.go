@@ -27,9 +27,11 @@
 // against the net floor (testkit.NetFloor: what the model's buckets force on the charges
 // the engine made, beyond their initial fill; no client can finish sooner). Then a table
 // per model × workload of the medians and spreads over the seeds, luft beside the
-// baseline, and whether luft met its targets in every seed. Classic keeps issue 11's
+// baseline, and whether each met luft's targets in every seed. Classic keeps issue 11's
 // targets (0 × 429, ≤ 2 extra requests, ≤ 1.03 × the floor); the other models have issue
-// 22's (0 × 429, silent at most 3 while it learns; ≤ 1.05 × the floor).
+// 22's (0 × 429, silent at most 3 while it learns; ≤ 1.05 × the floor). A target is all
+// of its parts at once: the time alone is met by the baseline too (on classic, 4 × 6, it
+// finishes within 1.03 × the floor after its 429s are retried), the 429s are not.
 //
 //	go run ./bench/hosted [-model all] [-seeds 10] [-w a,b,c] [-speed 30] [-direct] [-json out.json]
 //
@@ -173,6 +175,28 @@ func targets(model string) (max429 int, maxExtra int, maxRatio float64) {
 	return 0, -1, 1.05
 }
 
+// verdict is "yes" when r meets its model's targets (luft's, whoever r's client is),
+// else "no:" and the parts it misses. The time ratio alone does not discriminate: a naive
+// client that retries patiently finishes within it too, after hundreds of 429s; the
+// 429s, the failed calls and the extra requests are what it misses.
+func verdict(r result) string {
+	a, b, c := met(r)
+	var miss []string
+	if !a {
+		miss = append(miss, "429s/failed")
+	}
+	if !b {
+		miss = append(miss, "extra")
+	}
+	if !c {
+		miss = append(miss, "time")
+	}
+	if len(miss) == 0 {
+		return "yes"
+	}
+	return "no: " + strings.Join(miss, ",")
+}
+
 // met reports whether r meets its model's targets.
 func met(r result) (no429, extra, ratio bool) {
 	m429, mx, mr := targets(r.Model)
@@ -195,11 +219,12 @@ func allMet(rs []result) bool {
 // 429s, extra requests and time ÷ net floor for luft and the baseline, and whether luft
 // met its targets in every seed.
 func summarise(w io.Writer, o options, rs []result) {
-	fmt.Fprintf(w, "median [min–max] over %d seeds; luft's targets: 0 × 429 (silent ≤ 3), no failed call, time ≤ 1.05 × net floor (classic: ≤ 1.03×, ≤ 2 extra)\n", o.seeds)
+	fmt.Fprintf(w, "median [min–max] over %d seeds; luft's targets, all at once in every seed: 0 × 429 (silent ≤ 3), no failed call, time ≤ 1.05 × net floor (classic: ≤ 1.03×, ≤ 2 extra)\n", o.seeds)
+	fmt.Fprintf(w, "met: whether every seed met them, luft's and the baseline's (held to luft's targets); the time alone is met by a baseline that retries patiently, the 429s are what it misses\n")
 	fmt.Fprintf(w, "failed: luft's agent calls that ended without an answer; gave up: the baseline's branches whose call failed after every retry (their later calls never sent, so their time ÷ floor is not comparable)\n")
 	fmt.Fprintf(w, "%-12s %-6s | %-16s %-16s %-14s %-22s %-7s", "model", "w", "luft 429s", "luft extra", "luft failed", "luft time ÷ floor", "met")
 	if o.direct {
-		fmt.Fprintf(w, " | %-16s %-16s %-22s %-10s", "direct 429s", "direct extra", "direct time ÷ floor", "direct gave up")
+		fmt.Fprintf(w, " | %-16s %-16s %-22s %-10s %s", "direct 429s", "direct extra", "direct time ÷ floor", "direct gave up", "direct met")
 	}
 	fmt.Fprintln(w)
 	for _, m := range o.models {
@@ -227,11 +252,18 @@ func summarise(w io.Writer, o options, rs []result) {
 				stat(luft, func(r result) float64 { return r.Ratio }, 3), ok)
 			if o.direct {
 				d := pick("direct")
-				fmt.Fprintf(w, " | %-16s %-16s %-22s %-10s",
+				dm := "yes"
+				for _, r := range d {
+					if v := verdict(r); v != "yes" {
+						dm = v
+						break
+					}
+				}
+				fmt.Fprintf(w, " | %-16s %-16s %-22s %-10s %s",
 					stat(d, func(r result) float64 { return float64(r.RateLimited) }, 0),
 					stat(d, func(r result) float64 { return float64(r.Extra) }, 0),
 					stat(d, func(r result) float64 { return r.Ratio }, 3),
-					stat(d, func(r result) float64 { return float64(r.Failed) }, 0))
+					stat(d, func(r result) float64 { return float64(r.Failed) }, 0), dm)
 			}
 			fmt.Fprintln(w)
 		}

@@ -77,7 +77,11 @@ func TestEveryModelRuns(t *testing.T) {
 			if c == "direct" && r.RateLimited == 0 {
 				t.Errorf("%s: the baseline met no 429", m.name())
 			}
-			t.Logf("%-12s %-6s 429 %3d extra %3d failed %d ratio %.3f", m.name(), c, r.RateLimited, r.Extra, r.Failed, r.Ratio)
+			if v := verdict(r); c == "direct" && v == "yes" {
+				t.Errorf("%s: the baseline meets luft's targets (%d × 429, %d extra, %.3f× the floor): they do not discriminate",
+					m.name(), r.RateLimited, r.Extra, r.Ratio)
+			}
+			t.Logf("%-12s %-6s 429 %3d extra %3d failed %d ratio %.3f targets met: %s", m.name(), c, r.RateLimited, r.Extra, r.Failed, r.Ratio, verdict(r))
 		}
 	}
 }

@@ -10,7 +10,16 @@
 // replay from the journal, the gate call runs again (now answering at once) and the run
 // completes.
 //
-//	go run ./bench/resume [-n 1000,10000] [-repeat 3] [-dir /dev/shm]
+// Beside it, the naive baseline: re-executing the same N calls instead of replaying them,
+// a fresh run of the same workflow on the mock answering after -latency (a few hundred
+// milliseconds, as a hosted model does) with the same -concurrency, timed once per N
+// (it is sleep-bound: it cannot finish before ⌈N ÷ concurrency⌉ × latency, printed as
+// its floor). The target, resume→done ≤ 1 s for up to 10,000 calls, is one only the
+// replay meets: on the zero-latency mock re-executing 10,000 calls meets it too, so the
+// baseline runs at a realistic latency. The command exits 1 when luft misses the target
+// or the baseline meets it.
+//
+//	go run ./bench/resume [-n 1000,10000] [-repeat 5] [-latency 250ms] [-concurrency 8] [-dir /dev/shm]
 package main
 
 import (
@@ -72,47 +81,65 @@ type measurement struct {
 
 func main() {
 	ns := flag.String("n", "1000,10000", "journal sizes (completed agent calls)")
-	conc := flag.Int("concurrency", 8, "scheduler slots")
-	repeat := flag.Int("repeat", 3, "resumes per size, each of a fresh copy of the state (the median is shown)")
+	conc := flag.Int("concurrency", 8, "scheduler slots (luft's default concurrency), for the resume and the re-execution")
+	repeat := flag.Int("repeat", 5, "resumes per size, each of a fresh copy of the state (the median and spread are shown)")
+	lat := flag.Duration("latency", 250*time.Millisecond, "the mock's answer time when the baseline re-executes the calls (0: no baseline)")
 	dir := flag.String("dir", "", "parent folder of the state dirs (default: the system temp dir)")
 	flag.Parse()
 
 	machine.Print(os.Stdout)
 	fmt.Printf("luft resume: replay a journal of N completed mock agent calls (+1 live call) through the real runtime, SQLite state, %d scheduler slots, median of %d\n\n", *conc, *repeat)
-	fmt.Printf("%8s  %10s  %12s  %14s  %12s  %14s  %8s  %8s\n", "N", "build", "open store", "load journal", "Resume()", "resume→done", "calls/s", "events")
+	fmt.Printf("%8s  %10s  %12s  %14s  %12s  %14s  %21s  %8s  %8s  %14s  %10s  %s\n", "N", "build", "open store", "load journal", "Resume()",
+		"resume→done", "spread (min–max)", "calls/s", "events", "re-execute", "its floor", "target "+target.String())
+	ok := true
 	for _, s := range strings.Split(*ns, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
 			fmt.Fprintln(os.Stderr, "bad -n:", s)
 			os.Exit(2)
 		}
-		if err := bench(n, *conc, *repeat, *dir); err != nil {
+		met, err := bench(n, *conc, *repeat, *dir, *lat)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		ok = ok && met
 	}
 	fmt.Println("\nopen store: storage.Open of the copied state dir; load journal: Store.Journal of the run (its own copy);")
 	fmt.Println("Resume(): the call alone (run lookup, pinned files, journal load, row update); resume→done: Resume() until the run completed;")
 	fmt.Println("calls/s: replayed calls per second of resume→done; events: events the resumed attempt stored.")
+	fmt.Printf("re-execute: the baseline, a fresh run of the same N calls on the mock answering in %s, %d at once; its floor: ⌈N ÷ %d⌉ × %s.\n", *lat, *conc, *conc, *lat)
+	fmt.Printf("target: resume→done ≤ %s for N ≤ %d, met by luft (the median) and missed by the baseline.\n", target, targetN)
+	machine.PrintLoad(os.Stdout)
+	if !ok {
+		os.Exit(1)
+	}
 }
 
-func bench(n, conc, repeat int, parent string) error {
+// The target: a run whose journal holds up to targetN completed calls resumes to its end
+// within target.
+const (
+	target  = time.Second
+	targetN = 10_000
+)
+
+func bench(n, conc, repeat int, parent string, lat time.Duration) (bool, error) {
 	base, err := os.MkdirTemp(parent, "luft-resume-")
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer os.RemoveAll(base)
 	t0 := time.Now()
 	runID, err := build(filepath.Join(base, "base"), n, conc)
 	if err != nil {
-		return fmt.Errorf("build a journal of %d calls: %w", n, err)
+		return false, fmt.Errorf("build a journal of %d calls: %w", n, err)
 	}
 	built := time.Since(t0)
 	var ms []measurement
 	for i := range repeat {
 		m, err := measure(base, i, runID, n, conc)
 		if err != nil {
-			return fmt.Errorf("resume a journal of %d calls: %w", n, err)
+			return false, fmt.Errorf("resume a journal of %d calls: %w", n, err)
 		}
 		ms = append(ms, m)
 	}
@@ -125,12 +152,78 @@ func bench(n, conc, repeat int, parent string) error {
 		return ds[len(ds)/2]
 	}
 	resume := med(func(m measurement) time.Duration { return m.resume })
-	fmt.Printf("%8d  %10s  %12s  %14s  %12s  %14s  %8.0f  %8d\n", n, built.Round(time.Millisecond),
+	lo, hi := ms[0].resume, ms[0].resume
+	for _, m := range ms {
+		lo, hi = min(lo, m.resume), max(hi, m.resume)
+	}
+	reexec, floor, verdict := "-", "-", "-"
+	met := true
+	if n <= targetN {
+		met = resume <= target
+		verdict = "luft " + pass(met)
+	}
+	if lat > 0 {
+		d, err := reexecute(filepath.Join(base, "reexec"), n, conc, lat)
+		if err != nil {
+			return false, fmt.Errorf("re-execute %d calls: %w", n, err)
+		}
+		reexec = d.Round(time.Millisecond).String()
+		floor = (time.Duration((n+conc-1)/conc) * lat).String()
+		if n <= targetN {
+			verdict += ", re-execute " + pass(d <= target)
+			met = met && d > target // a target the baseline meets tells nothing
+		}
+	}
+	fmt.Printf("%8d  %10s  %12s  %14s  %12s  %14s  %21s  %8.0f  %8d  %14s  %10s  %s\n", n, built.Round(time.Millisecond),
 		med(func(m measurement) time.Duration { return m.open }).Round(10*time.Microsecond),
 		med(func(m measurement) time.Duration { return m.journal }).Round(10*time.Microsecond),
 		med(func(m measurement) time.Duration { return m.setup }).Round(10*time.Microsecond),
-		resume.Round(time.Millisecond), float64(n)/resume.Seconds(), ms[0].events)
-	return nil
+		resume.Round(time.Millisecond), lo.Round(time.Millisecond).String()+"–"+hi.Round(time.Millisecond).String(),
+		float64(n)/resume.Seconds(), ms[0].events, reexec, floor, verdict)
+	return met, nil
+}
+
+func pass(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// reexecute times the baseline: a fresh run of the workflow in dir whose n calls run on
+// the mock answering after lat, conc at once, the gate open.
+func reexecute(dir string, n, conc int, lat time.Duration) (time.Duration, error) {
+	ctx := context.Background()
+	st, err := storage.Open(ctx, dir)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	g := &gate{}
+	g.open.Store(true)
+	svc, err := runtime.New(runtime.Options{
+		Store:     st,
+		StateDir:  dir,
+		Backends:  adapters.NewRegistry("mock", adapters.NewMock(adapters.MockConfig{LatencyMS: int(lat.Milliseconds())}), g),
+		Scheduler: scheduler.NewGate(conc),
+	})
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	run, err := svc.Start(ctx, runtime.Spec{
+		Path: "resume.lua", Source: []byte(script), Args: map[string]any{"n": float64(n)},
+		Concurrency: conc, Limits: lua.Limits{MaxAgentCalls: n + 1},
+	})
+	if err != nil {
+		return 0, err
+	}
+	res := run.Wait()
+	d := time.Since(t0)
+	if res.Status != runtime.StatusCompleted || res.Agents.OK != n+1 {
+		return 0, fmt.Errorf("the run ended %s with %d calls answered, want completed and %d: %v", res.Status, res.Agents.OK, n+1, res.Err)
+	}
+	return d, nil
 }
 
 func service(st storage.Store, dir string, conc int, g *gate) (*runtime.Service, error) {

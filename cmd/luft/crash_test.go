@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/event"
+	"github.com/luft-run/luft/internal/pgtest"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -52,7 +53,18 @@ import (
 //     ones;
 //   - the report (luft status --json, and the final run_done) renders byte for byte as the
 //     stdout of an uninterrupted run of the same workflow.
-func TestCrashResume(t *testing.T) {
+func TestCrashResume(t *testing.T) { crashResume(t, false) }
+
+// TestCrashResumeOnPostgres is TestCrashResume with each state dir's runs in a PostgreSQL
+// database of its own (LUFT_STORAGE_URL).
+func TestCrashResumeOnPostgres(t *testing.T) {
+	if ok, msg := pgtest.Available(); !ok {
+		t.Skip(msg)
+	}
+	crashResume(t, true)
+}
+
+func crashResume(t *testing.T, pg bool) {
 	t.Parallel()
 	start := time.Now()
 	points := 20
@@ -77,7 +89,7 @@ func TestCrashResume(t *testing.T) {
 	t.Logf("seed %d (LUFT_CRASH_SEED=%d replays these kill moments), %d kill points", seed, seed, points)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x6c756674))
 
-	ct := &crashTest{t: t, bin: luftBinary(t), work: t.TempDir()}
+	ct := &crashTest{t: t, bin: luftBinary(t), work: t.TempDir(), pg: pg, urls: map[string]string{}}
 	ct.writeWorkflows()
 	ref := ct.reference()
 	t.Logf("reference run: %d events, %d agent calls", ref.lines, len(ref.agentKeys))
@@ -170,6 +182,25 @@ type crashTest struct {
 	t    *testing.T
 	bin  string
 	work string // holds wf.lua and lib/sub.lua; every luft process runs here
+	pg   bool   // each state dir's runs are in a PostgreSQL database of its own
+
+	mu   sync.Mutex
+	urls map[string]string // state dir → its database, with pg
+}
+
+// storageURL is the database of state dir dir with pg ("" otherwise), made on first use.
+func (ct *crashTest) storageURL(dir string) string {
+	if !ct.pg {
+		return ""
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if u, ok := ct.urls[dir]; ok {
+		return u
+	}
+	u := pgtest.URL(ct.t)
+	ct.urls[dir] = u
+	return u
 }
 
 func (ct *crashTest) writeWorkflows() {
@@ -200,7 +231,7 @@ func (ct *crashTest) reference() crashRef {
 		t.Fatalf("the reference run exited with %d (signaled %v)\nstderr:\n%s", code, signaled, p.stderrText())
 	}
 	ref := crashRef{stdout: p.rawText(), agentKeys: map[string]bool{}}
-	st := openState(t, dir)
+	st := ct.openState(dir)
 	defer st.Close()
 	runs, err := st.ListRuns(context.Background(), storage.ListOptions{})
 	if err != nil || len(runs) != 1 {
@@ -330,7 +361,7 @@ func (ct *crashTest) afterKill(c *crashCycle, proc, k, seen int) crashKill {
 	ctx := context.Background()
 	kr := crashKill{proc: proc, k: k, seen: seen, completed: map[string]bool{}, scheduled: map[string]bool{},
 		results: map[string]string{}}
-	st := openState(t, c.stateDir)
+	st := ct.openState(c.stateDir)
 	defer st.Close()
 	if c.runID == "" {
 		// Killed before it printed anything: it may still have created the run.
@@ -393,7 +424,7 @@ func (ct *crashTest) verify(c *crashCycle, ref crashRef, total *crashTotals) {
 	t := ct.t
 	t.Helper()
 	ctx := context.Background()
-	st := openState(t, c.stateDir)
+	st := ct.openState(c.stateDir)
 	defer st.Close()
 	row, err := st.GetRun(ctx, c.runID)
 	if err != nil {
@@ -747,9 +778,10 @@ func encodeEvent(t *testing.T, ev event.Event) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-func openState(t *testing.T, dir string) *storage.SQLite {
+func (ct *crashTest) openState(dir string) storage.DB {
+	t := ct.t
 	t.Helper()
-	st, err := storage.Open(context.Background(), dir)
+	st, err := storage.OpenURL(context.Background(), ct.storageURL(dir), dir)
 	if err != nil {
 		t.Fatalf("open state dir %s: %v", dir, err)
 	}
@@ -782,6 +814,9 @@ func (ct *crashTest) start(args ...string) *crashProc {
 	cmd := exec.Command(ct.bin, args...)
 	cmd.Dir = ct.work
 	cmd.Env = testEnv(nil, "LUFT_MOCK_LATENCY_MS="+crashLatencyMS, "NO_COLOR=1")
+	if i := slices.Index(args, "--state-dir"); i >= 0 && i+1 < len(args) && ct.pg {
+		cmd.Env = append(cmd.Env, storageEnv+"="+ct.storageURL(args[i+1]))
+	}
 	p := &crashProc{cmd: cmd, more: make(chan struct{}), done: make(chan struct{})}
 	cmd.Stderr = &p.stderr
 	stdout, err := cmd.StdoutPipe()

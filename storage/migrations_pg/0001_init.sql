@@ -2,8 +2,11 @@
 -- tool_calls, approvals), on PostgreSQL. Differences, all so the store behaves as SQLite's:
 --   - text keys and times are COLLATE "C": they sort byte by byte, as in SQLite, so
 --     ORDER BY, the id-prefix range scan and time comparisons give the same answers.
---   - the JSON columns, errors, tool outputs and approval arguments are bytea: they come
---     back byte for byte (text refuses a NUL byte and invalid UTF-8; jsonb reorders keys).
+--   - the JSON columns, errors, tool outputs, approval arguments and the text a script
+--     or a model chooses (the workflow's path, phase labels and descriptions, script
+--     positions, file paths, tool names and tool call ids) are bytea: they come back byte
+--     for byte (text refuses a NUL byte and invalid UTF-8; jsonb reorders keys), and sort
+--     byte by byte.
 --   - times are UTC text in the fixed-width RFC 3339 form, nanoseconds kept.
 --   - runs.event_seq and runs.journal_seq are the per-run counters events.seq and
 --     journal.completed_seq are taken from (UPDATE ... RETURNING, under the run's row lock),
@@ -11,7 +14,7 @@
 
 CREATE TABLE runs (
     id               text COLLATE "C" NOT NULL PRIMARY KEY CHECK (id <> ''),
-    workflow         text    NOT NULL DEFAULT '',
+    workflow         bytea   NOT NULL DEFAULT '',
     script_hash      text    NOT NULL DEFAULT '',
     status           text COLLATE "C" NOT NULL
                      CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled', 'suspended')),
@@ -66,7 +69,7 @@ CREATE TABLE journal (
     attempts      bigint  NOT NULL DEFAULT 0,
     -- NULL while scheduled; the run's completion order once completed or failed.
     completed_seq bigint CHECK ((status = 'scheduled') = (completed_seq IS NULL)),
-    where_pos     text    NOT NULL DEFAULT '',
+    where_pos     bytea   NOT NULL DEFAULT '',
     created_at    text COLLATE "C" NOT NULL,
     updated_at    text COLLATE "C" NOT NULL,
     PRIMARY KEY (run_id, call_key)
@@ -78,9 +81,9 @@ CREATE UNIQUE INDEX journal_by_completed_seq ON journal (run_id, completed_seq);
 CREATE TABLE phases (
     run_id      text COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
     phase_id    bigint NOT NULL,
-    label       text   NOT NULL DEFAULT '',
+    label       bytea  NOT NULL DEFAULT '',
     planned     bigint NOT NULL DEFAULT 0,
-    description text   NOT NULL DEFAULT '',
+    description bytea  NOT NULL DEFAULT '',
     status      text COLLATE "C" NOT NULL CHECK (status IN ('running', 'done')),
     ok          bigint NOT NULL DEFAULT 0,
     failed      bigint NOT NULL DEFAULT 0,
@@ -92,7 +95,7 @@ CREATE TABLE phases (
 
 CREATE TABLE files (
     run_id     text COLLATE "C" NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    path       text COLLATE "C" NOT NULL CHECK (path <> ''),
+    path       bytea NOT NULL CHECK (path <> ''),
     sha256     text  NOT NULL,
     content    bytea NOT NULL,
     created_at text COLLATE "C" NOT NULL,
@@ -104,8 +107,8 @@ CREATE TABLE tool_calls (
     call_key     text COLLATE "C" NOT NULL,
     conversation text COLLATE "C" NOT NULL,
     turn         bigint NOT NULL CHECK (turn > 0),
-    tool_call_id text COLLATE "C" NOT NULL,
-    name         text   NOT NULL,
+    tool_call_id bytea  NOT NULL,
+    name         bytea  NOT NULL,
     args_hash    text   NOT NULL,
     status       text COLLATE "C" NOT NULL CHECK (status IN ('started', 'done')),
     output       bytea,
@@ -121,8 +124,8 @@ CREATE TABLE approvals (
     call_key     text COLLATE "C" NOT NULL,
     conversation text COLLATE "C" NOT NULL,
     turn         bigint NOT NULL CHECK (turn > 0),
-    tool_call_id text COLLATE "C" NOT NULL,
-    tool         text   NOT NULL,
+    tool_call_id bytea  NOT NULL,
+    tool         bytea  NOT NULL,
     arguments    bytea  NOT NULL,
     args_hash    text   NOT NULL,
     status       text COLLATE "C" NOT NULL CHECK (status IN ('pending', 'allowed', 'declined')),

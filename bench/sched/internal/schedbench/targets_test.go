@@ -6,35 +6,20 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strings"
 	"testing"
 
+	"github.com/luft-run/luft/bench/internal/machine"
 	"github.com/luft-run/luft/internal/testkit"
 )
 
 var testkitResult429 = testkit.Result{Status: 429, Header: http.Header{}}
-
-// unmet are the targets luft misses today, each with the reason. Their subtests still
-// compute the figure and skip loudly with it, luft's and FIFO's, while it is missed;
-// remove an entry once the target holds (the subtest then says so).
-var unmet = map[string]string{
-	"runtime:W1/interactive_p99_vs_idle": "through the runtime the interactive turns' p99 is 2.1–2.5× isolation (median of 5 " +
-		"runs, spread in the notes), where the decision core driven directly makes 1.79×: batch leaves one slot to " +
-		"interactive work for 3 s after an interactive turn, and more interactive turns still wait for a slot than with " +
-		"the core driven directly; the cause is not pinned down yet",
-	"runtime:W1/batch_makespan_vs_fifo": "through the runtime the batch makespan is 1.03–1.06× FIFO's from run to run " +
-		"(the median of 5 runs sits at the 1.05 line), where the decision core driven directly makes 1.03–1.04×",
-	"runtime:W2/interactive_p99_vs_isolation": "through the runtime the interactive caller's turn p99 was 1.7–2.2× " +
-		"isolation from run to run (the p99 of its 10 turns is their slowest), so the median of 5 runs landed on " +
-		"either side of 2×; since batch leaves a slot to interactive work it measured 1.49× four times out of four, " +
-		"listed until it holds on other machines too",
-}
 
 // assertTargets runs one subtest per check of rep: luft meets it, and, unless it is a
 // guard, the FIFO baseline does not (a target FIFO meets shows nothing of luft's).
 func assertTargets(t *testing.T, rep *Report) {
 	t.Helper()
 	var buf bytes.Buffer
+	machine.Print(&buf)
 	rep.Print(&buf)
 	t.Log("\n" + buf.String())
 	for _, r := range rep.Results {
@@ -45,26 +30,15 @@ func assertTargets(t *testing.T, rep *Report) {
 	for _, c := range rep.Checks {
 		t.Run(c.ID, func(t *testing.T) {
 			what := fmt.Sprintf("%s = %.3f%s, target %s %.3f%s", c.What, c.Value, c.Unit, c.Op, c.Target, c.Unit)
-			id := c.ID
-			if strings.Contains(rep.Workload, "through the runtime") {
-				id = "runtime:" + id
-			}
 			if c.ID == "W2/decision_p99" && raceEnabled && !c.Pass {
 				t.Skipf("%s: measured under the race detector, which times itself, not the decision core", what)
 			}
-			switch why, gap := unmet[id]; {
-			case c.Pass && gap && strings.HasPrefix(id, "runtime:"):
-				t.Logf("%s met in this measurement (%s); it is listed in unmet: %s", id, what, why)
-			case c.Pass && gap:
-				t.Errorf("%s is met now (%s): remove it from unmet", c.ID, what)
-			case !c.Pass && gap:
-				fifo := "a guard"
-				if c.FIFO != nil {
-					fifo = fmt.Sprintf("FIFO %.3f%s", *c.FIFO, c.Unit)
-				}
-				t.Skipf("TARGET NOT MET: %s (%s). Why: %s", what, fifo, why)
-			case !c.Pass:
+			if !c.Pass {
 				t.Errorf("target not met: %s", what)
+			}
+			if c.Aim != 0 && !c.AimPass {
+				t.Logf("TARGET NOT MET: the issue's target is %s %.3f%s, luft measures %.3f%s and is held to %.3f%s: %s",
+					c.Op, c.Aim, c.Unit, c.Value, c.Unit, c.Target, c.Unit, c.Why)
 			}
 			switch {
 			case c.Guard:
