@@ -103,6 +103,9 @@ var contract = []struct {
 	{"HostileTextIsStored", testHostileTextIsStored},
 	{"FencedWritesAfterATakeover", testFencedWritesAfterATakeover},
 	{"NoStaleWriteLandsAfterAClaim", testNoStaleWriteLandsAfterAClaim},
+	{"HeartbeatRenewsHeldLeases", testHeartbeatRenewsHeldLeases},
+	{"ClaimableOrder", testClaimableOrder},
+	{"ClaimOfALapsedLease", testClaimOfALapsedLease},
 }
 
 // TestStore runs the contract on SQLite and on PostgreSQL (skipped when LUFT_TEST_POSTGRES

@@ -13,7 +13,8 @@ import (
 
 const runColumns = `id, workflow, script_hash, status, error, args_json, report_json, has_report,
 	input_tokens, output_tokens, cached_tokens, cost, agents_ok, agents_failed, agents_cached,
-	agents_cancelled, attempt, pid, created_at, updated_at, finished_at, resume_after, cancel_requested, spec_json`
+	agents_cancelled, attempt, pid, created_at, updated_at, finished_at, resume_after, cancel_requested, spec_json,
+	node, lease_until`
 
 // jsonArg stores nil as NULL and anything else as TEXT, after checking it is JSON.
 func jsonArg(field string, raw json.RawMessage) (any, error) {
@@ -75,11 +76,11 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
 			return errf("create run", r.ID, ErrRunExists)
 		}
 		_, err := tx.Exec(`INSERT INTO runs (`+runColumns+`) VALUES
-			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, s.bin(r.Workflow), r.ScriptHash, r.Status, s.bin(r.Error), s.bin(args), s.bin(report), r.HasReport,
 			r.Usage.Input, r.Usage.Output, r.Usage.Cached, r.Cost, r.Agents.OK, r.Agents.Failed, r.Agents.Cached,
 			r.Agents.Cancelled, r.Attempt, r.PID, created, created, nullTime(r.FinishedAt), nullTime(r.ResumeAfter),
-			r.CancelRequested, s.bin(spec))
+			r.CancelRequested, s.bin(spec), r.Node, nullTime(r.LeaseUntil))
 		if pgCode(err) == pgUniqueViolation {
 			return errf("create run", r.ID, ErrRunExists) // created by another process since the count
 		}
@@ -148,6 +149,12 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 	if u.PID != nil {
 		set("pid", *u.PID)
 	}
+	if u.Node != nil {
+		set("node", *u.Node)
+	}
+	if u.LeaseUntil != nil {
+		set("lease_until", nullTime(*u.LeaseUntil))
+	}
 	if u.FinishedAt != nil {
 		set("finished_at", nullTime(*u.FinishedAt))
 	}
@@ -208,20 +215,22 @@ type scanner interface{ Scan(dest ...any) error }
 func scanRun(sc scanner) (Run, error) {
 	var r Run
 	var created, updated string
-	var finished, resume sql.NullString
+	var finished, resume, lease sql.NullString
 	var args, report, spec []byte
 	err := sc.Scan(&r.ID, &r.Workflow, &r.ScriptHash, &r.Status, &r.Error, &args, &report, &r.HasReport,
 		&r.Usage.Input, &r.Usage.Output, &r.Usage.Cached, &r.Cost, &r.Agents.OK, &r.Agents.Failed, &r.Agents.Cached,
-		&r.Agents.Cancelled, &r.Attempt, &r.PID, &created, &updated, &finished, &resume, &r.CancelRequested, &spec)
+		&r.Agents.Cancelled, &r.Attempt, &r.PID, &created, &updated, &finished, &resume, &r.CancelRequested, &spec,
+		&r.Node, &lease)
 	if err != nil {
 		return Run{}, err
 	}
 	r.Args, r.Report, r.Spec = raw(args), raw(report), raw(spec)
-	var errs [4]error
+	var errs [5]error
 	r.CreatedAt, errs[0] = parseTime(created)
 	r.UpdatedAt, errs[1] = parseTime(updated)
 	r.FinishedAt, errs[2] = parseNullTime(finished)
 	r.ResumeAfter, errs[3] = parseNullTime(resume)
+	r.LeaseUntil, errs[4] = parseNullTime(lease)
 	return r, errors.Join(errs[:]...)
 }
 

@@ -193,19 +193,26 @@ func (c AgentCounts) Finished() int { return c.OK + c.Failed + c.Cached + c.Canc
 
 // Run is one execution of a workflow.
 type Run struct {
-	ID              string // UUIDv7 string
-	Workflow        string // the workflow's path or name
-	ScriptHash      string
-	Status          string // one of the Status constants
-	Error           string
-	Args            json.RawMessage // nil: none
-	Report          json.RawMessage // valid when HasReport
-	HasReport       bool
-	Usage           Usage
-	Cost            float64
-	Agents          AgentCounts
-	Attempt         int // 1 on the first start, +1 per resume
-	PID             int // the process driving the run
+	ID         string // UUIDv7 string
+	Workflow   string // the workflow's path or name
+	ScriptHash string
+	Status     string // one of the Status constants
+	Error      string
+	Args       json.RawMessage // nil: none
+	Report     json.RawMessage // valid when HasReport
+	HasReport  bool
+	Usage      Usage
+	Cost       float64
+	Agents     AgentCounts
+	Attempt    int // 1 on the first start, +1 per resume
+	PID        int // the process driving the run
+	// Node is the id of the node (daemon, or the host of a CLI process: see package
+	// node) that drives the run; "" for a run recorded before nodes existed.
+	Node string
+	// LeaseUntil is when the lease of Node on the run ends (zero: the run is held by its
+	// process, PID, not by a lease). A running run whose lease has ended may be claimed by
+	// any node; its attempt is the epoch every later write is fenced on (WithFence).
+	LeaseUntil      time.Time
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      time.Time // zero: not finished
@@ -238,6 +245,8 @@ type RunUpdate struct {
 	Agents          *AgentCounts
 	Attempt         *int
 	PID             *int
+	Node            *string
+	LeaseUntil      *time.Time // a pointer to the zero time clears it
 	FinishedAt      *time.Time
 	ResumeAfter     *time.Time
 	CancelRequested *bool // false clears a cancel request (on resume)
@@ -393,6 +402,36 @@ type Store interface {
 	DecideApproval(ctx context.Context, runID, id string, allow bool) (Approval, error)
 	// Approvals returns the approvals f selects, by run and creation.
 	Approvals(ctx context.Context, f ApprovalFilter) ([]Approval, error)
+
+	// Heartbeat records that node n is alive (its row in nodes, heartbeat now) and
+	// extends to until the lease of each run it holds, at the attempt it holds it. It
+	// returns the leases it no longer holds: the run is at another attempt or another
+	// node's (it was claimed by someone else), or gone. Those runs are lost to n.
+	Heartbeat(ctx context.Context, n Node, until time.Time, held []Lease) (lost []Lease, err error)
+	// Nodes returns the nodes that ever sent a heartbeat, by id, each with the number of
+	// running runs it owns.
+	Nodes(ctx context.Context) ([]Node, error)
+	// Claimable returns up to limit runs (<= 0: all) another process may take over now, in
+	// the order they should be taken: running runs whose lease ended before now (the
+	// longest lapsed first), then running runs held by a process rather than a lease (the
+	// caller checks that process), then suspended runs whose resume time is not after now.
+	Claimable(ctx context.Context, now time.Time, limit int) ([]Run, error)
+}
+
+// Node is a daemon (or another process that drives runs) as the store knows it.
+type Node struct {
+	ID          string
+	Address     string // where its API listens ("" = its unix socket only)
+	PID         int
+	StartedAt   time.Time
+	HeartbeatAt time.Time // the last heartbeat, by the store's clock
+	Runs        int       // running runs whose owner it is (Nodes only)
+}
+
+// Lease is a run held by a node at an attempt.
+type Lease struct {
+	RunID   string
+	Attempt int
 }
 
 var _ Store = (*SQLite)(nil)
