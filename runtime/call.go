@@ -417,6 +417,10 @@ func (s *Service) sendTurn(tctx context.Context, req agent.Request, lane string,
 		if r := s.route(req, lane, permit); r.Replica != 0 || r.Fallback != nil || observe != nil {
 			sctx = adapters.WithSend(tctx, r, observe)
 		}
+		if err := s.leaseValid(); err != nil {
+			permit.Done(scheduler.Outcome{Err: err}) // the self-fence: nothing is sent
+			return err
+		}
 		rep := send(sctx)
 		if sent != nil {
 			sent(rep)

@@ -132,7 +132,7 @@ func (s *Service) FailedPlan(ctx context.Context, spec Spec, planErr error) (Res
 			"plan_attempts": len(spec.Plan.Calls)}}); err != nil {
 		return Result{}, fmt.Errorf("record a failed plan: run %s: %w", id, err)
 	}
-	if err := s.finishRow(res); err != nil {
+	if err := s.finishRow(s.opts.Store, res); err != nil {
 		return Result{}, err
 	}
 	return res, nil

@@ -134,7 +134,7 @@ func (x *External) Close(ctx context.Context, end ExternalEnd) error {
 func (x *External) create(ctx context.Context) error {
 	sp := x.spec
 	if err := x.s.opts.Store.CreateRun(ctx, storage.Run{ID: sp.ID, Workflow: sp.Workflow, Status: storage.StatusRunning,
-		Attempt: 1, PID: x.s.opts.PID, CreatedAt: sp.CreatedAt, Spec: sp.Spec}); err != nil {
+		Attempt: 1, PID: x.s.opts.PID, Node: x.s.opts.Node, CreatedAt: sp.CreatedAt, Spec: sp.Spec}); err != nil {
 		return fmt.Errorf("record run %s (%s): %w", sp.ID, sp.Workflow, err)
 	}
 	x.created = true

@@ -75,7 +75,7 @@ func newHost(s *Service, r *Run, ctx context.Context, journal map[string]storage
 	if r.Attempt > 1 {
 		h.before, h.beforeErr = drivenBefore(ctx, s.opts.Store, r.ID)
 	}
-	h.live = newTotals(s.opts.Store, r.ID, h.result)
+	h.live = newTotals(r.store, r.ID, h.result)
 	return h
 }
 
@@ -122,7 +122,8 @@ func (h *host) keepSession(res agent.Result) {
 	h.mu.Unlock()
 }
 
-func (h *host) store() storage.Store { return h.e.opts.Store }
+// store is the store as the run's attempt writes to it (fenced on the attempt).
+func (h *host) store() storage.Store { return h.run.store }
 
 // recorded returns the journal entry for c when it may stand in for running c again: same
 // key, same inputs, completed. A differing input hash is a divergence: the run fails
@@ -236,7 +237,7 @@ func (h *host) journalDone(c lua.Call, result []byte) error {
 // catch it and a pipeline does not mark items failed, and the run ends as the disk's
 // failure, not a script line's (see classify).
 func (h *host) stopIfBroken(err error) error {
-	if storage.Broken(err) {
+	if storage.Broken(err) || ownershipLost(err) {
 		h.run.cancel(err)
 	}
 	return err
@@ -402,10 +403,19 @@ func (h *host) Agent(ctx context.Context, c lua.Call, req agent.Request, complet
 func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b adapters.Backend, tally *turnTally) (agent.Result, error) {
 	entry := storage.Entry{RunID: h.run.ID, CallKey: c.Key, Kind: c.Kind, InputHash: c.Hash,
 		Status: storage.EntryScheduled, WherePos: c.Where}
+	// The self-fence: no call starts once the node's lease may have lapsed.
+	if err := h.e.leaseValid(); err != nil {
+		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("call %s: %w", c.Key, err))
+	}
 	if err := h.store().JournalScheduled(ctx, entry); err != nil {
 		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}
 	res, callErr := h.call(ctx, c, req, b, tally)
+	if callErr != nil && ownershipLost(callErr) {
+		// A turn refused by the self-fence: not a failure of the call, which runs again
+		// on whichever node claims the run.
+		return res, h.stopIfBroken(fmt.Errorf("call %s: %w", c.Key, callErr))
+	}
 	entry.Status, entry.Attempts, entry.Usage = storage.EntryCompleted, res.Attempts, storage.Usage(res.Usage)
 	if res.Cost != nil {
 		entry.Cost = *res.Cost

@@ -181,9 +181,10 @@ func (s *Service) claim(ctx context.Context, row storage.Run, src []byte) (int, 
 	running, clear, zero, pid := storage.StatusRunning, "", time.Time{}, s.opts.PID
 	no := false
 	hash := sha(src)
+	node, lease := s.opts.Node, s.leaseUntil()
 	if err := s.opts.Store.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
 		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash,
-		IfAttempt: &row.Attempt}); err != nil {
+		Node: &node, LeaseUntil: &lease, IfAttempt: &row.Attempt}); err != nil {
 		if errors.Is(err, storage.ErrRunChanged) {
 			return 0, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
 		}

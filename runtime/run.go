@@ -28,6 +28,8 @@ type Run struct {
 	// tally returns the counts, tokens and cost so far while the run goes on; set once
 	// its host exists, read under the Service's mu.
 	tally func() Result
+	// store is the store as this attempt writes to it: fenced on the attempt.
+	store storage.Store
 }
 
 // Subscribe streams the run's events with seq > since, in order, ending after run_done.
@@ -85,12 +87,13 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	if spec.Timeout > 0 {
 		deadline = s.opts.Clock.AfterFunc(spec.Timeout, func() { cancel(fmt.Errorf("%w (%s)", ErrTimeout, spec.Timeout)) })
 	}
-	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{})}
+	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{}),
+		store: fencedStore{Store: s.opts.Store, id: id, attempt: attempt}}
 	// A run that reaches an event limit ends with the limit as its error.
-	r.bus = newBus(s.opts.Store, id, s.opts.Now, s.opts.Events, func(err error) { r.cancel(err) })
+	r.bus = newBus(r.store, id, s.opts.Now, s.opts.Events, func(err error) { r.cancel(err) })
 	// Events that cannot be stored stop the run as the journal's failures do.
 	r.bus.fail = func(err error) {
-		if storage.Broken(err) {
+		if storage.Broken(err) || ownershipLost(err) {
 			cancel(err)
 		}
 	}
@@ -143,6 +146,15 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 	res.RunID, res.Attempt = r.ID, r.Attempt
 	res.Elapsed = s.opts.Now().Sub(start)
 	res.Status, res.Err = status, runErr
+	if cause := context.Cause(ctx); ownershipLost(cause) {
+		// Another node claimed the run (or may be claiming it): this attempt writes nothing
+		// more, not even its end; the run is the claimer's.
+		s.logf("run %s: attempt %d stopped, no longer this node's: %v", r.ID, r.Attempt, cause)
+		res.Status, res.Err = StatusInterrupted, cause
+		r.result = res
+		r.bus.close()
+		return
+	}
 	if res.Status == StatusCompleted {
 		res.Report, res.HasReport = out.Report, out.HasReport
 	}
@@ -172,14 +184,14 @@ func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Progra
 	if err := r.bus.flush(); err != nil && res.Err == nil {
 		res.Status, res.Err = unrecorded(fmt.Errorf("record events: %w", err))
 	}
-	if err := s.finishRow(res); err != nil && res.Err == nil {
+	if err := s.finishRow(r.store, res); err != nil && res.Err == nil {
 		res.Status, res.Err = unrecorded(err)
 	}
 	r.result = res
 	r.bus.close()
 }
 
-func (s *Service) finishRow(res Result) error {
+func (s *Service) finishRow(st storage.Store, res Result) error {
 	status, msg := string(res.Status), ""
 	if res.Err != nil {
 		msg = res.Err.Error()
@@ -197,7 +209,7 @@ func (s *Service) finishRow(res Result) error {
 			up.Report = &raw
 		}
 	}
-	if err := s.opts.Store.UpdateRun(context.Background(), res.RunID, up); err != nil {
+	if err := st.UpdateRun(context.Background(), res.RunID, up); err != nil {
 		return fmt.Errorf("record the end of run %s: %w", res.RunID, err)
 	}
 	return nil

@@ -51,6 +51,17 @@ type Options struct {
 	// fails its agent call with *tools.ApprovalError, so a non-interactive run never
 	// waits for an answer no one can give.
 	AskApprovals bool
+	// Node is the id of the node this process is (package node), recorded as the owner
+	// of each run it starts or resumes; "" = none (a run is then held by PID alone).
+	Node string
+	// Lease, when set, holds each run this Service drives under the node's lease (a
+	// daemon's: package node renews Held and reports Lost): a run records its end, and
+	// the self-fence stops calls and tools once the lease may have lapsed. nil = runs are
+	// held by their process (PID), as a CLI command holds them.
+	Lease Lease
+	// Logf, when set, is told what a reader of the host's log should know (a run stopped
+	// since another node claimed it).
+	Logf func(format string, args ...any)
 }
 
 // Service starts, resumes and inspects runs: the one surface the CLI, the MCP server, the
@@ -157,9 +168,32 @@ func (s *Service) alive(id string, pid int) bool {
 	return processAlive(pid)
 }
 
-// driven reports whether a live process, this one or another, drives the run.
+// driven reports whether a live process, this one or another, drives the run. A run held
+// under a lease is driven while its lease lasts (by the lease end on its row), unless it
+// is this node's and its process is known gone; one held by a process is driven while that
+// process lives, which only a process of the same host can tell: a run of another node's
+// process counts as driven.
 func (s *Service) driven(r storage.Run) bool {
-	return r.Status == storage.StatusRunning && r.PID != 0 && s.alive(r.ID, r.PID)
+	if r.Status != storage.StatusRunning {
+		return false
+	}
+	own := r.Node == "" || r.Node == s.opts.Node
+	if !r.LeaseUntil.IsZero() {
+		if own && r.PID != 0 && (r.PID == s.opts.PID || !processAlive(r.PID)) {
+			return s.alive(r.ID, r.PID)
+		}
+		return s.opts.Now().Before(r.LeaseUntil)
+	}
+	if !own {
+		return true
+	}
+	return r.PID != 0 && s.alive(r.ID, r.PID)
+}
+
+func (s *Service) logf(format string, args ...any) {
+	if s.opts.Logf != nil {
+		s.opts.Logf(format, args...)
+	}
 }
 
 func short(id string) string {

@@ -67,6 +67,7 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 	if err := s.opts.Store.CreateRun(ctx, storage.Run{
 		ID: id, Workflow: spec.Path, ScriptHash: sha(src), Status: storage.StatusRunning,
 		Args: argsJSON, Attempt: 1, PID: s.opts.PID, Spec: specJSON,
+		Node: s.opts.Node, LeaseUntil: s.leaseUntil(),
 	}); err != nil {
 		return nil, fmt.Errorf("start run: %w", err)
 	}

@@ -70,6 +70,10 @@ func (h *host) toolJournal(c lua.Call, req agent.Request, hold func() (resume fu
 			plain := run
 			run = func(ctx context.Context) (string, error) { return plain(tools.Approved(ctx)) }
 		}
+		// The self-fence: no tool starts once the node's lease may have lapsed.
+		if err := h.e.leaseValid(); err != nil {
+			return "", false, h.stopIfBroken(fmt.Errorf("tool call %s of %s: %w", tc.Name, c.Key, err))
+		}
 		if err := h.store().ToolStarted(ctx, rec); err != nil {
 			return "", false, h.stopIfBroken(fmt.Errorf("journal tool call %s of %s: %w", tc.Name, c.Key, err))
 		}
