@@ -41,6 +41,7 @@ type Config struct {
 	Proxy        Proxy
 	Limits       Limits
 	Storage      Storage
+	Node         Node
 	// Warnings are problems that do not stop luft (unknown keys), "FILE:LINE: KEY: MSG".
 	Warnings []string
 }
@@ -126,6 +127,13 @@ type Storage struct {
 	// luft processes; "" keeps them in SQLite in the state dir. LUFT_STORAGE_URL, when set,
 	// wins over it (the caller applies that).
 	URL string
+}
+
+// Node is the [node] table: how a daemon holds its runs as a node of a shared store
+// (SPEC §9). Zero fields take the defaults (a 10 s lease renewed every second).
+type Node struct {
+	Lease     time.Duration // how long a node's hold on its runs lasts without a renewal
+	Heartbeat time.Duration // how often the node renews it (at most a third of Lease)
 }
 
 // CheckStorageURL reports whether u can be a [storage] url: "" or a postgres:// or
@@ -249,6 +257,12 @@ type rawConfig struct {
 	Limits         rawLimits             `toml:"limits"`
 	Proxy          rawProxy              `toml:"proxy"`
 	Storage        rawStorage            `toml:"storage"`
+	Node           rawNode               `toml:"node"`
+}
+
+type rawNode struct {
+	Lease     string `toml:"lease"`
+	Heartbeat string `toml:"heartbeat"`
 }
 
 type rawStorage struct {
@@ -454,6 +468,11 @@ func Parse(path string, data []byte) (Config, error) {
 	c.Proxy.MaxBody = raw.Proxy.MaxBody
 	v.check(toml.Key{"storage", "url"}, CheckStorageURL(raw.Storage.URL))
 	c.Storage.URL = raw.Storage.URL
+	c.Node.Lease = v.duration(toml.Key{"node", "lease"}, raw.Node.Lease)
+	c.Node.Heartbeat = v.duration(toml.Key{"node", "heartbeat"}, raw.Node.Heartbeat)
+	if c.Node.Heartbeat > 0 && c.Node.Lease > 0 && 3*c.Node.Heartbeat > c.Node.Lease {
+		v.check(toml.Key{"node", "heartbeat"}, fmt.Errorf("heartbeat %s is more than a third of the lease %s: renew at least three times per lease (raise lease or lower heartbeat)", c.Node.Heartbeat, c.Node.Lease))
+	}
 	if e := v.first(); e != nil {
 		return Config{}, e
 	}
@@ -512,6 +531,8 @@ func knownKeys(k toml.Key) []string {
 		t = reflect.TypeFor[rawProxy]()
 	case k[0] == "storage" && len(k) == 2:
 		t = reflect.TypeFor[rawStorage]()
+	case k[0] == "node" && len(k) == 2:
+		t = reflect.TypeFor[rawNode]()
 	default:
 		return []string{"none"}
 	}

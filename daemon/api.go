@@ -75,6 +75,21 @@ type StatusJSON struct {
 	// stopped a hosted run or refused a start, with what to do; "" once a later run's
 	// attempt has ended without one.
 	StorageProblem string `json:"storage_problem,omitempty"`
+	// Node is this daemon's node id ("" without one); Nodes every node of the store.
+	Node  string     `json:"node,omitempty"`
+	Nodes []NodeJSON `json:"nodes"`
+}
+
+// NodeJSON is a node of the store as GET /api/daemon lists it.
+type NodeJSON struct {
+	ID              string    `json:"id"`
+	Address         string    `json:"address"`
+	PID             int       `json:"pid"`
+	StartedAt       time.Time `json:"started_at"`
+	Heartbeat       time.Time `json:"heartbeat"`
+	HeartbeatAgeSec float64   `json:"heartbeat_age_s"`
+	RunsOwned       int       `json:"runs_owned"` // running runs it is the owner of
+	Self            bool      `json:"self,omitempty"`
 }
 
 // handler is the API. Over HTTP every request needs the bearer token and a loopback Host
@@ -182,6 +197,18 @@ func (d *Daemon) status() StatusJSON {
 		RunsLive: len(d.opts.Service.Live()), Stopping: d.stopping.Load(), Lanes: []LaneJSON{}}
 	if p := d.storageProblem.Load(); p != nil {
 		st.StorageProblem = *p
+	}
+	st.Nodes = []NodeJSON{}
+	if d.opts.Keeper != nil {
+		st.Node = d.opts.Keeper.ID()
+	}
+	if nodes, err := d.opts.Store.Nodes(context.Background()); err == nil {
+		now := d.opts.Now()
+		for _, n := range nodes {
+			st.Nodes = append(st.Nodes, NodeJSON{ID: n.ID, Address: n.Address, PID: n.PID, StartedAt: n.StartedAt,
+				Heartbeat: n.HeartbeatAt, HeartbeatAgeSec: max(now.Sub(n.HeartbeatAt).Seconds(), 0), RunsOwned: n.Runs,
+				Self: n.ID == st.Node})
+		}
 	}
 	if stats, ok := d.opts.Service.SchedulerStats(); ok {
 		for _, l := range stats.Lanes {

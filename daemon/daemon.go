@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/door"
+	"github.com/luft-run/luft/node"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -71,6 +72,14 @@ type Options struct {
 	Now        func() time.Time
 	// Ready is called once the daemon answers on its socket.
 	Ready func(Info)
+	// Keeper, when set, makes the daemon a node of its store: it renews the node's lease
+	// (on the Keeper's own store) and runs the claim loop, which takes over runs whose
+	// lease lapsed or whose process died and wakes suspended runs whose time has come.
+	// The Service must hold its runs under it (runtime.Options.Lease).
+	Keeper *node.Keeper
+	// ClaimEvery is how often the claim loop looks for runs to take over; default the
+	// Keeper's heartbeat.
+	ClaimEvery time.Duration
 	// Mounts are further doors served beside the API (the MCP server at /mcp, the
 	// proxy at /v1/). It is called once, before the daemon listens, with the daemon
 	// itself so a door can start hosted runs through it (Daemon.Start).
@@ -189,11 +198,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	servers, serveErr := d.serve(listeners)
 	d.log.Printf("started: pid %d, socket %s, http %q, version %s", d.info.PID, d.info.Socket, d.info.Addr, d.info.Version)
 	d.recover(ctx)
+	stopNode := d.runNode()
 	if d.opts.Ready != nil {
 		d.opts.Ready(d.info)
 	}
 	runErr := d.awaitStop(ctx, dir, watch, serveErr)
 	d.drain()
+	stopNode()
 	stopServers(servers)
 	d.log.Printf("stopped")
 	return runErr

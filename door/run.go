@@ -43,6 +43,10 @@ type Run struct {
 	Args       any    `json:"args,omitempty" jsonschema_description:"the run's args: any JSON value"`
 	ScriptHash string `json:"script_hash,omitempty"`
 	PID        int    `json:"pid,omitempty"` // the process that drives it, while it runs
+	// Node is the owner node: the node that drives the run or drove it last (SPEC §9);
+	// LeaseUntil, when its node holds it under a lease, when that lease ends.
+	Node       string     `json:"node,omitempty"`
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
 	// Hosted says whether the daemon that answers drives the run (the daemon API only).
 	Hosted *bool `json:"hosted,omitempty"`
 	// Pending are the tool calls waiting for a person's answer (status
@@ -83,7 +87,11 @@ type Approval struct {
 func NewRun(r storage.Run) Run {
 	v := Run{RunID: r.ID, ID: r.ID, Workflow: r.Workflow, Status: r.Status, Error: r.Error, Attempt: r.Attempt,
 		Agents: r.Agents, Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost,
-		HasReport: r.HasReport, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, PID: r.PID}
+		HasReport: r.HasReport, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, PID: r.PID, Node: r.Node}
+	if !r.LeaseUntil.IsZero() {
+		t := r.LeaseUntil
+		v.LeaseUntil = &t
+	}
 	if !r.FinishedAt.IsZero() {
 		t := r.FinishedAt
 		v.FinishedAt = &t

@@ -45,6 +45,11 @@ type ServeOptions struct {
 	// WrapScheduler, when set, wraps the scheduler before the Service gets it (the
 	// daemon's gate, which holds turns while it drains).
 	WrapScheduler func(scheduler.Scheduler) scheduler.Scheduler
+	// Node and Lease make the Service a node's (runtime.Options.Node, .Lease): the
+	// daemon's. Logf is the host's log (runtime.Options.Logf).
+	Node  string
+	Lease runtime.Lease
+	Logf  func(format string, args ...any)
 }
 
 // Host is a host's wiring: its backends, and once Serve has run the one scheduler every
@@ -115,6 +120,9 @@ func (h *Host) newService(st storage.Store, o ServeOptions) (*runtime.Service, e
 		Caller:       o.Caller,
 		Events:       EventLimits(h.opts.Config.Limits),
 		AskApprovals: o.AskApprovals,
+		Node:         o.Node,
+		Lease:        o.Lease,
+		Logf:         o.Logf,
 	})
 }
 

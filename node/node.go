@@ -31,16 +31,7 @@ var validPart = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // ID returns the id of the node that state dir dir belongs to: "<hostname>-<id>", the id
 // kept in dir/node.id (made on first use).
 func ID(dir string) (string, error) {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	host = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
-			return r
-		}
-		return '-'
-	}, host)
+	host := hostPart()
 	path := filepath.Join(dir, IDFile)
 	b, err := os.ReadFile(path)
 	switch {
@@ -74,6 +65,31 @@ func ID(dir string) (string, error) {
 		return "", fmt.Errorf("node id: write %s: %w", path, err)
 	}
 	return host + "-" + id, nil
+}
+
+// hostPart is this host's name as node ids carry it.
+func hostPart() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' {
+			return r
+		}
+		return '-'
+	}, host)
+}
+
+// SameHost reports whether node id names a node of this host, whose processes this
+// process can see (their pids mean the same here). "" is this host's: a run recorded
+// before nodes existed.
+func SameHost(id string) bool {
+	if id == "" {
+		return true
+	}
+	i := strings.LastIndexByte(id, '-')
+	return i > 0 && id[:i] == hostPart()
 }
 
 // Options configure a Keeper.
@@ -135,6 +151,17 @@ func NewKeeper(o Options) (*Keeper, error) {
 	return &Keeper{opts: o, renewed: time.Now()}, nil
 }
 
+// ID is the node's id.
+func (k *Keeper) ID() string { return k.opts.Node.ID }
+
+// SetAddress sets the address later heartbeats record (the daemon's HTTP address, known
+// once it listens).
+func (k *Keeper) SetAddress(addr string) {
+	k.mu.Lock()
+	k.opts.Node.Address = addr
+	k.mu.Unlock()
+}
+
 // Every is how often the keeper renews the lease.
 func (k *Keeper) Every() time.Duration { return k.opts.Every }
 
@@ -157,9 +184,12 @@ func (k *Keeper) Valid() bool {
 func (k *Keeper) Renew(ctx context.Context) error {
 	start := time.Now()
 	held := k.opts.Held()
+	k.mu.Lock()
+	n := k.opts.Node
+	k.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, k.opts.Lease-k.opts.Margin)
 	defer cancel()
-	lost, err := k.opts.Store.Heartbeat(rctx, k.opts.Node, start.Add(k.opts.Lease), held)
+	lost, err := k.opts.Store.Heartbeat(rctx, n, start.Add(k.opts.Lease), held)
 	k.mu.Lock()
 	was := k.failing
 	k.failing = err != nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/adapters"
+	"github.com/luft-run/luft/node"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
 )
@@ -169,22 +170,25 @@ func (s *Service) alive(id string, pid int) bool {
 }
 
 // driven reports whether a live process, this one or another, drives the run. A run held
-// under a lease is driven while its lease lasts (by the lease end on its row), unless it
-// is this node's and its process is known gone; one held by a process is driven while that
-// process lives, which only a process of the same host can tell: a run of another node's
+// under a lease is driven while its lease lasts (by the lease end on its row), unless its
+// process, on this host, is known gone; one held by a process is driven while that
+// process lives, which only a process of the same host can tell: a run of another host's
 // process counts as driven.
 func (s *Service) driven(r storage.Run) bool {
 	if r.Status != storage.StatusRunning {
 		return false
 	}
-	own := r.Node == "" || r.Node == s.opts.Node
+	here := node.SameHost(r.Node)
 	if !r.LeaseUntil.IsZero() {
-		if own && r.PID != 0 && (r.PID == s.opts.PID || !processAlive(r.PID)) {
+		switch {
+		case r.PID == s.opts.PID && r.Node == s.opts.Node:
 			return s.alive(r.ID, r.PID)
+		case here && r.PID != 0 && !processAlive(r.PID):
+			return false
 		}
 		return s.opts.Now().Before(r.LeaseUntil)
 	}
-	if !own {
+	if !here {
 		return true
 	}
 	return r.PID != 0 && s.alive(r.ID, r.PID)

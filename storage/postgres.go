@@ -53,7 +53,16 @@ func openPG(ctx context.Context, url, dir string, cfg config) (*sqlStore, error)
 	s := newSQLStore(dir, pgName(cc), cfg)
 	s.pg = true
 
-	s.w = stdlib.OpenDB(*cc.Copy())
+	wc := cc.Copy()
+	// A process stopped in the middle of a write transaction (SIGSTOP, a VM paused)
+	// holds the row locks it took, the fence's among them, and would block every other
+	// node's claim of its runs until it woke: the server ends such a session after 2 s
+	// idle in its transaction (the URL may set another value). Writes never sit idle in
+	// a transaction on their own: one that does is a stopped process's.
+	if _, ok := wc.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		wc.RuntimeParams["idle_in_transaction_session_timeout"] = "2000"
+	}
+	s.w = stdlib.OpenDB(*wc)
 	s.w.SetMaxOpenConns(1)
 	s.w.SetMaxIdleConns(1)
 	s.w.SetConnMaxLifetime(0)

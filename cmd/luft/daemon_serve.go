@@ -24,19 +24,33 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 		ctx = context.Background()
 	}
 	gate := daemon.NewGate()
-	// Hosted runs park a call that needs approval: an MCP client or POST
-	// /api/runs/{id}/approve answers it.
-	h, err := serveHost(ctx, e, g, host.ServeOptions{Caller: "daemon", AskApprovals: true, WrapScheduler: gate.Wrap})
+	dir, err := filepath.Abs(stateDir(e, g))
 	if err != nil {
 		return err
 	}
-	defer h.Close()
-	dir, cfg, st, svc, sched := h.dir, h.cfg, h.store, h.Service, h.Scheduler
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create state dir %s: %w", dir, err)
+	}
 	logw, err := daemon.OpenLog(filepath.Join(dir, daemon.LogFile), daemonLogMax)
 	if err != nil {
 		return err
 	}
 	defer logw.Close()
+	nd, err := newNode(ctx, e, g, dir, logw)
+	if err != nil {
+		return err
+	}
+	defer nd.Close()
+	// Hosted runs park a call that needs approval: an MCP client or POST
+	// /api/runs/{id}/approve answers it.
+	h, err := serveHost(ctx, e, g, host.ServeOptions{Caller: "daemon", AskApprovals: true, WrapScheduler: gate.Wrap,
+		Node: nd.keeper.ID(), Lease: nd.keeper, Logf: nd.logf})
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	cfg, st, svc, sched := h.cfg, h.store, h.Service, h.Scheduler
+	nd.svc.Store(svc)
 	var px *proxy.Proxy
 	defer func() {
 		if px != nil {
@@ -46,7 +60,7 @@ func serveDaemon(ctx context.Context, e *env, g *globalFlags, f *daemonFlags) er
 	v := buildVersion()
 	d, err := daemon.New(daemon.Options{
 		StateDir: dir, Service: svc, Store: st, Version: v, Listen: f.listen, Token: e.getenv("LUFT_TOKEN"),
-		Grace: f.grace, Gate: gate, Log: logw, Now: e.now,
+		Grace: f.grace, Gate: gate, Log: logw, Now: e.now, Keeper: nd.keeper,
 		NewSpec: hostedSpec(h.Registry, cfg),
 		Ready: func(info daemon.Info) {
 			readyFD(e, info)

@@ -54,6 +54,21 @@ func printDaemonStatus(e *env, st daemon.StatusJSON) {
 	}
 	fmt.Fprintf(e.stdout, "pid        %d\nsocket     %s\naddress    %s\nuptime     %s\nversion    %s\nruns       %d hosted, %d running\n",
 		st.PID, st.Socket, addr, (time.Duration(st.UptimeSeconds) * time.Second).String(), st.Version, st.RunsHosted, st.RunsLive)
+	if st.Node != "" {
+		fmt.Fprintf(e.stdout, "node       %s\n", st.Node)
+	}
+	for _, n := range st.Nodes {
+		addr := n.Address
+		if addr == "" {
+			addr = "-"
+		}
+		self := ""
+		if n.Self {
+			self = " (this daemon)"
+		}
+		fmt.Fprintf(e.stdout, "nodes      %s · %s · pid %d · heartbeat %s ago · %d runs owned%s\n",
+			n.ID, addr, n.PID, (time.Duration(n.HeartbeatAgeSec*1000) * time.Millisecond).Round(100*time.Millisecond), n.RunsOwned, self)
+	}
 	if st.StorageProblem != "" {
 		fmt.Fprintf(e.stdout, "storage    %s\n", st.StorageProblem)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -124,10 +125,20 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 					return nil
 				}
 				w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-				fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tWORKFLOW")
+				// The owner node shows once runs record one (the runs of a daemon).
+				nodes := slices.ContainsFunc(runs, func(r storage.Run) bool { return r.Node != "" })
+				if nodes {
+					fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tNODE\tWORKFLOW")
+				} else {
+					fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tWORKFLOW")
+				}
 				for _, r := range runs {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", r.ID, r.Status, r.CreatedAt.Local().Format("2006-01-02 15:04:05"),
-						r.Agents.Finished(), r.Usage.Input+r.Usage.Output, e.outLine(r.Workflow))
+					node := ""
+					if nodes {
+						node = cmp.Or(e.outLine(r.Node), "-") + "\t"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s%s\n", r.ID, r.Status, r.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+						r.Agents.Finished(), r.Usage.Input+r.Usage.Output, node, e.outLine(r.Workflow))
 				}
 				return w.Flush()
 			})
@@ -165,6 +176,9 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				fmt.Fprintf(w, "workflow\t%s\n", e.outLine(j.Workflow))
 				fmt.Fprintf(w, "status\t%s\n", status)
 				fmt.Fprintf(w, "attempt\t%d\n", j.Attempt)
+				if owner := runtime.Owner(info.Run); owner != "" {
+					fmt.Fprintf(w, "node\t%s\n", e.outLine(owner))
+				}
 				fmt.Fprintf(w, "started\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
 				if j.FinishedAt != nil {
 					fmt.Fprintf(w, "finished\t%s\n", j.FinishedAt.Local().Format(time.RFC3339))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/luft-run/luft/config"
 	"github.com/luft-run/luft/host"
+	"github.com/luft-run/luft/node"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/scheduler"
 	"github.com/luft-run/luft/storage"
@@ -135,6 +136,11 @@ func serveHost(ctx context.Context, e *env, g *globalFlags, o host.ServeOptions)
 		return nil, err
 	}
 	o.Now = e.now
+	if o.Node == "" {
+		// The owner of the runs this process starts: the state dir's node, with this pid.
+		// An unreadable node.id leaves them held by pid alone.
+		o.Node, _ = node.ID(dir)
+	}
 	if err := h.Serve(st, o); err != nil {
 		st.Close()
 		h.Close()

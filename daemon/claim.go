@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/luft-run/luft/storage"
+)
+
+// claimBatch is the most runs one pass of the claim loop takes over.
+const claimBatch = 32
+
+// runNode starts the node's lease renewal and the claim loop (with a Keeper) and returns
+// what stops them: the claim loop at once, the renewal once the drain has stored every
+// hosted run's end.
+func (d *Daemon) runNode() (stop func()) {
+	k := d.opts.Keeper
+	if k == nil {
+		return func() {}
+	}
+	k.SetAddress(d.info.Addr)
+	kctx, stopKeeper := context.WithCancel(context.Background())
+	cctx, stopClaims := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); k.Run(kctx) }()
+	go func() { defer wg.Done(); d.claimLoop(cctx) }()
+	d.log.Printf("node %s: lease %s, renewed every %s", k.ID(), k.Length(), k.Every())
+	return func() {
+		stopClaims()
+		stopKeeper()
+		wg.Wait()
+	}
+}
+
+// claimLoop takes over, every ClaimEvery until ctx ends or the daemon stops, the runs no
+// live node drives: runs whose lease lapsed first, then runs whose process is gone, then
+// suspended runs whose resume time has come. Each is claimed by the compare-and-set on
+// its attempt (Resume), so of two nodes only one gets a run.
+func (d *Daemon) claimLoop(ctx context.Context) {
+	every := d.opts.ClaimEvery
+	if every <= 0 {
+		every = d.opts.Keeper.Every()
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if d.stopping.Load() || !d.opts.Keeper.Valid() {
+			continue // a node that may have lost its lease claims nothing
+		}
+		runs, err := d.opts.Service.Claimable(ctx, claimBatch)
+		if err != nil {
+			d.log.Printf("claim: list claimable runs: %v", err)
+			continue
+		}
+		for _, r := range runs {
+			if ctx.Err() != nil || d.stopping.Load() {
+				return
+			}
+			d.resume(r.ID, claimReason(r, d.opts.Now()))
+		}
+	}
+}
+
+// claimReason says why a run is taken over, for the log.
+func claimReason(r storage.Run, now time.Time) string {
+	switch {
+	case r.Status == storage.StatusSuspended:
+		return "woken at its resume time"
+	case !r.LeaseUntil.IsZero():
+		return fmt.Sprintf("taken over: the lease of node %s lapsed %s ago", r.Node, now.Sub(r.LeaseUntil).Round(time.Millisecond))
+	}
+	return fmt.Sprintf("taken over: its process %d is gone", r.PID)
+}
