@@ -12,6 +12,9 @@ import (
 // claimBatch is the most runs one pass of the claim loop takes over.
 const claimBatch = 32
 
+// claimParallel is how many runs the claim loop takes over at once.
+const claimParallel = 8
+
 // runNode starts the node's lease renewal and the claim loop (with a Keeper) and returns
 // what stops them: the claim loop at once, the renewal once the drain has stored every
 // hosted run's end.
@@ -60,12 +63,22 @@ func (d *Daemon) claimLoop(ctx context.Context) {
 			d.log.Printf("claim: list claimable runs: %v", err)
 			continue
 		}
+		// Claimed side by side: a resume loads the run's journal and script before its
+		// claim, and one slow load must not hold back the takeover of the others.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, claimParallel)
 		for _, r := range runs {
 			if ctx.Err() != nil || d.stopping.Load() {
-				return
+				break
 			}
-			d.resume(r.ID, claimReason(r, d.opts.Now()))
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				d.resume(r.ID, claimReason(r, d.opts.Now()))
+			}()
 		}
+		wg.Wait()
 	}
 }
 

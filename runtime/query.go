@@ -171,10 +171,15 @@ func (s *Service) Cancel(ctx context.Context, idOrPrefix string) (storage.Run, e
 		live.Cancel()
 		return r, nil
 	}
-	if r.PID != 0 && !s.alive(r.ID, r.PID) {
-		// Nobody drives it: record it as cancelled so it shows the truth and resumes.
+	if r.PID != 0 && !s.driven(r) {
+		// Nobody drives it: record it as cancelled so it shows the truth and resumes (unless
+		// a node claims it meanwhile: then the request below reaches that node).
 		st, msg := storage.StatusCancelled, "cancelled after its process had gone"
-		if err := s.opts.Store.UpdateRun(ctx, r.ID, storage.RunUpdate{Status: &st, Error: &msg}); err != nil {
+		err := s.opts.Store.UpdateRun(ctx, r.ID, storage.RunUpdate{Status: &st, Error: &msg, IfAttempt: &r.Attempt})
+		if errors.Is(err, storage.ErrRunChanged) {
+			err = s.opts.Store.RequestCancel(ctx, r.ID)
+		}
+		if err != nil {
 			return r, fmt.Errorf("run %s: cancel: %w", r.ID, err)
 		}
 		return r, nil

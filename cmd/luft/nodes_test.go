@@ -279,3 +279,28 @@ func (c *nodeCluster) snapshot(ids []string) map[string]string {
 	}
 	return out
 }
+
+// A cancel given on another node reaches the owner within a second: luft cancel on node
+// B's state dir stops a run node A drives.
+func TestNodesCancelFromAnotherNode(t *testing.T) {
+	c := newNodeCluster(t, 2, nodeLease)
+	c.nodes[0].start()
+	c.nodes[1].start()
+	ids := c.startRuns(0, 1)
+	out, errOut, code := c.nodes[1].luft("cancel", ids[0])
+	asked := time.Now()
+	if code != 0 {
+		t.Fatalf("luft cancel on node B: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, 5*time.Second, "the owner to end the run cancelled", func() bool {
+		return c.run(ids[0]).Status == storage.StatusCancelled
+	})
+	took := time.Since(asked)
+	t.Logf("cancel from another node took effect after %v", took)
+	if took > time.Second {
+		t.Errorf("the cancel reached the owner after %v, want within 1 s", took)
+	}
+	if r := c.run(ids[0]); r.Node != c.id(0) || r.Attempt != 1 {
+		t.Errorf("run after the cancel: node %s attempt %d; the owner should have ended it itself", r.Node, r.Attempt)
+	}
+}
