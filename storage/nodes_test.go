@@ -35,7 +35,7 @@ func testHeartbeatRenewsHeldLeases(t *testing.T, k kind) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(lost) != 2 || lost[0] != (Lease{"r2", 1}) || lost[1] != (Lease{"gone", 1}) {
+	if len(lost) != 2 || lost[0] != (Lease{"gone", 1}) || lost[1] != (Lease{"r2", 1}) { // by run id
 		t.Fatalf("lost %v, want r2 and gone", lost)
 	}
 	if r, _ := s.GetRun(ctx, "r2"); r.Node != b || !r.LeaseUntil.Equal(bl) || r.Attempt != 2 {

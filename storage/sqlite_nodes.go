@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -27,13 +29,30 @@ func (s *sqlStore) Heartbeat(ctx context.Context, n Node, until time.Time, held 
 			n.ID, n.Address, n.PID, started, now); err != nil {
 			return errf("heartbeat of node", n.ID, err)
 		}
+		// In one order, and on PostgreSQL without waiting for a row another transaction
+		// holds (the node's own writer fencing a write, another node's claim): a renewal
+		// never waits behind, or deadlocks with, the writes it keeps alive. A row skipped
+		// so is renewed next time, unless it has changed hands by then.
+		held = slices.Clone(held)
+		slices.SortFunc(held, func(a, b Lease) int { return strings.Compare(a.RunID, b.RunID) })
+		renew := `UPDATE runs SET lease_until = ? WHERE id = ? AND attempt = ? AND node = ?`
+		if s.pg {
+			renew = `UPDATE runs SET lease_until = ? WHERE id = (SELECT id FROM runs WHERE id = ? AND attempt = ? AND node = ? FOR UPDATE SKIP LOCKED)`
+		}
 		for _, l := range held {
-			res, err := tx.Exec(`UPDATE runs SET lease_until = ? WHERE id = ? AND attempt = ? AND node = ?`,
-				lease, l.RunID, l.Attempt, n.ID)
+			res, err := tx.Exec(renew, lease, l.RunID, l.Attempt, n.ID)
 			if err != nil {
 				return errf("renew the lease of run", l.RunID, err)
 			}
-			if k, _ := res.RowsAffected(); k == 0 {
+			if k, _ := res.RowsAffected(); k > 0 {
+				continue
+			}
+			var still int
+			err = tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ? AND attempt = ? AND node = ?`, l.RunID, l.Attempt, n.ID).Scan(&still)
+			if err != nil {
+				return errf("renew the lease of run", l.RunID, err)
+			}
+			if still == 0 {
 				lost = append(lost, l)
 			}
 		}

@@ -18,8 +18,9 @@ import (
 	"github.com/luft-run/luft/storage"
 )
 
-// nodeLease is the lease of the nodes in these tests: short, so a takeover comes soon.
-const nodeLease = 2 * time.Second
+// nodeLease is the lease of the nodes in these tests: short, so a takeover comes soon,
+// and long enough that a node on a loaded 2-core machine keeps renewing it.
+const nodeLease = 3 * time.Second
 
 // longSteps calls 40 agents one after another (~50 ms each under the mock's latency):
 // long enough to be mid-flight when its daemon is killed.
