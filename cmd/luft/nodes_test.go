@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -304,4 +305,47 @@ func TestNodesCancelFromAnotherNode(t *testing.T) {
 	if r := c.run(ids[0]); r.Node != c.id(0) || r.Attempt != 1 {
 		t.Errorf("run after the cancel: node %s attempt %d; the owner should have ended it itself", r.Node, r.Attempt)
 	}
+}
+
+// On SQLite, a daemon that is up takes over a run whose CLI process died (LUFT_DAEMON=off:
+// the run is driven by that process), without being restarted, and completes it with no
+// finished call run again.
+func TestDaemonTakesOverARunWhoseProcessDied(t *testing.T) {
+	dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=50")
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": longSteps,
+		"luft.toml": "[node]\nlease = \"3s\"\nheartbeat = \"200ms\"\n"})
+	info := dt.start()
+	cmd := exec.Command(luftBinary(t), "--state-dir", dt.state, "run", "--no-tui", "-w", "wf.lua")
+	cmd.Dir = dt.dir
+	cmd.Env = testEnv(nil, append(dt.env, "LUFT_DAEMON=off")...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := storage.Open(t.Context(), dt.state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	c := &nodeCluster{t: t, st: st}
+	var id string
+	waitFor(t, 30*time.Second, "the CLI's run to finish 3 calls", func() bool {
+		runs, _ := st.ListRuns(context.Background(), storage.ListOptions{Limit: 1})
+		if len(runs) == 1 {
+			id = runs[0].ID
+		}
+		return id != "" && len(c.finished(id)) >= 3
+	})
+	if r := c.run(id); r.PID != cmd.Process.Pid || !r.LeaseUntil.IsZero() {
+		t.Fatalf("the CLI's run: pid %d lease %v, want pid %d and no lease", r.PID, r.LeaseUntil, cmd.Process.Pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	killed := time.Now()
+	kept := map[string]map[string]int64{id: c.finished(id)}
+	waitFor(t, 5*time.Second, "the daemon to take the run over", func() bool {
+		r := c.run(id)
+		return r.PID == info.PID && r.Attempt == 2
+	})
+	t.Logf("the daemon took the dead CLI's run over after %v", time.Since(killed))
+	c.checkDone([]string{id}, kept)
 }
