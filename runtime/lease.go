@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/luft-run/luft/event"
@@ -84,6 +85,11 @@ func (s *Service) Claimable(ctx context.Context, limit int) ([]storage.Run, erro
 			break
 		}
 		if s.driven(r) || PlanFailed(r) {
+			continue
+		}
+		// A run suspended because its state dir could not be written waits for space and
+		// a resume by hand: woken now, it would fail again on the full disk, and again.
+		if r.Status == storage.StatusSuspended && strings.Contains(r.Error, storage.ErrUnwritable.Error()) {
 			continue
 		}
 		out = append(out, r)
