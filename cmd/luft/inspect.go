@@ -125,8 +125,8 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 					return nil
 				}
 				w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
-				// The owner node shows once runs record one (the runs of a daemon).
-				nodes := slices.ContainsFunc(runs, func(r storage.Run) bool { return r.Node != "" })
+				// The owner node shows once a daemon's runs are listed (held under a lease).
+				nodes := slices.ContainsFunc(runs, func(r storage.Run) bool { return !r.LeaseUntil.IsZero() })
 				if nodes {
 					fmt.Fprintln(w, "RUN\tSTATUS\tSTARTED\tAGENTS\tTOKENS\tNODE\tWORKFLOW")
 				} else {

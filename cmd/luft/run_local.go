@@ -10,6 +10,7 @@ import (
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
 	"github.com/luft-run/luft/host"
+	"github.com/luft-run/luft/node"
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/planner"
 	"github.com/luft-run/luft/runtime"
@@ -43,8 +44,11 @@ func serveLocalRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, h *
 		lr.close()
 		return nil, err
 	}
+	// The run's owner is this state dir's node with this pid (an unreadable node.id leaves
+	// it held by pid alone).
+	nodeID, _ := node.ID(stateDir(e, g))
 	if err := h.Serve(lr.store, host.ServeOptions{Slots: f.maxConcurrency, SlotsGiven: f.slotsFromFlag,
-		Now: e.now, Caller: "cli", AskApprovals: lr.askable}); err != nil {
+		Now: e.now, Caller: "cli", AskApprovals: lr.askable, Node: nodeID}); err != nil {
 		lr.close()
 		return nil, err
 	}
