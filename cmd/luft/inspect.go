@@ -176,7 +176,8 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				fmt.Fprintf(w, "workflow\t%s\n", e.outLine(j.Workflow))
 				fmt.Fprintf(w, "status\t%s\n", status)
 				fmt.Fprintf(w, "attempt\t%d\n", j.Attempt)
-				if owner := runtime.Owner(info.Run); owner != "" {
+				// Who drives it, while it runs (the JSON names the last owner of any run).
+				if owner := runtime.Owner(info.Run); owner != "" && runtime.Running(info.Status) {
 					fmt.Fprintf(w, "node\t%s\n", e.outLine(owner))
 				}
 				fmt.Fprintf(w, "started\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -178,8 +179,8 @@ func TestNodesTakeOverAKilledDaemonsRuns(t *testing.T) {
 			}
 			before[id] = r.Attempt
 		}
-		if out, _, _ := c.nodes[other].luft("status", ids[0]); !strings.Contains(out, "node      "+c.id(victim)) && !strings.Contains(out, "node") {
-			t.Errorf("status on the other node does not name the owner:\n%s", out)
+		if out, _, _ := c.nodes[other].luft("status", ids[0]); !regexp.MustCompile(`(?m)^node +` + regexp.QuoteMeta(c.id(victim)) + `$`).MatchString(out) {
+			t.Errorf("status on the other node does not name the owner %s:\n%s", c.id(victim), out)
 		}
 		if err := syscall.Kill(pids[victim], syscall.SIGKILL); err != nil {
 			t.Fatal(err)

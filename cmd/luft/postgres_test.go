@@ -94,6 +94,7 @@ var (
 	reDuration = regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|ms|s|m)\b`)
 	reSpaces   = regexp.MustCompile(` {2,}`)
 	rePID      = regexp.MustCompile(`"pid": \d+`)
+	reNode     = regexp.MustCompile(`"node": "[^"]*"`) // each session's state dir is its own node
 )
 
 // normal takes out what differs between any two sessions: the run ids, the work dir,
@@ -110,6 +111,7 @@ func (s *session) normal(text string, ids ...string) string {
 	text = reDuration.ReplaceAllString(text, "")
 	text = strings.ReplaceAll(text, " ·  ·", " ·")
 	text = rePID.ReplaceAllString(text, `"pid": PID`)
+	text = reNode.ReplaceAllString(text, `"node": "NODE"`)
 	return reSpaces.ReplaceAllString(text, " ")
 }
 
