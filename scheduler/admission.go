@@ -101,6 +101,12 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 				until, reason = at, why
 			}
 		}
+		if at := b.paced(need, cfg.ShortWindow, now); at.After(now) {
+			ok = false
+			if at.After(until) {
+				until, reason = at, why
+			}
+		}
 	}
 	check(&t.requests, 1, ReasonRequests)
 	check(&t.tokens, r.tokens-r.tail, ReasonTokens)

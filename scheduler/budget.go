@@ -51,6 +51,17 @@ type bucket struct {
 	keptSum float64
 
 	recent []ended // turns that ended within the last two arrivalSlacks of admission
+
+	// admitted are the amounts debited within the last short window (see paced), in
+	// admission order; short says the bucket is paced over it.
+	admitted []debitAt
+	short    bool
+}
+
+// debitAt is one admission's debit, for the short window.
+type debitAt struct {
+	at  time.Time
+	amt float64
 }
 
 type flight struct {
@@ -179,6 +190,9 @@ func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	b.advance(now)
 	if b.known {
 		b.level -= amt
+	}
+	if amt > 0 {
+		b.admitted = append(b.admitted, debitAt{at: now, amt: amt - tail})
 	}
 	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail, at: now})
 	b.pending += amt
@@ -442,4 +456,46 @@ func (b *bucket) compact() {
 	if len(b.flight) == 0 {
 		b.pending = 0 // no drift from float sums
 	}
+}
+
+// paced is when need may go out under the provider's short-window enforcement: a
+// per-minute budget may be enforced over windows of q (OpenAI documents 60,000 requests
+// a minute as 1,000 a second; Anthropic 60 a minute as one a second), each admitting at
+// most the limit's share of q, or a single request into an empty window. The windows
+// are the provider's and their edges unknown, so a turn goes out when the debits of the
+// last q plus arrivalSlack leave room for it, or there are none (two requests that far
+// apart can never share a window). Only a continuous bucket with a known limit and
+// short set is paced (see lane.learnShort); zero means now.
+func (b *bucket) paced(need float64, q time.Duration, now time.Time) time.Time {
+	if q <= 0 || !b.short || b.limit <= 0 || b.rate <= 0 || b.fixed || len(b.admitted) == 0 {
+		return time.Time{}
+	}
+	w := q
+	keep := b.admitted[:0]
+	for _, d := range b.admitted {
+		if now.Sub(d.at) < w {
+			keep = append(keep, d)
+		}
+	}
+	clear(b.admitted[len(keep):])
+	b.admitted = keep
+	if len(keep) == 0 {
+		return time.Time{}
+	}
+	share := b.rate * q.Seconds()
+	var sum float64
+	for _, d := range keep {
+		sum += d.amt
+	}
+	// Drop the oldest debits until the rest leave room, or none is left.
+	for i, d := range keep {
+		if sum+need <= share+1e-9 {
+			if i == 0 {
+				return time.Time{}
+			}
+			return keep[i-1].at.Add(w)
+		}
+		sum -= d.amt
+	}
+	return keep[len(keep)-1].at.Add(w)
 }

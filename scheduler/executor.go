@@ -372,7 +372,14 @@ func outcomeResult(o Outcome, now time.Time) (Result, error) {
 	if failure == nil && st != StatusOK {
 		failure = fmt.Errorf("HTTP %d", code)
 	}
-	return Result{Status: st, Usage: o.Usage, Telemetry: ParseTelemetry(header, now)}, failure
+	tel := ParseTelemetry(header, now)
+	if st == StatusRateLimited && tel.RetryAt.IsZero() && o.Err != nil {
+		// No header says when: OpenAI's token refusals say it only in their message.
+		if d, ok := retryHint(o.Err.Error()); ok {
+			tel.RetryAt = now.Add(d)
+		}
+	}
+	return Result{Status: st, Usage: o.Usage, Telemetry: tel}, failure
 }
 
 // queue records tk as waiting for admission.

@@ -288,3 +288,58 @@ func clampAt(at, now, ref time.Time) (time.Time, bool) {
 	}
 	return now.Add(d), true
 }
+
+// retryHint reads the wait a 429's message names when no header does: OpenAI's token
+// refusals say only "Please try again in 6.5s" (or 1.85s, 450ms, 1m2.5s, "20 seconds")
+// in the body. It returns the first such wait, or false; a hostile message never makes
+// it panic, and a wait beyond maxSeconds is ignored.
+func retryHint(msg string) (time.Duration, bool) {
+	const key = "try again in"
+	lower := strings.ToLower(msg)
+	for {
+		i := strings.Index(lower, key)
+		if i < 0 {
+			return 0, false
+		}
+		lower = lower[i+len(key):]
+		if d, ok := parseHintWait(strings.TrimLeft(lower, " \t")); ok {
+			return d, true
+		}
+	}
+}
+
+// parseHintWait reads the wait at the start of s: a Go-style duration (6.5s, 450ms,
+// 1m2.5s), or a number and a unit word (20 seconds, 500 ms, 3 sec).
+func parseHintWait(s string) (time.Duration, bool) {
+	end := 0
+	for end < len(s) && strings.IndexByte("0123456789.hmsµun", s[end]) >= 0 {
+		end++
+	}
+	tok := strings.TrimRight(s[:end], ".")
+	if tok == "" || tok[0] < '0' || tok[0] > '9' {
+		return 0, false
+	}
+	if d, err := time.ParseDuration(tok); err == nil {
+		if d < 0 || d > maxSeconds*time.Second {
+			return 0, false
+		}
+		return d, true
+	}
+	num := tok
+	rest := strings.TrimLeft(s[end:], " ")
+	unit := time.Second
+	switch {
+	case strings.HasPrefix(rest, "ms"), strings.HasPrefix(rest, "milli"):
+		unit = time.Millisecond
+	case strings.HasPrefix(rest, "s"):
+	case strings.HasPrefix(rest, "min"):
+		unit = time.Minute
+	default:
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f*float64(unit) > float64(maxSeconds*time.Second) {
+		return 0, false
+	}
+	return time.Duration(f * float64(unit)), true
+}

@@ -44,6 +44,7 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	t, home := j.serving, j.home
 	home.charge(j.Caller, -j.charged)
 	t.st.RateLimited++
+	t.learnShort(tel, j.charged)
 	t.est.raise(now)
 	if j.EstOutput == 0 {
 		// Admitted on its prompt and still refused: this provider wants the
