@@ -56,6 +56,8 @@ type bucket struct {
 	// admission order; short says the bucket is paced over it.
 	admitted []debitAt
 	short    bool
+
+	unread float64 // what the last re-base took off for output billed after its reading
 }
 
 // debitAt is one admission's debit, for the short window.
@@ -74,6 +76,14 @@ type flight struct {
 	// seenLeft is what those headers said was left, when they said (seenRead).
 	seenLeft float64
 	seenRead bool
+	// before is the level the turn was admitted at, less nothing in flight (solo):
+	// a reading of it then tells what the provider took for it (see observe).
+	before float64
+	solo   bool
+	// unread is what the re-base before the turn's admission took off for output a
+	// provider would bill after its reading (see observe): a provider that bills
+	// nothing after the reading never took it.
+	unread float64
 }
 
 // arrivalSlack is how much earlier than another a turn must have been admitted to be
@@ -194,7 +204,12 @@ func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	if amt > 0 {
 		b.admitted = append(b.admitted, debitAt{at: now, amt: amt - tail})
 	}
-	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail, at: now})
+	solo := b.known && b.limit > 0 && b.rate > 0 && b.pending == 0 && b.keptSum == 0
+	for _, r := range b.recent {
+		solo = solo && !r.at.After(now.Add(-2*arrivalSlack))
+	}
+	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail, at: now, before: b.level + amt, solo: solo,
+		unread: b.unread})
 	b.pending += amt
 }
 
@@ -365,11 +380,15 @@ func (b *bucket) refillRate() float64 {
 // unread is what the turn used that the reading may not count yet: the output of a turn
 // without an output cap whose headers came before its end (a stream's), which a
 // provider that charges the completion at its end charges after them.
-func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) {
+//
+// It returns what the provider took for the turn at arrival, when the reading shows it
+// cleanly (ok): the turn ran alone from its admission to the reading, on a level that
+// was known, and the reading is below the limit (a full bucket hides any charge).
+func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) (charged float64, ok bool) {
 	b.learn(rl, now)
 	if !rl.HasRemaining {
 		b.finish(seq, actual, now)
-		return
+		return 0, false
 	}
 	i := b.find(seq)
 	if i < 0 {
@@ -377,7 +396,14 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		if !b.known {
 			b.level, b.known, b.at = float64(rl.Remaining)-b.pending, true, now
 		}
-		return
+		return 0, false
+	}
+	if f := b.flight[i]; f.solo && i == b.fhead && i == len(b.flight)-1 && len(b.kept) == 0 &&
+		b.rate > 0 && b.limit > 0 && float64(rl.Remaining) < b.limit-1 {
+		// The provider's level at the reading: what it was at arrival, less the
+		// charge, plus the refill since (below the limit, so uncapped).
+		dt := readAt.Sub(f.at).Seconds()
+		charged, ok = min(f.before+f.unread, b.limit)+b.rate*dt-float64(rl.Remaining), true
 	}
 	early := readAt.Before(now)
 	race, self := arrivalSlack, b.flight[i]
@@ -417,6 +443,7 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	}
 	b.ended(ended{seq: seq, at: self.at, used: actual, remaining: float64(rl.Remaining), read: true}, now)
 	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum - raced
+	b.unread = unread
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)
 	}
@@ -425,6 +452,7 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	if readAt.Before(now) {
 		b.at = readAt
 	}
+	return charged, ok
 }
 
 // ended records a turn that ended, and forgets those admitted too long ago for any

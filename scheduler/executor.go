@@ -605,7 +605,7 @@ func (c *Core) position(lane string, class agent.Class) int {
 func (c *Core) oversize(t Turn, lane string) (need, allow int, budget string) {
 	if l := c.lanes[lane]; l != nil {
 		est, f := l.estimate(t.EstTokens, t.EstOutput)
-		if b, over := l.oversized(est, f, &c.cfg); over {
+		if b, over := l.oversized(est, f, t.EstOutput == 0, &c.cfg); over {
 			return int(math.Ceil(est * b.share)), int(b.limit), b.name
 		}
 	}

@@ -42,6 +42,18 @@ type Telemetry struct {
 	RetryAt time.Time
 }
 
+// budgets is t as the lane's buckets take it: where the provider reports separate
+// input-token and output-token budgets (Anthropic), its tokens-* is only the more
+// restrictive of the two at the moment, not a budget of its own, and is dropped, so
+// that a prompt is admitted against the input budget and a completion against the
+// output one rather than both against whichever is tighter.
+func (t Telemetry) budgets() Telemetry {
+	if t.InputTokens.Known() || t.OutputTokens.Known() {
+		t.Tokens = RateLimit{}
+	}
+	return t
+}
+
 // Empty reports whether the response carried no rate-limit information at all.
 func (t Telemetry) Empty() bool {
 	return !t.Requests.Known() && !t.Tokens.Known() && !t.InputTokens.Known() &&

@@ -47,6 +47,11 @@ type lane struct {
 	// included, set once such a turn was refused with a 429 (a provider that charges
 	// the output at arrival).
 	upfront bool
+	// arrivalOut is the output the provider was seen to take at arrival for a turn
+	// without an output cap (its max output), from the last arrivals (learnArrival).
+	arrivalOut   float64
+	arrivals     [arrivalWindow]arrival
+	arrPos, arrN int
 
 	pausedUntil time.Time
 	br          breaker

@@ -19,6 +19,7 @@ var (
 	tableSeeds  = flag.Int("seeds", 10, "TestModelsTable: seeds per workload")
 	tableWorks  = flag.String("w", "a,b,c", "TestModelsTable: workloads")
 	tableDirect = flag.Bool("direct", false, "TestModelsTable: also run the naive baseline beside luft")
+	tableTrace  = flag.Bool("trace", false, "TestModelsTable: print every request the engine saw")
 )
 
 // inBubble is measure on the virtual clock of a testing/synctest bubble, HTTP in memory:
@@ -46,6 +47,7 @@ func TestModelsTable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("minutes of modelled traffic per model")
 	}
+	*verbose = *tableTrace
 	o, err := newOptions(*tableModels, *tableWorks, *tableSeeds, *tableDirect, 8)
 	if err != nil {
 		t.Fatal(err)
