@@ -319,7 +319,7 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 		// refill rate is what is missing over that time.
 		if rl.HasRemaining && !rl.Reset.IsZero() && rl.Limit > rl.Remaining {
 			if t := rl.Reset.Sub(now).Seconds(); t > 0 {
-				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds(), float64(rl.Limit))
+				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds(), float64(rl.Limit), rl.rounded)
 			}
 		}
 		b.rate = b.refillRate()
@@ -344,13 +344,15 @@ const fixedSlack = 1.1
 // remaining count of 0 bounds nothing from above: the level may be below zero (refused
 // requests charged, completions billed after they were admitted), and the refill then
 // needs more than the limit.
-func (b *bucket) sample(missing, t, grain, limit float64) {
+// A count rounded to the nearest round (Anthropic's thousands) widens that to
+// missing ± round/2.
+func (b *bucket) sample(missing, t, grain, limit, round float64) {
 	if grain <= 0 {
 		grain = 0.01
 	}
-	b.lo = max(b.lo, (missing-1)/(t+grain))
-	if t > grain && missing < limit {
-		if hi := missing / (t - grain); b.hi == 0 || hi < b.hi {
+	b.lo = max(b.lo, (missing-max(1, round/2))/(t+grain))
+	if t > grain && missing+round/2 < limit {
+		if hi := (missing + round/2) / (t - grain); b.hi == 0 || hi < b.hi {
 			b.hi = hi
 		}
 	}
@@ -405,6 +407,13 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		dt := readAt.Sub(f.at).Seconds()
 		charged, ok = min(f.before+f.unread, b.limit)+b.rate*dt-float64(rl.Remaining), true
 	}
+	// The level this bucket's own debits give at the reading (which the level below
+	// is based at), the turn's reservation settled to what it used.
+	predicted, wasKnown := b.levelAt(now)
+	predicted += b.flight[i].amt - actual
+	if readAt.Before(now) && b.rate > 0 {
+		predicted -= b.rate * now.Sub(readAt).Seconds()
+	}
 	early := readAt.Before(now)
 	race, self := arrivalSlack, b.flight[i]
 	for j := b.fhead; j <= i; j++ {
@@ -442,7 +451,18 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		}
 	}
 	b.ended(ended{seq: seq, at: self.at, used: actual, remaining: float64(rl.Remaining), read: true}, now)
-	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum - raced
+	level := float64(rl.Remaining) - unread - b.pending - b.keptSum - raced
+	if r := rl.rounded; r > 0 {
+		// A rounded count only bounds the level to ± half the rounding: keep the
+		// level dead-reckoned from this bucket's own debits while it is within
+		// them, the turn's reservation settled to what it used.
+		lvl, known := predicted, wasKnown
+		if !known {
+			lvl = level - r/2
+		}
+		level = min(max(lvl, level-r/2), level+r/2)
+	}
+	b.level = level
 	b.unread = unread
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)

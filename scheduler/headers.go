@@ -20,6 +20,9 @@ type RateLimit struct {
 	HasRemaining bool
 
 	grain time.Duration // how far Reset may have been rounded up; 0 = 10 ms
+	// rounded is how coarsely Remaining was rounded to the nearest (Anthropic rounds
+	// token counts to the nearest thousand); 0 = floored to a whole count.
+	rounded float64
 }
 
 // Known reports whether the response said anything about this dimension.
@@ -75,6 +78,7 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 	// built by hand, a proxy adding its own); map order is random, so repeats merge to
 	// the most cautious reading instead of the last one seen.
 	var retryMS, retry time.Time
+	anthropic := false
 	ref := wallRef(h, now)
 	for name, vals := range h {
 		if len(vals) == 0 {
@@ -100,6 +104,7 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			}
 			setField(openAIDim(&t, dim), field, v, now, ref)
 		case strings.HasPrefix(n, "anthropic-ratelimit-"):
+			anthropic = true
 			// anthropic-ratelimit-<dimension>-<field>
 			rest := n[len("anthropic-ratelimit-"):]
 			i := strings.LastIndexByte(rest, '-')
@@ -109,12 +114,24 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			setField(anthropicDim(&t, rest[:i]), rest[i+1:], v, now, ref)
 		}
 	}
+	if anthropic {
+		// Anthropic documents its token counts remaining as rounded to the nearest
+		// thousand; a count that is a multiple of one is taken as rounded.
+		for _, r := range []*RateLimit{&t.Tokens, &t.InputTokens, &t.OutputTokens} {
+			if r.HasRemaining && r.Remaining%anthropicRound == 0 {
+				r.rounded = anthropicRound
+			}
+		}
+	}
 	t.RetryAt = retryMS
 	if t.RetryAt.IsZero() {
 		t.RetryAt = retry
 	}
 	return t
 }
+
+// anthropicRound is the rounding of Anthropic's token counts remaining.
+const anthropicRound = 1000
 
 // later is the later of two times, either of which may be zero.
 func later(a, b time.Time) time.Time {
