@@ -52,10 +52,12 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 	if b := t.outTokens; b.limit > 0 {
 		out = min(out, cfg.RefuseFraction*b.limit)
 	}
-	if t.upfront || t.cfg.TPM == 0 {
-		// A provider that reports its own budget counts the completion against it
-		// (at arrival, or refusing a request whose completion would not fit), and
-		// this lane's did, or was seen to: the output must fit too.
+	if t.upfront || t.cfg.TPM == 0 && !t.tokens.fixed {
+		// A provider that reports a continuous budget of its own may count the
+		// completion against it (at arrival, or refusing a request whose completion
+		// would not fit), and this lane's did, or was seen to: the output must fit
+		// too. A fixed window's counter (a gateway's) lets a request in on its prompt
+		// and forgets what its completion overran at the window's end.
 		tail = 0
 	}
 	return reservation{est: est, tokens: total, input: in, output: out,
