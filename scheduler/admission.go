@@ -135,6 +135,12 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 			}
 		}
 	}
+	if at := t.silentPaced(cfg.ShortWindow); at.After(now) {
+		ok = false
+		if at.After(until) {
+			until, reason = at, ReasonRequests
+		}
+	}
 	check(&t.requests, 1, ReasonRequests)
 	check(&t.tokens, r.tokens-r.tail, ReasonTokens)
 	check(&t.inTokens, r.input, ReasonInputTokens)
@@ -309,12 +315,14 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 		t.br.probing = true
 	}
 	j.early = false
+	j.scout = t.scouting
 	t.requests.debit(j.flight, 1, 0, now)
 	t.tokens.debit(j.flight, r.tokens, r.tail, now)
 	t.inTokens.debit(j.flight, r.input, 0, now)
 	t.outTokens.debit(j.flight, r.output, 0, now)
 
 	j.charged = r.est
+	t.silentAdmitted(j, now)
 	if cl := home.callers[j.Caller]; cl != nil {
 		cl.lastServed = c.seq
 	}

@@ -53,6 +53,8 @@ type lane struct {
 	arrivals     [arrivalWindow]arrival
 	arrPos, arrN int
 
+	quiet silent // what the lane learns when its provider reports nothing (silent.go)
+
 	pausedUntil time.Time
 	br          breaker
 	// scouting holds the lane to one turn at a time until its first answer (Scout).

@@ -54,12 +54,16 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	if j.probe {
 		t.br.probing = false
 	}
+	taught := t.silentRefused(j, tel, now)
 	until := c.retryAt(t, tel, now)
 	if until.After(t.pausedUntil) {
 		t.pausedUntil = until
 	}
 	j.rateFails++
-	if j.rateFails > c.cfg.MaxRateRetries {
+	if taught {
+		j.lessons++
+	}
+	if j.rateFails-j.lessons > c.cfg.MaxRateRetries {
 		c.refuse(j, ReasonRetriesExhausted, now)
 		return
 	}

@@ -16,7 +16,7 @@ func used(res Result, j *job) float64 {
 }
 
 // settle reconciles the serving lane's budgets and learns from a finished attempt.
-func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
+func (c *Core) settle(t *lane, j *job, res Result, now time.Time, scout bool) {
 	u, tel := res.Usage, res.Telemetry.budgets()
 	total := used(res, j)
 	in, out := float64(u.Input), float64(u.Output)
@@ -46,6 +46,7 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 	if !t.outTokens.endKept(j.flight, tel.OutputTokens, out, out, now) {
 		_, _ = t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
 	}
+	t.silentAnswered(j, res, in, total, scout)
 	if res.Status == StatusOK && u.Total() > 0 {
 		if j.EstOutput == 0 {
 			// No output cap: the estimate is the prompt's, and the completion's length
@@ -80,6 +81,11 @@ func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
 	t.tokens.early(tel.Tokens, now)
 	t.inTokens.early(tel.InputTokens, now)
 	t.outTokens.early(tel.OutputTokens, now)
+	if t.scouting && tel.Empty() && t.silentCandidate() {
+		// The scout's headers say nothing about the limits it was to learn: go on
+		// gently, one request per short window, until a 429 teaches them (silent.go).
+		t.quiet.on, t.quiet.pace = true, true
+	}
 	if t.scouting {
 		t.scouting = false
 		c.tryAdmit(j.home, now)
