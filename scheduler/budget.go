@@ -39,6 +39,10 @@ type bucket struct {
 	// before the reported reset, and then all of it.
 	lo, hi float64
 	fixed  bool
+	// coarse: the counts are rounded (Anthropic's thousands), and with a reading
+	// taken at arrival and read at the response the lower bound overshoots: the rate
+	// stays at the limit per minute unless the upper bound is below it.
+	coarse bool
 
 	flight  []flight // unsettled reservations in admission order, from fhead
 	fhead   int
@@ -314,6 +318,7 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 		if l != b.limit {
 			b.lo, b.hi, b.fixed = 0, 0, false // a new limit: start the rate afresh
 		}
+		b.coarse = b.coarse || rl.rounded > 0
 		b.limit = l
 		// OpenAI and Anthropic report the time until the bucket is full, so the
 		// refill rate is what is missing over that time.
@@ -369,6 +374,9 @@ func (b *bucket) refillRate() float64 {
 		return 0
 	}
 	r := max(b.limit/60, b.lo)
+	if b.coarse {
+		r = b.limit / 60
+	}
 	if b.hi > 0 {
 		r = min(r, b.hi)
 	}
