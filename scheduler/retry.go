@@ -1,9 +1,12 @@
 package scheduler
 
 // What a failed attempt teaches. A 429 says the lane's budget is spent: the lane pauses
-// until the server's retry-after or the spent bucket's reset, its safety margin rises,
+// until the server's retry-after (or the wait its message names, "Please try again in
+// 6.5s", when no header does) or the spent bucket's reset, its safety margin rises,
 // a turn without an output cap learns that the provider charges its output up front,
-// and the turn goes back to its queue at its rank. A 5xx or a network error says the
+// a 429 whose own headers show room in every budget teaches that the provider enforces
+// them over a short window (learnShort), one with no headers at all teaches a silent
+// lane its budget (silent.go), and the turn goes back to its queue at its rank. A 5xx or a network error says the
 // lane may be unwell: the turn waits out a jittered backoff and the failure counts
 // towards the lane's circuit breaker.
 
