@@ -180,7 +180,7 @@ func TestSilentLaneLearnsFrom429s(t *testing.T) {
 	}
 	l := c.lanes[testLane]
 	// Four answers of 1,360 by 4 s, and a 1,300 refused: the limit is below
-	// (5,440 + 1,300) / (1 + 4/60) ≈ 6,319 a minute; the lane takes 97 % of that.
+	// (5,440 + 1,300) / (1 + 4/60) ≈ 6,319 a minute; the lane takes 98 % of that.
 	if !l.tokens.known || l.tokens.limit < 5500 || l.tokens.limit > 6319 || l.tokens.rate*60 != l.tokens.limit {
 		t.Fatalf("learned limit %v rate %v/min", l.tokens.limit, l.tokens.rate*60)
 	}

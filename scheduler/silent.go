@@ -115,7 +115,7 @@ func (l *lane) silentBudget(now time.Time) {
 }
 
 // silentShare is the share of a 429's upper bound a silent lane takes as its limit.
-const silentShare = 0.97
+const silentShare = 0.98
 
 // silentPaced is when a silent lane may send next: one request per short window, once
 // its scout's answer said nothing or a 429 taught it a budget.
