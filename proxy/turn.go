@@ -351,10 +351,8 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			// Kept, so that the client gets the upstream's own answer if luft gives up.
 			failed, _ := io.ReadAll(io.LimitReader(resp.Body, maxRetainedError))
 			resp.Body.Close()
-			// The error carries the head of the body: a 429 that names its wait only
-			// in its message ("Please try again in 6.5s") is read from it.
 			next, serr := scheduler.Finish(ctx, permit, scheduler.Outcome{StatusCode: resp.StatusCode, Header: resp.Header,
-				Err: fmt.Errorf("backend %s: HTTP %d: %s", up.Name, resp.StatusCode, failed[:min(len(failed), 1024)])})
+				Err: fmt.Errorf("backend %s: HTTP %d", up.Name, resp.StatusCode)})
 			if next != nil {
 				permit = next
 				continue

@@ -20,47 +20,27 @@ type reservation struct {
 
 func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 	est, f := t.estimate(j.EstTokens, j.EstOutput)
-	uncapped := j.EstOutput == 0
 	// A turn that needs about a whole window on its own can never be served by
 	// waiting: refuse it rather than wait forever. Its reservation is capped at that
 	// share so that a turn just under the line still fits a full bucket.
-	if _, over := t.oversized(est, f, uncapped, cfg); over {
+	if _, over := t.oversized(est, f, cfg); over {
 		return reservation{}, false
 	}
-	margin := t.est.margin(float64(max(j.EstTokens, 1)), now)
-	total := est + margin
+	total := est + t.est.margin(float64(max(j.EstTokens, 1)), now)
 	var tail float64
-	if uncapped {
-		// No output cap: the completion's length is a high quantile of recent ones,
-		// or what the provider was seen to take for it at arrival (its max output),
-		// whichever is more.
-		tail = max(t.outs.quantile(cfg.OutputQuantile)*cfg.OutputHeadroom, t.arrivalOut)
+	if j.EstOutput == 0 {
+		tail = t.outs.quantile(cfg.OutputQuantile) * cfg.OutputHeadroom
 		total += tail
 	}
-	if b := t.tokens; b.limit > 0 {
-		total = min(total, cfg.RefuseFraction*b.limit)
+	for _, b := range t.tokenBudgets(f) {
+		if b.limit > 0 && b.share > 0 {
+			total = min(total, cfg.RefuseFraction*b.limit/b.share)
+		}
 	}
-	in, out := total*(1-f), total*f
-	if uncapped {
-		// The estimate is the prompt's: the input budget is charged the prompt, the
-		// output budget the expected completion.
-		in, out = est+margin, tail
+	if t.upfront {
+		tail = 0 // this lane's provider charges the output up front: it must fit too
 	}
-	if b := t.inTokens; b.limit > 0 {
-		in = min(in, cfg.RefuseFraction*b.limit)
-	}
-	if b := t.outTokens; b.limit > 0 {
-		out = min(out, cfg.RefuseFraction*b.limit)
-	}
-	if t.upfront || t.cfg.TPM == 0 && !t.tokens.fixed {
-		// A provider that reports a continuous budget of its own may count the
-		// completion against it (at arrival, or refusing a request whose completion
-		// would not fit), and this lane's did, or was seen to: the output must fit
-		// too. A fixed window's counter (a gateway's) lets a request in on its prompt
-		// and forgets what its completion overran at the window's end.
-		tail = 0
-	}
-	return reservation{est: est, tokens: total, input: in, output: out,
+	return reservation{est: est, tokens: total, input: total * (1 - f), output: total * f,
 		tail: min(tail, total), batch: j.Class == agent.ClassBatch}, true
 }
 
@@ -82,14 +62,7 @@ type tokenBudget struct {
 	share float64 // the part of the estimate charged to it
 }
 
-// tokenBudgets are the lane's token budgets as a turn estimated with outShare of
-// output meets them; an uncapped turn's estimate is its prompt, all of it input, and
-// its completion (unknown) asks the output budget for nothing the provider would
-// refuse outright.
-func (t *lane) tokenBudgets(outShare float64, uncapped bool) [3]tokenBudget {
-	if uncapped {
-		outShare = 0
-	}
+func (t *lane) tokenBudgets(outShare float64) [3]tokenBudget {
 	return [3]tokenBudget{
 		{"tokens", t.tokens.limit, 1},
 		{"input tokens", t.inTokens.limit, 1 - outShare},
@@ -99,8 +72,8 @@ func (t *lane) tokenBudgets(outShare float64, uncapped bool) [3]tokenBudget {
 
 // oversized returns the first token budget of which a turn estimated at est needs more
 // than RefuseFraction of the limit: waiting can never serve it.
-func (t *lane) oversized(est, outShare float64, uncapped bool, cfg *Config) (tokenBudget, bool) {
-	for _, b := range t.tokenBudgets(outShare, uncapped) {
+func (t *lane) oversized(est, outShare float64, cfg *Config) (tokenBudget, bool) {
+	for _, b := range t.tokenBudgets(outShare) {
 		if b.limit > 0 && est*b.share > cfg.RefuseFraction*b.limit {
 			return b, true
 		}
@@ -127,18 +100,6 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 			if at.After(until) {
 				until, reason = at, why
 			}
-		}
-		if at := b.paced(need, cfg.ShortWindow, now); at.After(now) {
-			ok = false
-			if at.After(until) {
-				until, reason = at, why
-			}
-		}
-	}
-	if at := t.silentPaced(cfg.ShortWindow); at.After(now) {
-		ok = false
-		if at.After(until) {
-			until, reason = at, ReasonRequests
 		}
 	}
 	check(&t.requests, 1, ReasonRequests)
@@ -315,14 +276,12 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 		t.br.probing = true
 	}
 	j.early = false
-	j.scout = t.scouting
 	t.requests.debit(j.flight, 1, 0, now)
 	t.tokens.debit(j.flight, r.tokens, r.tail, now)
 	t.inTokens.debit(j.flight, r.input, 0, now)
 	t.outTokens.debit(j.flight, r.output, 0, now)
 
 	j.charged = r.est
-	t.silentAdmitted(j, now)
 	if cl := home.callers[j.Caller]; cl != nil {
 		cl.lastServed = c.seq
 	}

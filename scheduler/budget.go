@@ -39,10 +39,6 @@ type bucket struct {
 	// before the reported reset, and then all of it.
 	lo, hi float64
 	fixed  bool
-	// coarse: the counts are rounded (Anthropic's thousands), and with a reading
-	// taken at arrival and read at the response the lower bound overshoots: the rate
-	// stays at the limit per minute unless the upper bound is below it.
-	coarse bool
 
 	flight  []flight // unsettled reservations in admission order, from fhead
 	fhead   int
@@ -55,19 +51,6 @@ type bucket struct {
 	keptSum float64
 
 	recent []ended // turns that ended within the last two arrivalSlacks of admission
-
-	// admitted are the amounts debited within the last short window (see paced), in
-	// admission order; short says the bucket is paced over it.
-	admitted []debitAt
-	short    bool
-
-	unread float64 // what the last re-base took off for output billed after its reading
-}
-
-// debitAt is one admission's debit, for the short window.
-type debitAt struct {
-	at  time.Time
-	amt float64
 }
 
 type flight struct {
@@ -80,14 +63,6 @@ type flight struct {
 	// seenLeft is what those headers said was left, when they said (seenRead).
 	seenLeft float64
 	seenRead bool
-	// before is the level the turn was admitted at, less nothing in flight (solo):
-	// a reading of it then tells what the provider took for it (see observe).
-	before float64
-	solo   bool
-	// unread is what the re-base before the turn's admission took off for output a
-	// provider would bill after its reading (see observe): a provider that bills
-	// nothing after the reading never took it.
-	unread float64
 }
 
 // arrivalSlack is how much earlier than another a turn must have been admitted to be
@@ -205,15 +180,7 @@ func (b *bucket) debit(seq uint64, amt, tail float64, now time.Time) {
 	if b.known {
 		b.level -= amt
 	}
-	if amt > 0 {
-		b.admitted = append(b.admitted, debitAt{at: now, amt: amt - tail})
-	}
-	solo := b.known && b.limit > 0 && b.rate > 0 && b.pending == 0 && b.keptSum == 0
-	for _, r := range b.recent {
-		solo = solo && !r.at.After(now.Add(-2*arrivalSlack))
-	}
-	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail, at: now, before: b.level + amt, solo: solo,
-		unread: b.unread})
+	b.flight = append(b.flight, flight{seq: seq, amt: amt, tail: tail, at: now})
 	b.pending += amt
 }
 
@@ -318,13 +285,12 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 		if l != b.limit {
 			b.lo, b.hi, b.fixed = 0, 0, false // a new limit: start the rate afresh
 		}
-		b.coarse = b.coarse || rl.rounded > 0
 		b.limit = l
 		// OpenAI and Anthropic report the time until the bucket is full, so the
 		// refill rate is what is missing over that time.
 		if rl.HasRemaining && !rl.Reset.IsZero() && rl.Limit > rl.Remaining {
 			if t := rl.Reset.Sub(now).Seconds(); t > 0 {
-				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds(), float64(rl.Limit), rl.rounded)
+				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds(), float64(rl.Limit))
 			}
 		}
 		b.rate = b.refillRate()
@@ -349,15 +315,13 @@ const fixedSlack = 1.1
 // remaining count of 0 bounds nothing from above: the level may be below zero (refused
 // requests charged, completions billed after they were admitted), and the refill then
 // needs more than the limit.
-// A count rounded to the nearest round (Anthropic's thousands) widens that to
-// missing ± round/2.
-func (b *bucket) sample(missing, t, grain, limit, round float64) {
+func (b *bucket) sample(missing, t, grain, limit float64) {
 	if grain <= 0 {
 		grain = 0.01
 	}
-	b.lo = max(b.lo, (missing-max(1, round/2))/(t+grain))
-	if t > grain && missing+round/2 < limit {
-		if hi := (missing + round/2) / (t - grain); b.hi == 0 || hi < b.hi {
+	b.lo = max(b.lo, (missing-1)/(t+grain))
+	if t > grain && missing < limit {
+		if hi := missing / (t - grain); b.hi == 0 || hi < b.hi {
 			b.hi = hi
 		}
 	}
@@ -374,9 +338,6 @@ func (b *bucket) refillRate() float64 {
 		return 0
 	}
 	r := max(b.limit/60, b.lo)
-	if b.coarse {
-		r = b.limit / 60
-	}
 	if b.hi > 0 {
 		r = min(r, b.hi)
 	}
@@ -390,15 +351,11 @@ func (b *bucket) refillRate() float64 {
 // unread is what the turn used that the reading may not count yet: the output of a turn
 // without an output cap whose headers came before its end (a stream's), which a
 // provider that charges the completion at its end charges after them.
-//
-// It returns what the provider took for the turn at arrival, when the reading shows it
-// cleanly (ok): the turn ran alone from its admission to the reading, on a level that
-// was known, and the reading is below the limit (a full bucket hides any charge).
-func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) (charged float64, ok bool) {
+func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) {
 	b.learn(rl, now)
 	if !rl.HasRemaining {
 		b.finish(seq, actual, now)
-		return 0, false
+		return
 	}
 	i := b.find(seq)
 	if i < 0 {
@@ -406,21 +363,7 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		if !b.known {
 			b.level, b.known, b.at = float64(rl.Remaining)-b.pending, true, now
 		}
-		return 0, false
-	}
-	if f := b.flight[i]; f.solo && i == b.fhead && i == len(b.flight)-1 && len(b.kept) == 0 &&
-		b.rate > 0 && b.limit > 0 && float64(rl.Remaining) < b.limit-1 {
-		// The provider's level at the reading: what it was at arrival, less the
-		// charge, plus the refill since (below the limit, so uncapped).
-		dt := readAt.Sub(f.at).Seconds()
-		charged, ok = min(f.before+f.unread, b.limit)+b.rate*dt-float64(rl.Remaining), true
-	}
-	// The level this bucket's own debits give at the reading (which the level below
-	// is based at), the turn's reservation settled to what it used.
-	predicted, wasKnown := b.levelAt(now)
-	predicted += b.flight[i].amt - actual
-	if readAt.Before(now) && b.rate > 0 {
-		predicted -= b.rate * now.Sub(readAt).Seconds()
+		return
 	}
 	early := readAt.Before(now)
 	race, self := arrivalSlack, b.flight[i]
@@ -459,19 +402,7 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		}
 	}
 	b.ended(ended{seq: seq, at: self.at, used: actual, remaining: float64(rl.Remaining), read: true}, now)
-	level := float64(rl.Remaining) - unread - b.pending - b.keptSum - raced
-	if r := rl.rounded; r > 0 {
-		// A rounded count only bounds the level to ± half the rounding: keep the
-		// level dead-reckoned from this bucket's own debits while it is within
-		// them, the turn's reservation settled to what it used.
-		lvl, known := predicted, wasKnown
-		if !known {
-			lvl = level - r/2
-		}
-		level = min(max(lvl, level-r/2), level+r/2)
-	}
-	b.level = level
-	b.unread = unread
+	b.level = float64(rl.Remaining) - unread - b.pending - b.keptSum - raced
 	if b.limit > 0 {
 		b.level = min(b.level, b.limit)
 	}
@@ -480,7 +411,6 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	if readAt.Before(now) {
 		b.at = readAt
 	}
-	return charged, ok
 }
 
 // ended records a turn that ended, and forgets those admitted too long ago for any
@@ -512,46 +442,4 @@ func (b *bucket) compact() {
 	if len(b.flight) == 0 {
 		b.pending = 0 // no drift from float sums
 	}
-}
-
-// paced is when need may go out under the provider's short-window enforcement: a
-// per-minute budget may be enforced over windows of q (OpenAI documents 60,000 requests
-// a minute as 1,000 a second; Anthropic 60 a minute as one a second), each admitting at
-// most the limit's share of q, or a single request into an empty window. The windows
-// are the provider's and their edges unknown, so a turn goes out when the debits of the
-// last q plus arrivalSlack leave room for it, or there are none (two requests that far
-// apart can never share a window). Only a continuous bucket with a known limit and
-// short set is paced (see lane.learnShort); zero means now.
-func (b *bucket) paced(need float64, q time.Duration, now time.Time) time.Time {
-	if q <= 0 || !b.short || b.limit <= 0 || b.rate <= 0 || b.fixed || len(b.admitted) == 0 {
-		return time.Time{}
-	}
-	w := q
-	keep := b.admitted[:0]
-	for _, d := range b.admitted {
-		if now.Sub(d.at) < w {
-			keep = append(keep, d)
-		}
-	}
-	clear(b.admitted[len(keep):])
-	b.admitted = keep
-	if len(keep) == 0 {
-		return time.Time{}
-	}
-	share := b.rate * q.Seconds()
-	var sum float64
-	for _, d := range keep {
-		sum += d.amt
-	}
-	// Drop the oldest debits until the rest leave room, or none is left.
-	for i, d := range keep {
-		if sum+need <= share+1e-9 {
-			if i == 0 {
-				return time.Time{}
-			}
-			return keep[i-1].at.Add(w)
-		}
-		sum -= d.amt
-	}
-	return keep[len(keep)-1].at.Add(w)
 }

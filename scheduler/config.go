@@ -77,12 +77,6 @@ type Config struct {
 	OutputQuantile float64
 	OutputHeadroom float64
 
-	// ShortWindow is the short window over which a provider may enforce a per-minute
-	// budget (OpenAI and Anthropic document one second): the scheduler sends no more of
-	// a continuous bucket's limit within it than its share, or a single request (see
-	// bucket.paced). Default 1 s; negative disables it.
-	ShortWindow time.Duration
-
 	// InteractiveHeadroom is the share of each known bucket that batch turns leave
 	// unused for interactive ones. Default 0.1; negative disables it.
 	InteractiveHeadroom float64
@@ -148,8 +142,6 @@ func (c Config) withDefaults() Config {
 	deff(&c.RefuseFraction, 0.98)
 	deff(&c.OutputQuantile, 0.99)
 	deff(&c.OutputHeadroom, 1.5)
-	def(&c.ShortWindow, time.Second)
-	c.ShortWindow = max(c.ShortWindow, 0)
 	deff(&c.InteractiveHeadroom, 0.1)
 	c.InteractiveHeadroom = max(c.InteractiveHeadroom, 0)
 	defi(&c.InteractiveSlots, 1)

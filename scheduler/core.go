@@ -35,14 +35,8 @@ type job struct {
 	notBefore time.Time
 	attempts  int // failed attempts so far
 	rateFails int
-	lessons   int // 429s that taught a silent lane its budget: not held against MaxRateRetries
-	// usedAtAdmit and admittedAt are the serving lane's answered tokens when the
-	// current attempt was admitted, and when (see silent).
-	usedAtAdmit float64
-	admittedAt  time.Time
-	scout       bool      // admitted as its lane's scout
-	early       bool      // the current attempt's headers came before its end (Observe)
-	earlyAt     time.Time // when they came
+	early     bool      // the current attempt's headers came before its end (Observe)
+	earlyAt   time.Time // when they came
 }
 
 // Core is the admission scheduler's pure decision core, the policy the Executor puts
@@ -207,7 +201,7 @@ func (c *Core) Complete(id TurnID, res Result, now time.Time) []Action {
 	}
 	t, home := j.serving, j.home
 	t.release(j, res.Status, now)
-	c.settle(t, j, res, now, j.scout)
+	c.settle(t, j, res, now)
 
 	switch res.Status {
 	case StatusOK:

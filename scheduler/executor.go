@@ -372,14 +372,7 @@ func outcomeResult(o Outcome, now time.Time) (Result, error) {
 	if failure == nil && st != StatusOK {
 		failure = fmt.Errorf("HTTP %d", code)
 	}
-	tel := ParseTelemetry(header, now)
-	if st == StatusRateLimited && tel.RetryAt.IsZero() && o.Err != nil {
-		// No header says when: OpenAI's token refusals say it only in their message.
-		if d, ok := retryHint(o.Err.Error()); ok {
-			tel.RetryAt = now.Add(d)
-		}
-	}
-	return Result{Status: st, Usage: o.Usage, Telemetry: tel}, failure
+	return Result{Status: st, Usage: o.Usage, Telemetry: ParseTelemetry(header, now)}, failure
 }
 
 // queue records tk as waiting for admission.
@@ -605,7 +598,7 @@ func (c *Core) position(lane string, class agent.Class) int {
 func (c *Core) oversize(t Turn, lane string) (need, allow int, budget string) {
 	if l := c.lanes[lane]; l != nil {
 		est, f := l.estimate(t.EstTokens, t.EstOutput)
-		if b, over := l.oversized(est, f, t.EstOutput == 0, &c.cfg); over {
+		if b, over := l.oversized(est, f, &c.cfg); over {
 			return int(math.Ceil(est * b.share)), int(b.limit), b.name
 		}
 	}

@@ -20,9 +20,6 @@ type RateLimit struct {
 	HasRemaining bool
 
 	grain time.Duration // how far Reset may have been rounded up; 0 = 10 ms
-	// rounded is how coarsely Remaining was rounded to the nearest (Anthropic rounds
-	// token counts to the nearest thousand); 0 = floored to a whole count.
-	rounded float64
 }
 
 // Known reports whether the response said anything about this dimension.
@@ -43,18 +40,6 @@ type Telemetry struct {
 	// RetryAt is when the server asked to be called again (retry-after-ms, else
 	// retry-after as seconds or an HTTP date); zero when it did not say.
 	RetryAt time.Time
-}
-
-// budgets is t as the lane's buckets take it: where the provider reports separate
-// input-token and output-token budgets (Anthropic), its tokens-* is only the more
-// restrictive of the two at the moment, not a budget of its own, and is dropped, so
-// that a prompt is admitted against the input budget and a completion against the
-// output one rather than both against whichever is tighter.
-func (t Telemetry) budgets() Telemetry {
-	if t.InputTokens.Known() || t.OutputTokens.Known() {
-		t.Tokens = RateLimit{}
-	}
-	return t
 }
 
 // Empty reports whether the response carried no rate-limit information at all.
@@ -78,7 +63,6 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 	// built by hand, a proxy adding its own); map order is random, so repeats merge to
 	// the most cautious reading instead of the last one seen.
 	var retryMS, retry time.Time
-	anthropic := false
 	ref := wallRef(h, now)
 	for name, vals := range h {
 		if len(vals) == 0 {
@@ -104,7 +88,6 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			}
 			setField(openAIDim(&t, dim), field, v, now, ref)
 		case strings.HasPrefix(n, "anthropic-ratelimit-"):
-			anthropic = true
 			// anthropic-ratelimit-<dimension>-<field>
 			rest := n[len("anthropic-ratelimit-"):]
 			i := strings.LastIndexByte(rest, '-')
@@ -114,24 +97,12 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			setField(anthropicDim(&t, rest[:i]), rest[i+1:], v, now, ref)
 		}
 	}
-	if anthropic {
-		// Anthropic documents its token counts remaining as rounded to the nearest
-		// thousand; a count that is a multiple of one is taken as rounded.
-		for _, r := range []*RateLimit{&t.Tokens, &t.InputTokens, &t.OutputTokens} {
-			if r.HasRemaining && r.Remaining%anthropicRound == 0 {
-				r.rounded = anthropicRound
-			}
-		}
-	}
 	t.RetryAt = retryMS
 	if t.RetryAt.IsZero() {
 		t.RetryAt = retry
 	}
 	return t
 }
-
-// anthropicRound is the rounding of Anthropic's token counts remaining.
-const anthropicRound = 1000
 
 // later is the later of two times, either of which may be zero.
 func later(a, b time.Time) time.Time {
@@ -316,59 +287,4 @@ func clampAt(at, now, ref time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return now.Add(d), true
-}
-
-// retryHint reads the wait a 429's message names when no header does: OpenAI's token
-// refusals say only "Please try again in 6.5s" (or 1.85s, 450ms, 1m2.5s, "20 seconds")
-// in the body. It returns the first such wait, or false; a hostile message never makes
-// it panic, and a wait beyond maxSeconds is ignored.
-func retryHint(msg string) (time.Duration, bool) {
-	const key = "try again in"
-	lower := strings.ToLower(msg)
-	for {
-		i := strings.Index(lower, key)
-		if i < 0 {
-			return 0, false
-		}
-		lower = lower[i+len(key):]
-		if d, ok := parseHintWait(strings.TrimLeft(lower, " \t")); ok {
-			return d, true
-		}
-	}
-}
-
-// parseHintWait reads the wait at the start of s: a Go-style duration (6.5s, 450ms,
-// 1m2.5s), or a number and a unit word (20 seconds, 500 ms, 3 sec).
-func parseHintWait(s string) (time.Duration, bool) {
-	end := 0
-	for end < len(s) && strings.IndexByte("0123456789.hmsµun", s[end]) >= 0 {
-		end++
-	}
-	tok := strings.TrimRight(s[:end], ".")
-	if tok == "" || tok[0] < '0' || tok[0] > '9' {
-		return 0, false
-	}
-	if d, err := time.ParseDuration(tok); err == nil {
-		if d < 0 || d > maxSeconds*time.Second {
-			return 0, false
-		}
-		return d, true
-	}
-	num := tok
-	rest := strings.TrimLeft(s[end:], " ")
-	unit := time.Second
-	switch {
-	case strings.HasPrefix(rest, "ms"), strings.HasPrefix(rest, "milli"):
-		unit = time.Millisecond
-	case strings.HasPrefix(rest, "s"):
-	case strings.HasPrefix(rest, "min"):
-		unit = time.Minute
-	default:
-		return 0, false
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f*float64(unit) > float64(maxSeconds*time.Second) {
-		return 0, false
-	}
-	return time.Duration(f * float64(unit)), true
 }

@@ -47,13 +47,6 @@ type lane struct {
 	// included, set once such a turn was refused with a 429 (a provider that charges
 	// the output at arrival).
 	upfront bool
-	// arrivalOut is the output the provider was seen to take at arrival for a turn
-	// without an output cap (its max output), from the last arrivals (learnArrival).
-	arrivalOut   float64
-	arrivals     [arrivalWindow]arrival
-	arrPos, arrN int
-
-	quiet silent // what the lane learns when its provider reports nothing (silent.go)
 
 	pausedUntil time.Time
 	br          breaker
@@ -83,10 +76,6 @@ func newLane(name string, cfg LaneConfig, c *Config) *lane {
 		outFrac:   0.25,
 		scouting:  cfg.Scout && cfg.TPM == 0 && cfg.RPM == 0,
 	}
-	// A request budget the provider reports per minute it may enforce per second, as
-	// OpenAI and Anthropic document: paced from the start (see bucket.paced). Token
-	// budgets are paced once a 429 showed it (learnShort).
-	l.requests.short = cfg.RPM == 0
 	byCounter := func(a, b *caller) bool {
 		if a.counter != b.counter {
 			return a.counter < b.counter
@@ -188,18 +177,4 @@ func (b *breaker) String() string {
 		return "half-open"
 	}
 	return "closed"
-}
-
-// learnShort learns from a 429 whose own headers say every bucket they report had room
-// for the refused turn (need tokens, one request): the provider enforces its budgets
-// over a window shorter than the minute they are stated in, so from now on the lane's
-// token budgets are paced over the short window too (see bucket.paced).
-func (l *lane) learnShort(tel Telemetry, need float64) {
-	room := func(rl RateLimit, n float64) bool { return !rl.HasRemaining || float64(rl.Remaining) >= n }
-	if !tel.Requests.HasRemaining && !tel.Tokens.HasRemaining && !tel.InputTokens.HasRemaining {
-		return // a silent 429 says nothing about which window refused it
-	}
-	if room(tel.Requests, 1) && room(tel.Tokens, need) && room(tel.InputTokens, need) {
-		l.requests.short, l.tokens.short, l.inTokens.short, l.outTokens.short = true, true, true, true
-	}
 }

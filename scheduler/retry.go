@@ -1,12 +1,9 @@
 package scheduler
 
 // What a failed attempt teaches. A 429 says the lane's budget is spent: the lane pauses
-// until the server's retry-after (or the wait its message names, "Please try again in
-// 6.5s", when no header does) or the spent bucket's reset, its safety margin rises,
+// until the server's retry-after or the spent bucket's reset, its safety margin rises,
 // a turn without an output cap learns that the provider charges its output up front,
-// a 429 whose own headers show room in every budget teaches that the provider enforces
-// them over a short window (learnShort), one with no headers at all teaches a silent
-// lane its budget (silent.go), and the turn goes back to its queue at its rank. A 5xx or a network error says the
+// and the turn goes back to its queue at its rank. A 5xx or a network error says the
 // lane may be unwell: the turn waits out a jittered backoff and the failure counts
 // towards the lane's circuit breaker.
 
@@ -47,7 +44,6 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	t, home := j.serving, j.home
 	home.charge(j.Caller, -j.charged)
 	t.st.RateLimited++
-	t.learnShort(tel, j.charged)
 	t.est.raise(now)
 	if j.EstOutput == 0 {
 		// Admitted on its prompt and still refused: this provider wants the
@@ -57,16 +53,12 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	if j.probe {
 		t.br.probing = false
 	}
-	taught := t.silentRefused(j, tel, now)
 	until := c.retryAt(t, tel, now)
 	if until.After(t.pausedUntil) {
 		t.pausedUntil = until
 	}
 	j.rateFails++
-	if taught {
-		j.lessons++
-	}
-	if j.rateFails-j.lessons > c.cfg.MaxRateRetries {
+	if j.rateFails > c.cfg.MaxRateRetries {
 		c.refuse(j, ReasonRetriesExhausted, now)
 		return
 	}

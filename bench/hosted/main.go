@@ -39,9 +39,7 @@
 // says how busy); the same measurement runs on a virtual clock in a testing/synctest
 // bubble, deterministic and independent of the load, with
 //
-//	go test ./bench/hosted -run TestModelsTable -v [-args -model all -seeds 10 -direct]
-//
-// which fails when luft misses a target in a cell not listed as missed yet.
+//	go test ./bench/hosted -run TestModelsTable -v [-args -model all -seeds 3]
 package main
 
 import (
