@@ -191,6 +191,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	// Signals stay handled until the very end, after the store is closed: a second
 	// Ctrl-C while it closes still exits 130 rather than killing the process.
 	sig := &runSignals{}
+	sig.listen(e)
 	defer sig.end()
 	if ctx == nil {
 		ctx = context.Background()
@@ -209,7 +210,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 	}
 	// While a daemon runs for the state dir, the run is hosted there: one scheduler for
 	// every run on the machine.
-	if routed, err := daemonRun(ctx, e, g, f, args, resumeRef); routed {
+	if routed, err := daemonRun(ctx, e, g, f, args, resumeRef, sig.end); routed {
 		return err
 	}
 	lr, err := serveLocalRun(ctx, e, g, f, h)

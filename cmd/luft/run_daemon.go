@@ -15,7 +15,10 @@ import (
 // daemonRun hosts `luft run` in the state dir's daemon when one runs (routed is false
 // otherwise, and the run is hosted here). --detach prints the run's id and returns; an
 // attached run shows the live view and ends as a local run would, Ctrl-C cancelling it.
-func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args any, resumeRef string) (routed bool, err error) {
+//
+// release is called once the daemon answers: from then on the attached view handles the
+// signals itself.
+func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args any, resumeRef string, release func()) (routed bool, err error) {
 	// Planning, the planner's fixes, scripted mock replies and the event log file belong
 	// to the calling process: such runs stay here.
 	if f.task != "" || f.autoFix || f.mockFile != "" || f.logFile != "" || strings.EqualFold(e.getenv("LUFT_DAEMON"), "off") {
@@ -32,6 +35,7 @@ func daemonRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, args an
 		return false, nil
 	}
 	defer c.Close()
+	release()
 	var id string
 	if f.resume {
 		id, err = c.Resume(ctx, resumeRef, daemon.ResumeRequest{AllowChangedScript: f.allowChanged,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/cmd/luft/internal/tui"
@@ -205,15 +206,22 @@ func storedReport(ctx context.Context, e *env, g *globalFlags, f *runFlags, r *r
 }
 
 // runSignals handle Ctrl-C during a local run. First: stop admitting, cancel in-flight
-// calls, exit 3. Second: exit 130 now. They are handled until end, which runWorkflow
-// defers first so that it runs last, while the report and events are still written and
-// the store closes.
+// calls, exit 3. Second: exit 130 now. They are handled from the start of runWorkflow
+// (listen) until end, which runWorkflow defers first so that it runs last, while the
+// report and events are still written and the store closes. A signal that comes while
+// the run is still being set up (the store opening, the script pinned) waits for the
+// run and stops it as soon as it exists; a second one then exits 130 at once.
 type runSignals struct {
 	stop func()
+
+	mu      sync.Mutex
+	cur     *liveRun // nil until the run exists
+	pending int      // signals that came before it did
 }
 
-// handle starts handling the signals for the run cur shows.
-func (s *runSignals) handle(e *env, cur *liveRun) {
+// listen starts taking SIGINT and SIGTERM away from their default action (which kills
+// the process mid-write).
+func (s *runSignals) listen(e *env) {
 	sigs := make(chan os.Signal, 2)
 	stop := e.notify(sigs)
 	finished := make(chan struct{})
@@ -222,12 +230,10 @@ func (s *runSignals) handle(e *env, cur *liveRun) {
 		stop()
 	}
 	go func() {
-		n := 0
 		for {
 			select {
 			case <-sigs:
-				n++
-				cur.interrupt(n)
+				s.signalled(e)
 			case <-finished:
 				return
 			}
@@ -235,9 +241,37 @@ func (s *runSignals) handle(e *env, cur *liveRun) {
 	}()
 }
 
+func (s *runSignals) signalled(e *env) {
+	s.mu.Lock()
+	s.pending++
+	n, cur := s.pending, s.cur
+	s.mu.Unlock()
+	switch {
+	case cur != nil:
+		cur.interrupt(n)
+	case n >= 2:
+		e.exit(exitHard)
+	}
+}
+
+// handle hands the signals to the run cur shows, with any that came before it.
+func (s *runSignals) handle(e *env, cur *liveRun) {
+	if s.stop == nil {
+		s.listen(e)
+	}
+	s.mu.Lock()
+	s.cur = cur
+	n := s.pending
+	s.mu.Unlock()
+	if n > 0 {
+		cur.interrupt(1)
+	}
+}
+
 // end stops handling the signals.
 func (s *runSignals) end() {
 	if s.stop != nil {
 		s.stop()
+		s.stop = nil
 	}
 }

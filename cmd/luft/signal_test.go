@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -480,5 +481,75 @@ func TestSecondInterruptInProcess(t *testing.T) {
 	}
 	if n := len(exits); n != 0 {
 		t.Errorf("exit was called %d more times", n)
+	}
+}
+
+// A Ctrl-C that comes with the first line luft prints (the notice of the default backend),
+// while the run is still being set up, must find luft listening: it stops the run as soon
+// as it exists (exit 3, resumable). Before, the handler came only once the run had
+// started, and such a signal killed the process (exit 255 in caps-signal under load).
+func TestInterruptDuringSetup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	writeScripts(t, dir)
+
+	var (
+		mu        sync.Mutex
+		sigc      chan<- os.Signal
+		unhandled = make(chan struct{}, 1)
+		sent      = make(chan struct{}, 1)
+	)
+	stderr := &hookWriter{onLine: func(l string) {
+		if !strings.Contains(l, "no backend configured") {
+			return
+		}
+		mu.Lock()
+		c := sigc
+		mu.Unlock()
+		if c == nil {
+			unhandled <- struct{}{} // a real SIGTERM now would kill the process
+			return
+		}
+		c <- syscall.SIGTERM
+		sent <- struct{}{}
+	}}
+	e := &env{
+		stdout: io.Discard,
+		stderr: stderr,
+		getenv: func(k string) string {
+			if k == "LUFT_MOCK_FAIL" {
+				return "hang"
+			}
+			return ""
+		},
+		now: time.Now,
+		notify: func(c chan<- os.Signal) func() {
+			mu.Lock()
+			sigc = c
+			mu.Unlock()
+			return func() {}
+		},
+		exit: func(code int) { t.Errorf("exit(%d) after one signal", code) },
+	}
+	result := make(chan int, 1)
+	go func() {
+		result <- execute(e, []string{"run", "-w", filepath.Join(dir, "slow.lua"), "--no-tui", "--state-dir", filepath.Join(dir, "state")})
+	}()
+	select {
+	case <-unhandled:
+		t.Fatalf("luft printed its first line before it listened for signals\nstderr:\n%s", stderr.String())
+	case <-sent:
+	case code := <-result:
+		t.Fatalf("luft ended with %d before printing the backend notice\nstderr:\n%s", code, stderr.String())
+	case <-time.After(lineTimeout):
+		t.Fatalf("no backend notice\nstderr:\n%s", stderr.String())
+	}
+	select {
+	case code := <-result:
+		if code != exitResumable {
+			t.Errorf("a signal during setup ended the run with %d, want %d\nstderr:\n%s", code, exitResumable, stderr.String())
+		}
+	case <-time.After(exitTimeout):
+		t.Fatalf("the run did not stop after a signal during its setup\nstderr:\n%s", stderr.String())
 	}
 }
