@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"runtime"
-	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -148,40 +146,8 @@ func (s *sqlStore) migratePG(ctx context.Context) error {
 }
 
 func checkSchemaPG(ctx context.Context, tx *sql.Tx) error {
-	tables := make([]string, 0, len(schemaColumns)+1)
-	for t := range schemaColumns {
-		tables = append(tables, t)
-	}
-	tables = append(tables, "approvals")
-	sort.Strings(tables)
-	for _, t := range tables {
-		rows, err := tx.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
-			WHERE table_schema = current_schema() AND table_name = $1`, t)
-		if err != nil {
-			return err
-		}
-		var have []string
-		for rows.Next() {
-			var n string
-			if err := rows.Scan(&n); err != nil {
-				rows.Close()
-				return err
-			}
-			have = append(have, n)
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if len(have) == 0 {
-			return fmt.Errorf("schema is broken: table %s is missing", t)
-		}
-		for _, c := range schemaColumns[t] {
-			if !slices.Contains(have, c) {
-				return fmt.Errorf("schema is broken: table %s has no column %s", t, c)
-			}
-		}
-	}
-	return nil
+	return checkColumns(ctx, tx, `SELECT column_name FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = $1`, "approvals")
 }
 
 var _ Store = (*Postgres)(nil)

@@ -390,13 +390,21 @@ var schemaColumns = map[string][]string{
 }
 
 func checkSchema(ctx context.Context, tx *sql.Tx) error {
-	tables := make([]string, 0, len(schemaColumns))
+	return checkColumns(ctx, tx, `SELECT name FROM pragma_table_info(?)`)
+}
+
+// checkColumns makes sure every table of schemaColumns (and the extra tables, which only
+// have to exist) has the columns luft needs; columnsOf lists a table's column names,
+// the table as its one parameter. Both stores check with it.
+func checkColumns(ctx context.Context, tx *sql.Tx, columnsOf string, extra ...string) error {
+	tables := make([]string, 0, len(schemaColumns)+len(extra))
 	for t := range schemaColumns {
 		tables = append(tables, t)
 	}
+	tables = append(tables, extra...)
 	sort.Strings(tables)
 	for _, t := range tables {
-		rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, t)
+		rows, err := tx.QueryContext(ctx, columnsOf, t)
 		if err != nil {
 			return err
 		}
