@@ -24,6 +24,10 @@ const IDFile = "node.id"
 const (
 	DefaultHeartbeat = time.Second
 	DefaultLease     = 10 * time.Second
+	// MinHeartbeat is the shortest renewal interval a Keeper takes: a lease shorter than
+	// three of them is refused (a ticker needs a positive interval, and the store could
+	// not keep up anyway).
+	MinHeartbeat = time.Millisecond
 )
 
 var validPart = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -133,6 +137,10 @@ func NewKeeper(o Options) (*Keeper, error) {
 		o.Every = DefaultHeartbeat
 	}
 	o.Every = min(o.Every, o.Lease/3)
+	if o.Every < MinHeartbeat {
+		return nil, fmt.Errorf("node: a lease of %s leaves a renewal every %s, less than %s: set [node] lease to at least %s",
+			o.Lease, o.Every, MinHeartbeat, 3*MinHeartbeat)
+	}
 	if o.Margin <= 0 {
 		o.Margin = max(o.Lease/5, o.Every)
 	}

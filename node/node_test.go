@@ -73,6 +73,13 @@ func TestKeeperSelfFenceAndLoss(t *testing.T) {
 	if _, err := NewKeeper(Options{Store: st, Node: storage.Node{ID: "n"}, Lease: time.Second, Margin: 2 * time.Second}); err == nil {
 		t.Fatal("a margin longer than the lease was taken")
 	}
+	// [node] lease = "1ns": the renewal interval would be 0, which panicked the daemon's
+	// ticker. It is refused with the fix named instead.
+	for _, lease := range []time.Duration{1, time.Microsecond, 2 * time.Millisecond} {
+		if _, err := NewKeeper(Options{Store: st, Node: storage.Node{ID: "n"}, Lease: lease}); err == nil || !strings.Contains(err.Error(), "set [node] lease to at least") {
+			t.Errorf("lease %s: %v, want a refusal naming the fix", lease, err)
+		}
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
