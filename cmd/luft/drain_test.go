@@ -40,7 +40,18 @@ func TestBlockedOutputDoesNotHoldUpExit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			release := make(chan struct{})
-			t.Cleanup(func() { close(release) })
+			done := make(chan struct{})
+			// The fake exit of the second signal does not end execute: it goes on writing
+			// into the state dir once its output is released. Wait for it, or the test's
+			// TempDir is removed under its feet.
+			t.Cleanup(func() {
+				close(release)
+				select {
+				case <-done:
+				case <-time.After(exitTimeout):
+					t.Errorf("luft still ran %s after its output was released", exitTimeout)
+				}
+			})
 			var stdout, stderr io.Writer = io.Discard, io.Discard
 			if tc.blocked == "stdout" {
 				stdout = blockedWriter{release}
@@ -64,7 +75,7 @@ func TestBlockedOutputDoesNotHoldUpExit(t *testing.T) {
 			// --backend mock: no notice on stderr before the run starts.
 			args := []string{"--state-dir", filepath.Join(dir, tc.name), "run", "-w", flood, "--backend", "mock", tc.flag}
 			result := make(chan int, 1)
-			go func() { result <- execute(e, args) }()
+			go func() { defer close(done); result <- execute(e, args) }()
 			select {
 			case <-notified:
 			case <-time.After(exitTimeout):
