@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/luft-run/luft/internal/testkit"
 	"github.com/luft-run/luft/storage"
@@ -337,4 +339,36 @@ func TestPlannedReviewReadsFiles(t *testing.T) {
 			t.Errorf("report:\n%s", out)
 		}
 	})
+}
+
+// A Ctrl-C while a task in words is being planned stops the planning at once, before
+// the planner's model answers: exit 3 with the reason, and no run is recorded.
+func TestInterruptWhilePlanning(t *testing.T) {
+	t.Parallel()
+	engine, _, url := startEngine(t, testkit.Config{Slots: 4, PrefillOverhead: time.Hour})
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"luft.toml": localBackend(url, "fake-1", "")})
+	state := filepath.Join(dir, "state")
+	p := startLuftIn(t, dir, nil, "--state-dir", state, "run", "--no-tui", "count what is in this folder", "--planner-model", "planner-1")
+	p.waitStderr("luft: planning with local/planner-1")
+	p.signal(os.Interrupt)
+	if code := p.exitCode(); code != exitResumable {
+		t.Fatalf("exit %d after one Ctrl-C while planning, want %d\nstderr:\n%s", code, exitResumable, p.err.text())
+	}
+	if errOut := p.err.text(); !strings.Contains(errOut, "interrupted while planning: no run was started or recorded (run the task again)") {
+		t.Errorf("stderr does not say planning was interrupted:\n%s", errOut)
+	}
+	st, err := storage.Open(context.Background(), state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if runs, err := st.ListRuns(context.Background(), storage.ListOptions{Limit: 5}); err != nil || len(runs) != 0 {
+		t.Errorf("runs after an interrupted plan: %v (%v), want none", runs, err)
+	}
+	for _, r := range engine.Log() {
+		if r.Model == "fake-1" {
+			t.Errorf("an agent request reached the engine after the plan was interrupted: %+v", r)
+		}
+	}
 }

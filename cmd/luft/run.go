@@ -218,7 +218,7 @@ func runWorkflow(ctx context.Context, e *env, g *globalFlags, f *runFlags, resum
 		return err
 	}
 	defer lr.close()
-	run, err := lr.start(ctx, e, g, f, args, resumeRef)
+	run, err := lr.start(ctx, e, g, f, args, resumeRef, sig)
 	if err != nil {
 		return err
 	}

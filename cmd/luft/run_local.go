@@ -69,7 +69,7 @@ func (lr *localRun) close() {
 
 // start resumes the run, or starts it from the workflow file or from the plan of a task
 // in words.
-func (lr *localRun) start(ctx context.Context, e *env, g *globalFlags, f *runFlags, args any, resumeRef string) (*runtime.Run, error) {
+func (lr *localRun) start(ctx context.Context, e *env, g *globalFlags, f *runFlags, args any, resumeRef string, sig *runSignals) (*runtime.Run, error) {
 	svc := lr.h.Service
 	if f.task != "" || f.autoFix {
 		pl, err := newPlanner(svc, lr.h.Registry, lr.h.Config(), f)
@@ -83,7 +83,14 @@ func (lr *localRun) start(ctx context.Context, e *env, g *globalFlags, f *runFla
 	}
 	if f.task != "" {
 		runsOn, _ := lr.h.Registry.Get(f.backend) // checked by openRunBackends
-		plan, err := planTask(ctx, e, f, lr.pl, runsOn.ID())
+		pctx, planned := sig.whilePlanning(ctx)
+		plan, err := planTask(pctx, e, f, lr.pl, runsOn.ID())
+		interrupted := pctx.Err() != nil && ctx.Err() == nil
+		planned()
+		if err != nil && interrupted {
+			// Nothing ran and nothing was recorded: there is no run to resume.
+			return nil, &exitError{code: exitResumable, err: errors.New("interrupted while planning: no run was started or recorded (run the task again)")}
+		}
 		if err != nil {
 			return nil, failedPlan(ctx, e, g, f, svc, lr.pl, err)
 		}
@@ -210,13 +217,35 @@ func storedReport(ctx context.Context, e *env, g *globalFlags, f *runFlags, r *r
 // (listen) until end, which runWorkflow defers first so that it runs last, while the
 // report and events are still written and the store closes. A signal that comes while
 // the run is still being set up (the store opening, the script pinned) waits for the
-// run and stops it as soon as it exists; a second one then exits 130 at once.
+// run and stops it as soon as it exists; a second one then exits 130 at once. A signal
+// while a task in words is being planned stops the planning (exit 3, no run recorded).
 type runSignals struct {
 	stop func()
 
 	mu      sync.Mutex
 	cur     *liveRun // nil until the run exists
 	pending int      // signals that came before it did
+	// planning cancels the planning of a task in words, which a first signal stops at
+	// once: there is no run yet to stop.
+	planning context.CancelFunc
+}
+
+// whilePlanning returns a context that the first signal cancels until planned is
+// called, for planning a task in words.
+func (s *runSignals) whilePlanning(ctx context.Context) (_ context.Context, planned func()) {
+	pctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	if s.pending > 0 {
+		cancel()
+	}
+	s.planning = cancel
+	s.mu.Unlock()
+	return pctx, func() {
+		s.mu.Lock()
+		s.planning = nil
+		s.mu.Unlock()
+		cancel()
+	}
 }
 
 // listen starts taking SIGINT and SIGTERM away from their default action (which kills
@@ -244,13 +273,15 @@ func (s *runSignals) listen(e *env) {
 func (s *runSignals) signalled(e *env) {
 	s.mu.Lock()
 	s.pending++
-	n, cur := s.pending, s.cur
+	n, cur, planning := s.pending, s.cur, s.planning
 	s.mu.Unlock()
 	switch {
 	case cur != nil:
 		cur.interrupt(n)
 	case n >= 2:
 		e.exit(exitHard)
+	case planning != nil:
+		planning()
 	}
 }
 
