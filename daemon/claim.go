@@ -71,6 +71,9 @@ func (d *Daemon) claimLoop(ctx context.Context) {
 			if ctx.Err() != nil || d.stopping.Load() {
 				break
 			}
+			if r.Status == storage.StatusSuspended && d.wakesItself(r.ID) {
+				continue // its own timer resumes it here; a second resume would only lose the claim
+			}
 			sem <- struct{}{}
 			wg.Add(1)
 			go func() {
@@ -80,6 +83,13 @@ func (d *Daemon) claimLoop(ctx context.Context) {
 		}
 		wg.Wait()
 	}
+}
+
+// wakesItself reports whether this daemon holds a wake-up timer for run id.
+func (d *Daemon) wakesItself(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.timers[id] != nil
 }
 
 // claimReason says why a run is taken over, for the log.

@@ -686,6 +686,11 @@ end`})
 	if code != 0 || !strings.Contains(out, `"steps": 8`) {
 		t.Errorf("attach the woken run: exit %d\n%s", code, out)
 	}
+	// Woken once, by its timer: the claim loop leaves alone a run this daemon wakes itself.
+	if b, _ := os.ReadFile(filepath.Join(dt.state, daemon.LogFile)); strings.Count(string(b), "run "+id+": resumed") != 1 ||
+		strings.Contains(string(b), "run "+id+": not resumed") {
+		t.Errorf("the run was not resumed exactly once:\n%s", b)
+	}
 	// SIGTERM does what stop does.
 	id2, _, _ := dt.luft("run", "--detach", "-w", "wf.lua")
 	id2 = strings.TrimSpace(id2)
