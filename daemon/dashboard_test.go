@@ -42,6 +42,15 @@ func (g *gate) Run(ctx context.Context, req agent.Request, call adapters.Call) (
 	}
 }
 
+// dashNode is the node the dashboard's daemon is: it holds its runs under a lease that
+// lasts (a node's lease renewal is package node's, tested there).
+const dashNode = "dash-host-0a1b2c3d"
+
+type lastingLease struct{}
+
+func (lastingLease) Until() time.Time { return time.Now().Add(time.Hour) }
+func (lastingLease) Valid() bool      { return true }
+
 // serveDashboard runs a daemon on loopback HTTP with the mock and gate backends.
 func serveDashboard(t *testing.T) (addr string, d *Daemon, g *gate) {
 	t.Helper()
@@ -61,7 +70,7 @@ func serveDashboardWith(t *testing.T, ask bool, extra ...adapters.Backend) (addr
 	mock := adapters.NewMock(adapters.MockConfig{})
 	g = &gate{mock: mock, release: make(chan struct{})}
 	svc, err := runtime.New(runtime.Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("mock", append([]adapters.Backend{mock, g}, extra...)...),
-		AskApprovals: ask})
+		AskApprovals: ask, Node: dashNode, Lease: lastingLease{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +184,12 @@ end`)
 	if text := eval(ctx, t, `document.querySelector('#runs-body').textContent`); strings.Count(text, "completed") != 2 || !strings.Contains(text, "running") {
 		t.Errorf("runs list:\n%s", text)
 	}
+	// Each run's owner node has its column: the head names it, and every row's cell of it
+	// holds the node that drove the run.
+	if cols := eval(ctx, t, `[...document.querySelector('#runs-body').closest('table').querySelectorAll('thead th')].map((h) => h.textContent).join(',') + ' / ' +
+		[...document.querySelectorAll('#runs-body td.node')].map((c) => c.textContent).join(',')`); cols != "run,status,workflow,agents,tokens,cost,node,started / "+dashNode+","+dashNode+","+dashNode {
+		t.Errorf("runs list's node column: %q", cols)
+	}
 	if loc := eval(ctx, t, `location.href`); strings.Contains(loc, "t0ken") {
 		t.Errorf("the token stays in the address bar: %s", loc)
 	}
@@ -195,6 +210,10 @@ end`)
 		shoot("dashboard-report.png"),
 	); err != nil {
 		t.Fatalf("markdown report: %v", err)
+	}
+	// A finished run names the node it ran on last.
+	if by := eval(ctx, t, `document.querySelector('#run-node').hidden ? 'hidden' : document.querySelector('#run-node').textContent`); by != "last on node "+dashNode {
+		t.Errorf("a finished run's node line: %q, want %q", by, "last on node "+dashNode)
 	}
 	strong := eval(ctx, t, `document.querySelector('#report strong').textContent`)
 	raw := eval(ctx, t, `document.querySelector('#report').textContent`)
@@ -229,6 +248,10 @@ end`)
 		until(`document.querySelector('#phases-body').textContent.includes('wrapping up')`),
 	); err != nil {
 		t.Fatalf("live run: %v", err)
+	}
+	// A live run names its owner node.
+	if by := eval(ctx, t, `document.querySelector('#run-node').textContent`); by != "node "+dashNode {
+		t.Errorf("a live run's node line: %q, want %q", by, "node "+dashNode)
 	}
 	if phases := eval(ctx, t, `[...document.querySelectorAll('#phases-body tr')].map((r) => [...r.cells].map((c) => c.textContent).join(',')).join(' / ')`); phases != "gathering,running,2 agents,0,0 / wrapping up the end,not started,in plan,," {
 		t.Errorf("phases table: %q", phases)

@@ -42,6 +42,12 @@ function counts(a, sep = ", ") {
   return [`${a.ok} ok`, `${a.failed} failed`, `${a.cached} cached`].concat(a.cancelled ? [`${a.cancelled} cancelled`] : []).join(sep);
 }
 function when(ts) { return ts ? new Date(ts).toLocaleString() : ""; }
+// owner is the node that drives a run, or drove it last, as luft status names it: "N", or
+// "N, pid P" for a run its process holds rather than a lease (a CLI command's on SQLite).
+function owner(r) {
+  if (!r.node) return "";
+  return !r.lease_until && r.pid ? `${r.node}, pid ${r.pid}` : r.node;
+}
 
 // ---- runs list ----
 let cursor = "";
@@ -58,8 +64,9 @@ async function loadRuns(append) {
     cell("agents", counts(r.agents, " · ")) +
     cell("tokens", String(r.tokens)) +
     cell("cost", "$" + r.cost.toFixed(4)) +
+    cell("node", esc(owner(r)), "node") +
     cell("started", esc(when(r.created_at))) + "</tr>").join("");
-  $("runs-body").innerHTML = append ? $("runs-body").innerHTML + rows : rows || `<tr><td colspan="7" class="muted">no runs</td></tr>`;
+  $("runs-body").innerHTML = append ? $("runs-body").innerHTML + rows : rows || `<tr><td colspan="8" class="muted">no runs</td></tr>`;
   cursor = page.next_cursor || "";
   $("more").hidden = !cursor;
 }
@@ -207,6 +214,10 @@ async function refreshRun(id) {
   $("run-status").textContent = r.status;
   $("run-status").className = "status s-" + r.status;
   $("run-meta").textContent = `${r.workflow} · attempt ${r.attempt} · ${counts(r.agents)} · ${r.tokens} tokens · $${r.cost.toFixed(4)} · started ${when(r.created_at)}` + (r.error ? ` · ${r.error}` : "");
+  // The owner node: the one that drives it while it runs, else the one that drove it last.
+  const by = owner(r);
+  $("run-node").textContent = by ? (["running", "awaiting_approval", "idle"].includes(r.status) ? `node ${by}` : `last on node ${r.node}`) : "";
+  $("run-node").hidden = !by;
   $("cancel").hidden = !["running", "awaiting_approval", "idle"].includes(r.status);
   renderApprovals(r.pending_approvals || []);
   phases = r.phases;
