@@ -198,6 +198,9 @@ func (k *Keeper) Renew(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, k.opts.Lease-k.opts.Margin)
 	defer cancel()
 	lost, err := k.opts.Store.Heartbeat(rctx, n, start.Add(k.opts.Lease), held)
+	if err != nil && ctx.Err() != nil {
+		return err // the keeper is being stopped: not a failure to renew
+	}
 	k.mu.Lock()
 	was := k.failing
 	k.failing = err != nil

@@ -95,6 +95,10 @@ var (
 	reSpaces   = regexp.MustCompile(` {2,}`)
 	rePID      = regexp.MustCompile(`"pid": \d+`)
 	reNode     = regexp.MustCompile(`"node": "[^"]*"`) // each session's state dir is its own node
+	// On PostgreSQL a CLI run is its node's under a lease (on SQLite its process's): its
+	// JSON has lease_until, and luft list the NODE column that leased runs bring.
+	reLease   = regexp.MustCompile(`(?m)^ *"lease_until": "TIME",\n`)
+	reCLINode = regexp.MustCompile(`(?m)^(RUN\d+ \S+ TIME \d+ \d+) \S+\.cli `)
 )
 
 // normal takes out what differs between any two sessions: the run ids, the work dir,
@@ -112,7 +116,10 @@ func (s *session) normal(text string, ids ...string) string {
 	text = strings.ReplaceAll(text, " ·  ·", " ·")
 	text = rePID.ReplaceAllString(text, `"pid": PID`)
 	text = reNode.ReplaceAllString(text, `"node": "NODE"`)
-	return reSpaces.ReplaceAllString(text, " ")
+	text = reLease.ReplaceAllString(text, "")
+	text = reSpaces.ReplaceAllString(text, " ")
+	text = strings.ReplaceAll(text, "RUN STATUS STARTED AGENTS TOKENS NODE WORKFLOW", "RUN STATUS STARTED AGENTS TOKENS WORKFLOW")
+	return reCLINode.ReplaceAllString(text, "$1 ")
 }
 
 // transcript runs a workflow, looks at it with list, status and logs, then runs it again,

@@ -320,8 +320,9 @@ func (r *renderer) finish(res runtime.Result) error {
 		}
 	}
 	if err := errorExit(res); err != nil {
-		if r.mode == modeQuiet || r.mode == modeJSON {
-			// Errors are still shown in quiet and JSON modes.
+		if r.mode == modeQuiet || r.mode == modeJSON || ownershipLost(res) {
+			// Errors are still shown in quiet and JSON modes; a lost run's fate in every
+			// mode (the summary only says it stopped).
 			fmt.Fprintf(r.e.stderr, "luft: %s\n", r.e.errText(statusMessage(res, r.g.stateDir)))
 		}
 		return err
@@ -355,6 +356,9 @@ func statusMessage(res runtime.Result, stateDir string) string {
 		return fmt.Sprintf("run %s cancelled%s", res.RunID, resume)
 	case runtime.StatusSuspended:
 		return fmt.Sprintf("run %s suspended: %v%s", res.RunID, res.Err, resume)
+	}
+	if ownershipLost(res) {
+		return lostMessage(res)
 	}
 	switch lua.ErrorKindOf(res.Err) {
 	case lua.KindSyntax, lua.KindInvalid:

@@ -18,6 +18,7 @@ import (
 	"github.com/luft-run/luft/lua"
 	"github.com/luft-run/luft/lua/luaval"
 	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
 	"github.com/spf13/cobra"
 )
 
@@ -311,6 +312,19 @@ func checkLevel(s string) error {
 	return nil
 }
 
+// ownershipLost reports whether the run stopped here because it is no longer this
+// process's: another node claimed it (this process was paused, or cut off from the
+// database, past its lease), or this process's lease may have lapsed.
+func ownershipLost(res runtime.Result) bool {
+	return errors.Is(res.Err, storage.ErrOwnershipLost) || errors.Is(res.Err, runtime.ErrLeaseLapsed)
+}
+
+// lostMessage says what became of a run whose ownership this process lost.
+func lostMessage(res runtime.Result) string {
+	return fmt.Sprintf("run %s: ownership lost, stopped here: %v; a daemon on the same database takes it over and goes on with it "+
+		"with no finished call redone (luft status %s names its node), or resume it with luft run --resume %s", res.RunID, res.Err, short(res.RunID), short(res.RunID))
+}
+
 // errorExit maps a finished run to its exit error.
 func errorExit(res runtime.Result) error {
 	switch res.Status {
@@ -318,6 +332,10 @@ func errorExit(res runtime.Result) error {
 		return nil
 	case runtime.StatusCancelled, runtime.StatusSuspended:
 		return &exitError{code: exitResumable, err: fmt.Errorf("run %s %s: %v", res.RunID, res.Status, res.Err), quiet: true}
+	}
+	if ownershipLost(res) {
+		// Not a failure: the run goes on, on whichever node claimed it.
+		return &exitError{code: exitResumable, err: errors.New(lostMessage(res)), quiet: true}
 	}
 	code := exitFailed
 	switch lua.ErrorKindOf(res.Err) {

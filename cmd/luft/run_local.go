@@ -31,6 +31,10 @@ type localRun struct {
 	askable bool
 	pl      *planner.Planner
 	plan    *planner.Plan // the plan of a task in words; nil for a workflow file
+	// nd is this process as a node of a PostgreSQL store, holding its run under a lease
+	// (nil on SQLite, where the run is held by this process); stopLease stops its renewal.
+	nd        *daemonNode
+	stopLease func()
 }
 
 // serveLocalRun is the second step of the run's host: the --log file, the store and the
@@ -45,20 +49,57 @@ func serveLocalRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, h *
 		lr.close()
 		return nil, err
 	}
-	// The run's owner is this state dir's node with this pid (an unreadable node.id leaves
-	// it held by pid alone).
-	nodeID, _ := node.ID(stateDir(e, g))
-	if err := h.Serve(lr.store, host.ServeOptions{Slots: f.maxConcurrency, SlotsGiven: f.slotsFromFlag,
-		Now: e.now, Caller: "cli", AskApprovals: lr.askable, Node: nodeID}); err != nil {
+	o := host.ServeOptions{Slots: f.maxConcurrency, SlotsGiven: f.slotsFromFlag,
+		Now: e.now, Caller: "cli", AskApprovals: lr.askable}
+	url, err := storageURL(e, g)
+	if err != nil {
 		lr.close()
 		return nil, err
+	}
+	if url == "" {
+		// On SQLite the run's owner is this state dir's node with this pid: a daemon of
+		// this state dir takes it over once this process is gone (an unreadable node.id
+		// leaves it held by pid alone).
+		o.Node, _ = node.ID(stateDir(e, g))
+	} else {
+		// On PostgreSQL this process is a node of its own, "<state dir's node>.cli",
+		// that holds the run under a lease renewed on its own connection, as a daemon
+		// does: any daemon of the database, on any host, takes the run over once this
+		// process dies or stops renewing, and this process then stops it at once.
+		id, err := node.ID(stateDir(e, g))
+		if err != nil {
+			lr.close()
+			return nil, err
+		}
+		if lr.nd, err = newNodeAs(ctx, e, g, id+cliNodeSuffix, func(format string, args ...any) {
+			fmt.Fprintf(e.stderr, "luft: "+format+"\n", args...)
+		}); err != nil {
+			lr.close()
+			return nil, err
+		}
+		o.Node, o.Lease, o.Logf = lr.nd.keeper.ID(), lr.nd.keeper, lr.nd.logf
+	}
+	if err := h.Serve(lr.store, o); err != nil {
+		lr.close()
+		return nil, err
+	}
+	if lr.nd != nil {
+		lr.nd.svc.Store(h.Service)
+		lr.stopLease = lr.nd.renew()
 	}
 	return lr, nil
 }
 
-// close closes the store, then the --log file (which the mirror closes once the run ends;
-// this covers an early return).
+// close stops the lease's renewal (the run's end is stored by then) and closes the
+// stores, then the --log file (which the mirror closes once the run ends; this covers an
+// early return).
 func (lr *localRun) close() {
+	if lr.stopLease != nil {
+		lr.stopLease()
+	}
+	if lr.nd != nil {
+		lr.nd.Close()
+	}
 	if lr.store != nil {
 		lr.store.Close()
 	}
