@@ -176,19 +176,22 @@ func TestPostgresAnswersAsSQLite(t *testing.T) {
 	t.Logf("transcript:\n%s", got)
 }
 
-// lineDiff shows the first lines where two texts differ, with both texts.
-func lineDiff(want, got string) string {
+// lineDiff shows the first lines where SQLite's and PostgreSQL's texts differ, with both.
+func lineDiff(want, got string) string { return labelledDiff("sqlite", "postgres", want, got) }
+
+// labelledDiff shows the first lines where two texts, from a and from b, differ, with both.
+func labelledDiff(la, lb, want, got string) string {
 	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
 	for i := 0; i < max(len(w), len(g)); i++ {
-		var a, b string
+		var wa, gb string
 		if i < len(w) {
-			a = w[i]
+			wa = w[i]
 		}
 		if i < len(g) {
-			b = g[i]
+			gb = g[i]
 		}
-		if a != b {
-			return fmt.Sprintf("line %d:\n  sqlite:   %q\n  postgres: %q\n--- sqlite:\n%s\n--- postgres:\n%s", i+1, a, b, want, got)
+		if wa != gb {
+			return fmt.Sprintf("line %d:\n  %s: %q\n  %s: %q\n--- %s:\n%s\n--- %s:\n%s", i+1, la, wa, lb, gb, la, want, lb, got)
 		}
 	}
 	return ""

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/runtime"
+	"github.com/luft-run/luft/storage"
+)
+
+// noteScript asks for a write_file, destructive under approval = "ask": the run waits for
+// an answer, and reports what became of it.
+const noteScript = `function main()
+  local r = agent{prompt = "keep a note", tools = {"write_file"}}
+  report({ok = r.ok, output = r.output})
+end`
+
+// doneScript completes at once on the mock.
+const doneScript = `function main()
+  local r = agent{backend = "mock", prompt = "one"}
+  report({markdown = "# Done\n\n" .. r.output})
+end`
+
+// What legitimately differs between the answers of two nodes about the same runs, and
+// is taken out before they are compared:
+//   - lease_until (the JSON of a live run): the owner renews it every heartbeat, so two
+//     reads a moment apart differ whichever node answers;
+//   - the elapsed time of a live run in luft status's board, which moves with the clock;
+//   - hosted (the daemon API only): whether the daemon that answers is the one that
+//     drives the run, which is what it says (checked to be true on the owner alone).
+var (
+	reLeaseUntil = regexp.MustCompile(`(?m)^ *"lease_until": "[^"]*",\n`)
+	reElapsed    = regexp.MustCompile(`\b\d+(\.\d+)?(ms|s|m)\b`)
+)
+
+func sameAnswers(text string) string {
+	return reElapsed.ReplaceAllString(reLeaseUntil.ReplaceAllString(text, ""), "D")
+}
+
+// TestNodesGiveTheSameAnswers: three real daemons on one PostgreSQL, each owning runs
+// (completed ones, and live ones waiting for an approval). luft list, status, logs (plain
+// and --json) give the same answers on each node's state dir and on a state dir with no
+// daemon at all; so does each daemon's API (list, run, events). A cancel or an approval
+// given on a node that does not own the run answers the same on every node and takes the
+// same effect: the owner ends the run cancelled, or runs the approved call and completes.
+func TestNodesGiveTheSameAnswers(t *testing.T) {
+	_, _, engineURL := startEngine(t, testkit.Config{ToolRules: []testkit.ToolRule{
+		{Match: "keep a note", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"note.txt","content":"hello"}`}}, Reply: "noted"},
+	}})
+	const n = 3
+	c := newNodeCluster(t, n+1, nodeLease) // the last state dir has no daemon: the plain CLI
+	for _, dt := range c.nodes {
+		dt.env = append(dt.env, "OPENAI_API_KEY=k")
+		ws := filepath.Join(dt.dir, "ws")
+		writeFiles(t, dt.dir, map[string]string{"ws/.keep": "", "note.lua": noteScript, "done.lua": doneScript,
+			"luft.toml": localBackend(engineURL, "fake-1", fmt.Sprintf("[tools]\nworkspace = %q\napproval = \"ask\"\n[node]\nlease = %q\nheartbeat = \"200ms\"\n", ws, nodeLease))})
+	}
+	for i := range n {
+		c.nodes[i].start()
+	}
+	detach := func(i int, wf string) string {
+		t.Helper()
+		out, errOut, code := c.nodes[i].luft("run", "--detach", "-w", wf)
+		id := strings.TrimSpace(out)
+		if code != 0 || len(id) != 36 {
+			t.Fatalf("run --detach -w %s on node %d: exit %d %q\n%s", wf, i, code, out, errOut)
+		}
+		return id
+	}
+	// Each node owns a completed run and two runs waiting for an approval (one to be
+	// approved, one to be cancelled, each from another node).
+	var all []string
+	done, toApprove, toCancel := make([]string, n), make([]string, n), make([]string, n)
+	for i := range n {
+		done[i], toApprove[i], toCancel[i] = detach(i, "done.lua"), detach(i, "note.lua"), detach(i, "note.lua")
+		all = append(all, done[i], toApprove[i], toCancel[i])
+	}
+	for i := range n {
+		waitFor(t, 30*time.Second, "run "+done[i]+" to complete", func() bool { return c.run(done[i]).Status == storage.StatusCompleted })
+		for _, id := range []string{toApprove[i], toCancel[i]} {
+			waitFor(t, 30*time.Second, "run "+id+" to wait for its approval", func() bool {
+				ap, _ := c.st.Approvals(context.Background(), storage.ApprovalFilter{RunID: id})
+				return len(ap) == 1
+			})
+			if r := c.run(id); r.Node != c.id(i) {
+				t.Fatalf("run %s: owner %s, want node %d's %s", id, r.Node, i, c.id(i))
+			}
+		}
+	}
+
+	// The CLI on each node's state dir, and on one with no daemon (LUFT_HOME, so a resume
+	// hint carries no --state-dir).
+	cli := func(j int, args ...string) string {
+		t.Helper()
+		out, errOut, code := luftIn(t, c.nodes[j].dir, append(c.nodes[j].env, "LUFT_HOME="+c.nodes[j].state), args...)
+		return fmt.Sprintf("$ luft %s\n%s%s[exit %d]\n", strings.Join(args, " "), out, errOut, code)
+	}
+	views := []string{"node 0", "node 1", "node 2", "no daemon"}
+	commands := [][]string{{"list"}, {"list", "--json"}, {"list", "--status", "awaiting_approval"}}
+	for _, id := range all {
+		commands = append(commands, []string{"status", id}, []string{"status", "--json", id[:13]}, []string{"logs", id}, []string{"logs", "--json", id})
+	}
+	for _, args := range commands {
+		var first string
+		for j := range views {
+			got := sameAnswers(cli(j, args...))
+			if j == 0 {
+				first = got
+				if !strings.Contains(got, "[exit 0]") {
+					t.Errorf("on %s:\n%s", views[j], got)
+				}
+				continue
+			}
+			if got != first {
+				t.Errorf("luft %s answers differently on %s than on %s:\n%s", strings.Join(args, " "), views[j], views[0], labelledDiff(views[0], views[j], first, got))
+			}
+		}
+	}
+	// The owner is named the same everywhere: in list, and in status while it runs.
+	if out := cli(3, "status", toApprove[1]); !regexp.MustCompile(`(?m)^node +` + regexp.QuoteMeta(c.id(1)) + `$`).MatchString(out) {
+		t.Errorf("status does not name the owner %s:\n%s", c.id(1), out)
+	}
+	if out := cli(3, "list"); !strings.Contains(out, "NODE") || strings.Count(out, c.id(2)) != 3 {
+		t.Errorf("list does not name each run's owner:\n%s", out)
+	}
+
+	// Each daemon's API: the same list, runs and events.
+	clients := make([]*daemon.Client, n)
+	for j := range n {
+		cl, err := daemon.Dial(t.Context(), c.nodes[j].state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		clients[j] = cl
+	}
+	paths := []string{"/api/runs?limit=100"}
+	for _, id := range all {
+		paths = append(paths, "/api/runs/"+id, "/api/runs/"+id+"/events")
+	}
+	for _, path := range paths {
+		var first string
+		for j := range n {
+			got := apiAnswer(t, clients[j], path, c.id(j))
+			if j == 0 {
+				first = got
+				continue
+			}
+			if got != first {
+				t.Errorf("GET %s answers differently on node %d than on node 0:\n%s", path, j, labelledDiff("node 0", fmt.Sprintf("node %d", j), first, got))
+			}
+		}
+	}
+
+	// Cancels and approvals, each given on the next node: the same answer on each.
+	answers := map[string][]string{}
+	for i := range n {
+		j := (i + 1) % n
+		a := strings.ReplaceAll(cli(j, "cancel", toCancel[i]), toCancel[i], "RUN")
+		answers["cancel"] = append(answers["cancel"], a)
+		ap, err := c.st.Approvals(context.Background(), storage.ApprovalFilter{RunID: toApprove[i]})
+		if err != nil || len(ap) != 1 {
+			t.Fatalf("approvals of %s: %v %v", toApprove[i], ap, err)
+		}
+		a = strings.ReplaceAll(strings.ReplaceAll(cli(j, "approve", toApprove[i], "--allow"), toApprove[i], "RUN"), ap[0].ID, "APPROVAL")
+		answers["approve"] = append(answers["approve"], a)
+	}
+	for what, got := range answers {
+		for j := 1; j < len(got); j++ {
+			if got[j] != got[0] {
+				t.Errorf("luft %s answers differently from node %d than from node 1:\n%s", what, (j+1)%n, labelledDiff("node 1", fmt.Sprintf("node %d", (j+1)%n), got[0], got[j]))
+			}
+		}
+		if !strings.Contains(got[0], "[exit 0]") {
+			t.Errorf("luft %s:\n%s", what, got[0])
+		}
+	}
+	// The effect is the same as on the owner: the owner itself ends each run.
+	for i := range n {
+		waitFor(t, 10*time.Second, "run "+toCancel[i]+" to end cancelled", func() bool { return c.run(toCancel[i]).Status == storage.StatusCancelled })
+		waitFor(t, 10*time.Second, "run "+toApprove[i]+" to complete", func() bool { return c.run(toApprove[i]).Status == storage.StatusCompleted })
+		for _, id := range []string{toCancel[i], toApprove[i]} {
+			if r := c.run(id); r.Node != c.id(i) || r.Attempt != 1 {
+				t.Errorf("run %s ended by node %s at attempt %d, want its owner %s at attempt 1", id, r.Node, r.Attempt, c.id(i))
+			}
+		}
+		if r := c.run(toApprove[i]); string(r.Report) != `{"ok":true,"output":"noted"}` {
+			t.Errorf("the approved run %s reports %s", toApprove[i], r.Report)
+		}
+		if b, err := os.ReadFile(filepath.Join(c.nodes[i].dir, "ws", "note.txt")); err != nil || string(b) != "hello" {
+			t.Errorf("the approved write_file of node %d's run: note.txt %q %v", i, b, err)
+		}
+	}
+	// And once it has ended, every node answers the same again.
+	for _, id := range append(append([]string{}, toCancel...), toApprove...) {
+		for _, args := range [][]string{{"status", "--json", id}, {"logs", id}} {
+			first := cli(0, args...)
+			for j := 1; j < len(views); j++ {
+				if got := cli(j, args...); got != first {
+					t.Errorf("luft %s answers differently on %s than on %s:\n%s", strings.Join(args, " "), views[j], views[0], labelledDiff(views[0], views[j], first, got))
+				}
+			}
+		}
+	}
+}
+
+// apiAnswer is the daemon's answer to GET path with what legitimately differs taken out
+// (see sameAnswers); hosted is checked to be true only on the node that owns the run.
+func apiAnswer(t *testing.T, cl *daemon.Client, path, self string) string {
+	t.Helper()
+	resp, err := cl.HTTP().Get("http://luft" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: HTTP %d %v\n%s", path, resp.StatusCode, err, b)
+	}
+	if strings.HasSuffix(path, "/events") {
+		return string(b)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("GET %s: %v\n%s", path, err, b)
+	}
+	runs := []any{v}
+	if list, ok := v["runs"].([]any); ok {
+		runs = list
+	}
+	for _, r := range runs {
+		m := r.(map[string]any)
+		live := runtime.Running(fmt.Sprint(m["status"]))
+		if hosted := m["hosted"] == true; hosted != (live && m["node"] == self) {
+			t.Errorf("GET %s on node %s: run %v (%v, node %v) hosted %v", path, self, m["id"], m["status"], m["node"], m["hosted"])
+		}
+		delete(m, "hosted")
+		delete(m, "lease_until")
+	}
+	out, _ := json.MarshalIndent(v, "", "  ")
+	return string(out)
+}
