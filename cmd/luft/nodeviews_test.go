@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/luft-run/luft/daemon"
+	"github.com/luft-run/luft/internal/pgtest"
 	"github.com/luft-run/luft/internal/testkit"
+	"github.com/luft-run/luft/node"
 	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
@@ -215,7 +218,7 @@ func TestNodesGiveTheSameAnswers(t *testing.T) {
 }
 
 // apiAnswer is the daemon's answer to GET path with what legitimately differs taken out
-// (see sameAnswers); hosted is checked to be true only on the node that owns the run.
+// (see sameAnswers); hosted is checked to be true only on the node that drives the run.
 func apiAnswer(t *testing.T, cl *daemon.Client, path, self string) string {
 	t.Helper()
 	resp, err := cl.HTTP().Get("http://luft" + path)
@@ -241,7 +244,9 @@ func apiAnswer(t *testing.T, cl *daemon.Client, path, self string) string {
 	for _, r := range runs {
 		m := r.(map[string]any)
 		live := runtime.Running(fmt.Sprint(m["status"]))
-		if hosted := m["hosted"] == true; hosted != (live && m["node"] == self) {
+		// The daemon drives the live runs its node holds under a lease (on SQLite a run of
+		// its state dir's node held by a CLI process is that process's).
+		if hosted := m["hosted"] == true; hosted != (live && m["node"] == self && m["lease_until"] != nil) {
 			t.Errorf("GET %s on node %s: run %v (%v, node %v) hosted %v", path, self, m["id"], m["status"], m["node"], m["hosted"])
 		}
 		delete(m, "hosted")
@@ -249,4 +254,84 @@ func apiAnswer(t *testing.T, cl *daemon.Client, path, self string) string {
 	}
 	out, _ := json.MarshalIndent(v, "", "  ")
 	return string(out)
+}
+
+// On both stores every view names a run's owner node: luft status (while it runs), luft
+// list's NODE column, status --json and list --json, and the daemon's API. A daemon's run
+// is its node's under a lease; a run `luft run` hosts itself is its process's on SQLite
+// ("node N, pid P") and the node "N.cli"'s under a lease on PostgreSQL.
+func TestEveryViewNamesTheOwnerNode(t *testing.T) {
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			env := []string{"LUFT_MOCK_LATENCY_MS=200"}
+			if store == "postgres" {
+				env = append(env, storageEnv+"="+pgtest.URL(t))
+			}
+			dt := newDaemonTest(t, env...)
+			writeFiles(t, dt.dir, map[string]string{"wf.lua": longSteps, "luft.toml": "[node]\nlease = \"3s\"\nheartbeat = \"200ms\"\n"})
+			self, err := node.ID(dt.state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dt.start()
+			out, errOut, code := dt.luft("run", "--detach", "-w", "wf.lua")
+			hosted := strings.TrimSpace(out)
+			if code != 0 || len(hosted) != 36 {
+				t.Fatalf("run --detach: exit %d %q\n%s", code, out, errOut)
+			}
+			// A run this state dir's CLI hosts itself, beside the daemon's.
+			cmd := exec.Command(luftBinary(t), "--state-dir", dt.state, "run", "--no-tui", "-w", "wf.lua")
+			cmd.Dir, cmd.Env = dt.dir, testEnv(nil, append(dt.env, "LUFT_DAEMON=off")...)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			var local string
+			waitFor(t, 20*time.Second, "the CLI's run to start", func() bool {
+				out, _, _ := dt.luft("list", "--json")
+				var runs []struct {
+					ID  string `json:"run_id"`
+					PID int    `json:"pid"`
+				}
+				_ = json.Unmarshal([]byte(out), &runs)
+				for _, r := range runs {
+					if r.PID == cmd.Process.Pid {
+						local = r.ID
+					}
+				}
+				return local != ""
+			})
+			owners := map[string]string{hosted: self, local: self + ", pid " + fmt.Sprint(cmd.Process.Pid)}
+			nodes := map[string]string{hosted: self, local: self}
+			if store == "postgres" {
+				owners[local], nodes[local] = self+cliNodeSuffix, self+cliNodeSuffix
+			}
+			cl, err := daemon.Dial(t.Context(), dt.state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			list, _, _ := dt.luft("list")
+			for _, id := range []string{hosted, local} {
+				out, _, _ := dt.luft("status", id)
+				if !regexp.MustCompile(`(?m)^node +` + regexp.QuoteMeta(owners[id]) + `$`).MatchString(out) {
+					t.Errorf("luft status %s does not name its owner %q:\n%s", id, owners[id], out)
+				}
+				if !regexp.MustCompile(`(?m)^` + id + ` +running .* ` + regexp.QuoteMeta(nodes[id]) + ` +\S*wf\.lua$`).MatchString(list) {
+					t.Errorf("luft list does not name the node %s of run %s:\n%s", nodes[id], id, list)
+				}
+				out, _, _ = dt.luft("status", "--json", id)
+				if !strings.Contains(out, `"node": "`+nodes[id]+`"`) {
+					t.Errorf("luft status --json %s has no node %s:\n%s", id, nodes[id], out)
+				}
+				if api := apiAnswer(t, cl, "/api/runs/"+id, self); !strings.Contains(api, `"node": "`+nodes[id]+`"`) {
+					t.Errorf("GET /api/runs/%s has no node %s:\n%s", id, nodes[id], api)
+				}
+			}
+			out, _, _ = dt.luft("list", "--json")
+			if strings.Count(out, `"node": "`+self) != 2 {
+				t.Errorf("luft list --json does not name both runs' nodes:\n%s", out)
+			}
+		})
+	}
 }
