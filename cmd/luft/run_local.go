@@ -71,9 +71,12 @@ func serveLocalRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, h *
 			lr.close()
 			return nil, err
 		}
-		if lr.nd, err = newNodeAs(ctx, e, g, id+cliNodeSuffix, func(format string, args ...any) {
-			fmt.Fprintf(e.stderr, "luft: "+format+"\n", args...)
-		}); err != nil {
+		logf := func(format string, args ...any) {
+			if !f.quiet { // --quiet: only the run's end is reported (lostMessage, if lost)
+				fmt.Fprintf(e.stderr, "luft: "+format+"\n", args...)
+			}
+		}
+		if lr.nd, err = newNodeAs(ctx, e, g, id+cliNodeSuffix, logf); err != nil {
 			lr.close()
 			return nil, err
 		}

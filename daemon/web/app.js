@@ -42,8 +42,8 @@ function counts(a, sep = ", ") {
   return [`${a.ok} ok`, `${a.failed} failed`, `${a.cached} cached`].concat(a.cancelled ? [`${a.cancelled} cancelled`] : []).join(sep);
 }
 function when(ts) { return ts ? new Date(ts).toLocaleString() : ""; }
-// owner is the node that drives a run, or drove it last, as luft status names it: "N", or
-// "N, pid P" for a run its process holds rather than a lease (a CLI command's on SQLite).
+// owner is the node that drives a running run as luft status names it: "N", or "N, pid P"
+// for a run its process holds rather than a lease (a CLI command's on SQLite).
 function owner(r) {
   if (!r.node) return "";
   return !r.lease_until && r.pid ? `${r.node}, pid ${r.pid}` : r.node;
@@ -64,7 +64,7 @@ async function loadRuns(append) {
     cell("agents", counts(r.agents, " · ")) +
     cell("tokens", String(r.tokens)) +
     cell("cost", "$" + r.cost.toFixed(4)) +
-    cell("node", esc(owner(r)), "node") +
+    cell("node", esc(r.node || ""), "node") + // as luft list's NODE column
     cell("started", esc(when(r.created_at))) + "</tr>").join("");
   $("runs-body").innerHTML = append ? $("runs-body").innerHTML + rows : rows || `<tr><td colspan="8" class="muted">no runs</td></tr>`;
   cursor = page.next_cursor || "";
