@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,3 +84,34 @@ func TestKeeperSelfFenceAndLoss(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A renewal cut short because the keeper is being stopped (its context ended) is not a
+// failure to renew: nothing is logged, and the self-fence keeps its last renewal.
+func TestKeeperStoppedMidRenewalLogsNothing(t *testing.T) {
+	st, err := storage.Open(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var logged []string
+	k, err := NewKeeper(Options{Store: st, Node: storage.Node{ID: "n-1"}, Lease: time.Minute,
+		Logf: func(format string, args ...any) { logged = append(logged, format) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := k.Renew(ctx); err == nil {
+		t.Fatal("a renewal with its context ended succeeded")
+	}
+	if len(logged) != 0 || !k.Valid() {
+		t.Fatalf("after a renewal cut by the keeper's stop: logged %q, valid %v", logged, k.Valid())
+	}
+	// A renewal that fails on its own is logged, once.
+	st.Close()
+	_ = k.Renew(t.Context())
+	_ = k.Renew(t.Context())
+	if len(logged) != 1 || !strings.Contains(logged[0], "renewing the lease failed") {
+		t.Fatalf("renewals failing on a closed store logged %q, want one failure", logged)
+	}
+}
