@@ -321,8 +321,12 @@ func ownershipLost(res runtime.Result) bool {
 
 // lostMessage says what became of a run whose ownership this process lost.
 func lostMessage(res runtime.Result) string {
-	return fmt.Sprintf("run %s: ownership lost, stopped here: %v; a daemon on the same database takes it over and goes on with it "+
-		"with no finished call redone (luft status %s names its node), or resume it with luft run --resume %s", res.RunID, res.Err, short(res.RunID), short(res.RunID))
+	why := "another node claimed it (this process was stopped, or cut off from the database, past its lease)"
+	if errors.Is(res.Err, runtime.ErrLeaseLapsed) {
+		why = "this process could not renew its lease in time, so another node may be claiming it"
+	}
+	return fmt.Sprintf("run %s: ownership lost, stopped here: %s; a daemon on the same database goes on with it "+
+		"with no finished call redone (luft status %s names its node), or resume it with luft run --resume %s", res.RunID, why, short(res.RunID), short(res.RunID))
 }
 
 // errorExit maps a finished run to its exit error.
