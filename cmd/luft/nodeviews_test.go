@@ -54,8 +54,9 @@ func sameAnswers(text string) string {
 // (completed ones, and live ones waiting for an approval). luft list, status, logs (plain
 // and --json) give the same answers on each node's state dir and on a state dir with no
 // daemon at all; so does each daemon's API (list, run, events). A cancel or an approval
-// given on a node that does not own the run answers the same on every node and takes the
-// same effect: the owner ends the run cancelled, or runs the approved call and completes.
+// given on a node that does not own the run (with luft cancel and approve, and through
+// that node's API) answers the same on every node and takes the same effect: the owner
+// ends the run cancelled, or runs the approved call and completes.
 func TestNodesGiveTheSameAnswers(t *testing.T) {
 	_, _, engineURL := startEngine(t, testkit.Config{ToolRules: []testkit.ToolRule{
 		{Match: "keep a note", Calls: []testkit.ScriptedCall{{Name: "write_file", Arguments: `{"path":"note.txt","content":"hello"}`}}, Reply: "noted"},
@@ -87,6 +88,15 @@ func TestNodesGiveTheSameAnswers(t *testing.T) {
 	for i := range n {
 		done[i], toApprove[i], toCancel[i] = detach(i, "done.lua"), detach(i, "note.lua"), detach(i, "note.lua")
 		all = append(all, done[i], toApprove[i], toCancel[i])
+	}
+	// And two more of node 0's, to cancel and approve through the API of other nodes.
+	apiCancel, apiApprove := detach(0, "note.lua"), detach(0, "note.lua")
+	all = append(all, apiCancel, apiApprove)
+	for _, id := range []string{apiCancel, apiApprove} {
+		waitFor(t, 30*time.Second, "run "+id+" to wait for its approval", func() bool {
+			ap, _ := c.st.Approvals(context.Background(), storage.ApprovalFilter{RunID: id})
+			return len(ap) == 1
+		})
 	}
 	for i := range n {
 		waitFor(t, 30*time.Second, "run "+done[i]+" to complete", func() bool { return c.run(done[i]).Status == storage.StatusCompleted })
@@ -187,6 +197,23 @@ func TestNodesGiveTheSameAnswers(t *testing.T) {
 		if !strings.Contains(got[0], "[exit 0]") {
 			t.Errorf("luft %s:\n%s", what, got[0])
 		}
+	}
+	// Through the API of nodes that do not own the runs, too.
+	if err := clients[1].Cancel(t.Context(), apiCancel); err != nil {
+		t.Errorf("POST /api/runs/%s/cancel on node 1: %v", apiCancel, err)
+	}
+	if err := clients[2].Approve(t.Context(), apiApprove, "", true); err != nil {
+		t.Errorf("POST /api/runs/%s/approve on node 2: %v", apiApprove, err)
+	}
+	waitFor(t, 10*time.Second, "run "+apiCancel+" to end cancelled", func() bool { return c.run(apiCancel).Status == storage.StatusCancelled })
+	waitFor(t, 10*time.Second, "run "+apiApprove+" to complete", func() bool { return c.run(apiApprove).Status == storage.StatusCompleted })
+	for _, id := range []string{apiCancel, apiApprove} {
+		if r := c.run(id); r.Node != c.id(0) || r.Attempt != 1 {
+			t.Errorf("run %s ended by node %s at attempt %d, want its owner %s at attempt 1", id, r.Node, r.Attempt, c.id(0))
+		}
+	}
+	if r := c.run(apiApprove); string(r.Report) != `{"ok":true,"output":"noted"}` {
+		t.Errorf("the run approved through the API reports %s", r.Report)
 	}
 	// The effect is the same as on the owner: the owner itself ends each run.
 	for i := range n {
