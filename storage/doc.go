@@ -106,7 +106,8 @@
 // a claim is UpdateRun with IfAttempt), and fail with ErrOwnershipLost otherwise: journal,
 // events, tool calls, approvals, pinned files and the run's own updates, on both stores.
 // On PostgreSQL the check locks the run's row until commit, so no claim slips between the
-// check and the write. The runtime does not fence its writes yet.
+// check and the write. The runtime fences every write of a run it holds under a lease
+// (runtime/lease.go).
 //
 // With PostgreSQL the state dir holds no luft.db: only the runs/ folder, the daemon's files
 // and logs.
