@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/luft-run/luft/storage"
@@ -89,11 +90,21 @@ func (s *Service) noticed(n storage.Notice) {
 	}
 }
 
-// checkCancel cancels r when the store holds a cancel request for it.
-func (s *Service) checkCancel(r *Run) {
-	if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
-		r.Cancel()
+// checkCancel cancels r when the store holds a cancel request for it, and reports whether
+// it stopped r. A request stored for a run that another process has claimed since (a
+// node woken after losing its runs: the claim keeps the request for the new owner) stops
+// r as lost, not cancelled: the run is not this attempt's to end.
+func (s *Service) checkCancel(r *Run) bool {
+	yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID)
+	if err != nil || !yes {
+		return false
 	}
+	if row, err := s.opts.Store.GetRun(context.Background(), r.ID); err == nil && row.Attempt != r.Attempt {
+		r.cancel(fmt.Errorf("run %s attempt %d: %w (attempt %d holds it now)", r.ID, r.Attempt, storage.ErrOwnershipLost, row.Attempt))
+		return true
+	}
+	r.Cancel()
+	return true
 }
 
 // checkApprovals hands each answered approval of run id to the calls parked on it.

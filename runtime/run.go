@@ -233,8 +233,7 @@ func (r *Run) pollCancel(ctx context.Context, s *Service, done <-chan struct{}) 
 		}
 	}()
 	for sleepOn(pctx, s.opts.Clock, s.pollEvery()) {
-		if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
-			r.Cancel()
+		if s.checkCancel(r) {
 			return
 		}
 	}
