@@ -139,7 +139,11 @@ func (n *notices) session(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+noticeChannel); err != nil {
 		return false
 	}
