@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,85 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 			t.Fatalf("no %s within %v", what, within)
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// fakeNotifier is a store whose notices the test delivers by hand.
+type fakeNotifier struct {
+	storage.Store
+	mu sync.Mutex
+	fn func(storage.Notice)
+}
+
+func (f *fakeNotifier) Notices(fn func(storage.Notice)) func() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fn = fn
+	return func() {}
+}
+
+func (f *fakeNotifier) Listening() bool { return true }
+
+func (f *fakeNotifier) send(t *testing.T, n storage.Notice) {
+	t.Helper()
+	f.mu.Lock()
+	fn := f.fn
+	f.mu.Unlock()
+	if fn == nil {
+		t.Fatal("the Service did not subscribe to the store's notices when it started a run")
+	}
+	fn(n)
+}
+
+// With a poll too slow to matter (4 h while the listener is up), a notice alone makes
+// the owner act: a cancel notice cancels the run whose request is stored (and only
+// then), a resync looks at every run, an approval notice wakes the parked call.
+func TestNoticesWakeTheRunWithoutPolling(t *testing.T) {
+	te := newToolEngine(t, noteRules)
+	dir, ws := t.TempDir(), t.TempDir()
+	sq, err := storage.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	st := &fakeNotifier{Store: sq}
+	svc, err := New(Options{Store: st, StateDir: dir, Backends: adapters.NewRegistry("fake", askBackend(t, te.url, ws)),
+		AskApprovals: true, CancelPoll: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := writeScript(t, dir, "long.lua", `function main()
+  for i = 1, 1000000 do agent{prompt = "step " .. i} end
+end`)
+	for _, kind := range []storage.NoticeKind{storage.NoticeCancel, storage.NoticeResync} {
+		r, err := svc.Start(t.Context(), Spec{Path: long})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := awaitEvent(t, r, event.AgentDone)
+		// A notice with no request stored (a stale one) changes nothing.
+		st.send(t, storage.Notice{Kind: kind, RunID: r.ID})
+		awaitEventAfter(t, r, event.AgentDone, ev.Seq+20)
+		if err := sq.RequestCancel(t.Context(), r.ID); err != nil {
+			t.Fatal(err)
+		}
+		st.send(t, storage.Notice{Kind: kind, RunID: r.ID})
+		if res := waitRun(t, r); res.Status != StatusCancelled {
+			t.Fatalf("%s notice: the run ended %s (%v), want cancelled", kind, res.Status, res.Err)
+		}
+	}
+	r, err := svc.Start(t.Context(), Spec{Path: writeScript(t, dir, "wf.lua", noteFlow)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := awaitEvent(t, r, event.ApprovalRequested)
+	id := req.Data["approval_id"].(string)
+	st.send(t, storage.Notice{Kind: storage.NoticeApproval, RunID: "another-run", ApprovalID: id})
+	if _, err := sq.DecideApproval(t.Context(), r.ID, id, true); err != nil {
+		t.Fatal(err)
+	}
+	st.send(t, storage.Notice{Kind: storage.NoticeApproval, RunID: r.ID, ApprovalID: id})
+	if res := waitRun(t, r); res.Status != StatusCompleted || res.Report != "noted|plain answer" {
+		t.Fatalf("after the approval notice: %s %v, report %v", res.Status, res.Err, res.Report)
 	}
 }
