@@ -179,12 +179,21 @@ func (s *Service) journalOf(ctx context.Context, id string) (map[string]storage.
 func (s *Service) claim(ctx context.Context, row storage.Run, src []byte) (int, error) {
 	attempt := row.Attempt + 1
 	running, clear, zero, pid := storage.StatusRunning, "", time.Time{}, s.opts.PID
-	no := false
 	hash := sha(src)
 	node, lease := s.opts.Node, s.leaseUntil()
-	if err := s.opts.Store.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
-		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash,
-		Node: &node, LeaseUntil: &lease, IfAttempt: &row.Attempt}); err != nil {
+	u := storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
+		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, ScriptHash: &hash,
+		Node: &node, LeaseUntil: &lease, IfAttempt: &row.Attempt}
+	// A cancel request of a run that had ended belongs to the attempt that ended: this
+	// one starts without it. One of a run still running (taken over from a node that
+	// stopped, died or was cancelled meanwhile) is kept, and the new attempt acts on it
+	// at once: a cancel given during a takeover is never lost. The claim is conditional
+	// on the attempt, so a request stored since row was read stays too.
+	if row.Status != storage.StatusRunning {
+		no := false
+		u.CancelRequested = &no
+	}
+	if err := s.opts.Store.UpdateRun(ctx, row.ID, u); err != nil {
 		if errors.Is(err, storage.ErrRunChanged) {
 			return 0, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
 		}

@@ -100,6 +100,7 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	s.mu.Lock()
 	s.live[id] = r
 	s.mu.Unlock()
+	s.listenNotices()
 	// The caller's context ends the run like a cancel does.
 	stop := context.AfterFunc(ctx, func() { r.cancel(ErrCancelled) })
 	h := newHost(s, r, rctx, journal, pinned, rs)
@@ -124,6 +125,11 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Program) {
 	defer r.cancel(nil)
 	start := s.opts.Now()
+	// A run taken over may carry a cancel given while it changed hands (claim keeps it):
+	// it ends cancelled before its script starts anything.
+	if r.Attempt > 1 {
+		s.checkCancel(r)
+	}
 	pollDone := make(chan struct{})
 	go r.pollCancel(ctx, s, pollDone)
 	r.bus.emit(event.New(event.RunStarted, map[string]any{"workflow": r.spec.Path, "args": r.spec.Args,
@@ -226,9 +232,8 @@ func (r *Run) pollCancel(ctx context.Context, s *Service, done <-chan struct{}) 
 		case <-pctx.Done():
 		}
 	}()
-	for sleepOn(pctx, s.opts.Clock, s.opts.CancelPoll) {
-		if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
-			r.Cancel()
+	for sleepOn(pctx, s.opts.Clock, s.pollEvery()) {
+		if s.checkCancel(r) {
 			return
 		}
 	}

@@ -98,6 +98,13 @@
 //     luft still writing by max()+1 across the upgrade.
 //   - A batch that loses a deadlock to another process's batch runs again; a unique
 //     violation on create is ErrRunExists; ids text cannot hold are runs not found.
+//   - RequestCancel and DecideApproval NOTIFY channel luft_runs ("cancel RUN",
+//     "approval RUN APPROVAL") in their own transaction, so the notice goes out only if
+//     the write commits. Postgres.Notices delivers them on one LISTEN connection per
+//     store (application_name "luft notices"), opened with the first subscriber, pinged
+//     every 10 s and reconnected with a backoff from 100 ms to 5 s; each time it is
+//     (back) up its subscribers get a NoticeResync, since notices sent while it was down
+//     are lost. Notices are hints: the rows stay the record, and the runtime still polls.
 //
 // # Fencing
 //

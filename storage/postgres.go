@@ -22,7 +22,10 @@ var pgMigrationFS embed.FS
 // and group commit of SQLite, and answers every call as SQLite does; what differs is in
 // migrations_pg and the package doc. It is safe for concurrent use, also by many
 // processes on one database.
-type Postgres struct{ *sqlStore }
+type Postgres struct {
+	*sqlStore
+	notices *notices
+}
 
 // pgMigrateLock is the advisory lock key migrations are applied under ("luft" in ASCII).
 const pgMigrateLock = 0x6c756674
@@ -37,7 +40,17 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*Postgres, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Postgres{s}, nil
+	cc, _ := pgx.ParseConfig(url) // openPG parsed it already
+	if _, ok := cc.RuntimeParams["application_name"]; !ok {
+		cc.RuntimeParams["application_name"] = listenerName
+	}
+	return &Postgres{sqlStore: s, notices: &notices{cc: cc, done: make(chan struct{}), subs: map[int]func(Notice){}}}, nil
+}
+
+// Close stops the listening connection (Notices), then closes the store.
+func (p *Postgres) Close() error {
+	p.notices.close()
+	return p.sqlStore.Close()
 }
 
 func openPG(ctx context.Context, url, dir string, cfg config) (*sqlStore, error) {

@@ -376,8 +376,14 @@ func (s *sqlStore) ListRuns(ctx context.Context, opts ListOptions) ([]Run, error
 func (s *sqlStore) RequestCancel(ctx context.Context, runID string) error {
 	now := fmtTime(s.now())
 	return s.write(ctx, func(tx *wtx) error {
-		return execOne(tx, "request cancel of run", runID,
-			`UPDATE runs SET cancel_requested = TRUE, updated_at = ? WHERE id = ?`, now, runID)
+		if err := execOne(tx, "request cancel of run", runID,
+			`UPDATE runs SET cancel_requested = TRUE, updated_at = ? WHERE id = ?`, now, runID); err != nil {
+			return err
+		}
+		if err := tx.notify(Notice{Kind: NoticeCancel, RunID: runID}); err != nil {
+			return errf("request cancel of run", runID, err)
+		}
+		return nil
 	})
 }
 
