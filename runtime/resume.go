@@ -54,7 +54,7 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
+	return s.launch(ctx, row.ID, attempt, row.Workspace, spec, prog, journal, pinned, rs), nil
 }
 
 // resumable finds the run rs names (the newest unfinished one when it names none),
@@ -98,6 +98,9 @@ func (s *Service) resumable(ctx context.Context, rs ResumeSpec) (storage.Run, er
 	}
 	if !row.Resumable() {
 		return row, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
+	}
+	if !s.Serves(row.Workspace) {
+		return row, fmt.Errorf("run %s: resume refused: %s: %w", row.ID, s.notServed(row.Workspace), ErrWorkspaceNotServed)
 	}
 	// Asked again of the settled row: another process may have claimed the run meanwhile.
 	if s.driven(row) {
