@@ -168,13 +168,16 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 					return writeJSON(e.stdout, j)
 				}
 				status := j.Status
-				if info.Stale {
+				switch {
+				case j.Waiting != "":
+					status += ": " + j.Waiting // a run no node may take over but one that serves its workspace
+				case info.Stale:
 					status += " (its process is gone)"
 				}
 				w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "run\t%s\n", j.ID)
 				fmt.Fprintf(w, "workflow\t%s\n", e.outLine(j.Workflow))
-				fmt.Fprintf(w, "status\t%s\n", status)
+				fmt.Fprintf(w, "status\t%s\n", e.outLine(status))
 				fmt.Fprintf(w, "attempt\t%d\n", j.Attempt)
 				// Who drives it, while it runs (the JSON names the last owner of any run).
 				if owner := runtime.Owner(info.Run); owner != "" && runtime.Running(info.Status) {
@@ -182,9 +185,6 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				}
 				if j.Workspace != "" {
 					fmt.Fprintf(w, "workspace\t%s\n", e.outLine(j.Workspace))
-				}
-				if j.Waiting != "" {
-					fmt.Fprintf(w, "waiting\t%s\n", e.outLine(j.Waiting))
 				}
 				fmt.Fprintf(w, "started\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
 				if j.FinishedAt != nil {
