@@ -156,4 +156,3 @@ func (c *nodeCluster) checkDoneAs(id string, kept map[string]int64, want string)
 		}
 	}
 }
-
