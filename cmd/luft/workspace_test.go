@@ -60,10 +60,11 @@ func TestWorkspaceRunWaitsForANodeThatServesIt(t *testing.T) {
 		t.Fatalf("the API-only run needs workspace %q", r.Workspace)
 	}
 	a.kill(pa)
+	killed := time.Now()
 	kept := map[string]map[string]int64{tool: c.finished(tool), api: c.finished(api)}
 
 	// The API-only run moves to B.
-	c.waitClaimed([]string{api}, map[string]int{api: 1}, c.id(1), time.Now(), nodeLease+5*time.Second)
+	moved := c.waitClaimed([]string{api}, map[string]int{api: 1}, c.id(1), killed, nodeLease+5*time.Second)
 	// B has looked for runs to take over many times since the tool run's lease lapsed:
 	// its heartbeats (each beside a pass of its claim loop) go on well past it.
 	lapsed := c.run(tool).LeaseUntil
@@ -119,8 +120,11 @@ func TestWorkspaceRunWaitsForANodeThatServesIt(t *testing.T) {
 	}
 
 	// C serves "repo": it takes the tool run over.
+	up := time.Now()
 	cn.start()
-	c.waitClaimed([]string{tool}, map[string]int{tool: 1}, c.id(2), time.Now(), nodeLease+10*time.Second)
+	taken := c.waitClaimed([]string{tool}, map[string]int{tool: 1}, c.id(2), up, nodeLease+10*time.Second)
+	t.Logf("lease %s: the API run moved to B %v after the kill; the tool run was taken by C %v after `luft daemon start` on C began",
+		nodeLease, moved[0].Round(time.Millisecond), taken[0].Round(time.Millisecond))
 	c.checkDoneAs(tool, kept[tool], `"steps":40`)
 	c.checkDoneAs(api, kept[api], `"steps":40`)
 	if r := c.run(api); r.Node != c.id(1) {
