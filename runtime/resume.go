@@ -187,8 +187,11 @@ func (s *Service) claim(ctx context.Context, row storage.Run, src []byte) (int, 
 	node, lease := s.opts.Node, s.leaseUntil()
 	if err := s.opts.Store.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
 		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash,
-		Node: &node, LeaseUntil: &lease, IfAttempt: &row.Attempt}); err != nil {
+		Node: &node, LeaseUntil: &lease, IfAttempt: &row.Attempt, IfWorkspace: &row.Workspace}); err != nil {
 		if errors.Is(err, storage.ErrRunChanged) {
+			if now, gerr := s.opts.Store.GetRun(ctx, row.ID); gerr == nil && now.Attempt == row.Attempt && now.Workspace != row.Workspace {
+				return 0, fmt.Errorf("run %s: resume refused: its owner recorded meanwhile that it needs workspace %q (the next claim decides on that): %w", row.ID, now.Workspace, ErrStillRunning)
+			}
 			return 0, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
 		}
 		return 0, fmt.Errorf("run %s: resume: %w", row.ID, err)

@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +193,49 @@ func TestWaiting(t *testing.T) {
 		if got := Waiting(c.r, now); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.r, got, c.want)
 		}
+	}
+}
+
+// bindingOwner is a store on which the run's old owner records a workspace just before a
+// claim's compare-and-set lands, as an owner paused between its self-fence and that write.
+type bindingOwner struct {
+	storage.Store
+	ws string
+}
+
+func (b bindingOwner) UpdateRun(ctx context.Context, id string, u storage.RunUpdate) error {
+	if u.Attempt != nil {
+		if err := b.Store.UpdateRun(ctx, id, storage.RunUpdate{Workspace: &b.ws}); err != nil {
+			return err
+		}
+	}
+	return b.Store.UpdateRun(ctx, id, u)
+}
+
+// A claim decided on a run that needed no workspace does not take it once its owner has
+// recorded one in the meantime: the compare-and-set is on the workspace too.
+func TestClaimLosesToAWorkspaceRecordedMeanwhile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	st, err := storage.Open(t.Context(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	path := writeScript(t, t.TempDir(), "flow.lua", `function main() report(agent{prompt="x"}.output) end`)
+	svc, err := New(Options{Store: bindingOwner{st, "repo"}, StateDir: dir, Backends: adapters.NewRegistry("fake", &scripted{reply: echo}),
+		Scheduler: scheduler.NewGate(8), Node: "host-b", Lease: &fakeLease{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateRun(t.Context(), storage.Run{ID: "r", Node: "host-a", LeaseUntil: time.Now().Add(-time.Second),
+		Spec: []byte(`{"path":` + strconv.Quote(path) + `}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Resume(t.Context(), ResumeSpec{Run: "r"})
+	if !errors.Is(err, ErrStillRunning) || !strings.Contains(err.Error(), `needs workspace "repo"`) {
+		t.Fatalf("claim after the owner recorded a workspace: %v", err)
+	}
+	if row, _ := st.GetRun(t.Context(), "r"); row.Attempt != 1 || row.Node != "host-a" || row.Workspace != "repo" {
+		t.Fatalf("row after the lost claim: attempt %d node %s workspace %q", row.Attempt, row.Node, row.Workspace)
 	}
 }

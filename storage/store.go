@@ -260,6 +260,10 @@ type RunUpdate struct {
 	// is this value, and otherwise fails with ErrRunChanged. Two processes resuming one
 	// run claim it this way, so only one of them drives it.
 	IfAttempt *int
+	// IfWorkspace makes the update conditional on the run's workspace too (ErrRunChanged
+	// otherwise): a claim decided on the workspace it read must not take a run whose
+	// owner recorded another one since.
+	IfWorkspace *string
 }
 
 // ListOptions filter ListRuns.

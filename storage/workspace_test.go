@@ -60,6 +60,14 @@ func testRunWorkspace(t *testing.T, k kind) {
 			t.Fatal("a run with an invalid UTF-8 workspace was created")
 		}
 	}
+	// A claim decided on the workspace it read fails once the owner recorded another.
+	stale := "other"
+	if err := s.UpdateRun(ctx, "api", RunUpdate{IfAttempt: ptr(1), IfWorkspace: &stale, Attempt: ptr(2)}); !errors.Is(err, ErrRunChanged) {
+		t.Fatalf("a claim on a stale workspace: %v, want ErrRunChanged", err)
+	}
+	if err := s.UpdateRun(ctx, "api", RunUpdate{IfAttempt: ptr(1), IfWorkspace: &ws, Attempt: ptr(2)}); err != nil {
+		t.Fatalf("a claim on the run's workspace: %v", err)
+	}
 	// The fence covers it as every other write of an attempt.
 	if err := s.UpdateRun(WithFence(ctx, "api", 7), "api", RunUpdate{Workspace: &empty}); !errors.Is(err, ErrOwnershipLost) {
 		t.Fatalf("a stale attempt's workspace write: %v, want ErrOwnershipLost", err)
