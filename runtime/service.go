@@ -61,6 +61,11 @@ type Options struct {
 	// the self-fence stops calls and tools once the lease may have lapsed. nil = runs are
 	// held by their process (PID), as a CLI command holds them.
 	Lease Lease
+	// Workspaces are the names of the workspace this node's tools and coding agents work
+	// in ([node] workspaces): a run that uses them records the first, and Claimable and
+	// Resume take only runs whose workspace is one of them (or none, or this node's own:
+	// NodeWorkspace(Node), what a run records here when Workspaces is empty).
+	Workspaces []string
 	// Logf, when set, is told what a reader of the host's log should know (a run stopped
 	// since another node claimed it).
 	Logf func(format string, args ...any)
