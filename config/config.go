@@ -134,6 +134,45 @@ type Storage struct {
 type Node struct {
 	Lease     time.Duration // how long a node's hold on its runs lasts without a renewal
 	Heartbeat time.Duration // how often the node renews it (at most a third of Lease)
+	// Workspaces are the names of the checkout this node's tools and coding agents work
+	// in ([tools] workspace): a run that uses them records the first, and the node takes
+	// over a run that recorded any of them. None: such a run needs this very node.
+	Workspaces []string
+}
+
+// workspaceNameRE is a workspace name: letters, digits and . _ - /, as a repository's
+// name is written ("repo", "acme/api"); no ':' (luft's own names of a node's workspace,
+// "node:ID", have one) and no space.
+var workspaceNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`)
+
+// CheckWorkspaces reports whether v, the decoded value of [node] workspaces, is a list of
+// distinct workspace names, and returns them.
+func CheckWorkspaces(v any) ([]string, error) {
+	const fix = `write workspaces = ["repo"]: the names of the checkout [tools] workspace points at, the same on every machine that has it`
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case string:
+		return nil, fmt.Errorf("is the string %q, not a list; %s", x, fix)
+	case map[string]any:
+		return nil, fmt.Errorf("is a table, not a list; the folder is [tools] workspace, and this key only names it: %s", fix)
+	case []any:
+		var out []string
+		for i, e := range x {
+			n, ok := e.(string)
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("entry %d is %v, not a name in quotes; %s", i+1, e, fix)
+			case !workspaceNameRE.MatchString(n):
+				return nil, fmt.Errorf("entry %d, %q, is not a workspace name (letters, digits, '.', '_', '-' and '/', starting with a letter or digit, at most 128): %s", i+1, n, fix)
+			case slices.Contains(out, n):
+				return nil, fmt.Errorf("entry %d, %q, is listed twice; name each workspace once", i+1, n)
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("is %v, not a list of names; %s", v, fix)
 }
 
 // CheckStorageURL reports whether u can be a [storage] url: "" or a postgres:// or
@@ -261,8 +300,9 @@ type rawConfig struct {
 }
 
 type rawNode struct {
-	Lease     string `toml:"lease"`
-	Heartbeat string `toml:"heartbeat"`
+	Lease      string `toml:"lease"`
+	Heartbeat  string `toml:"heartbeat"`
+	Workspaces any    `toml:"workspaces"`
 }
 
 type rawStorage struct {
@@ -470,6 +510,9 @@ func Parse(path string, data []byte) (Config, error) {
 	c.Storage.URL = raw.Storage.URL
 	c.Node.Lease = v.duration(toml.Key{"node", "lease"}, raw.Node.Lease)
 	c.Node.Heartbeat = v.duration(toml.Key{"node", "heartbeat"}, raw.Node.Heartbeat)
+	ws, err := CheckWorkspaces(raw.Node.Workspaces)
+	v.check(toml.Key{"node", "workspaces"}, err)
+	c.Node.Workspaces = ws
 	if c.Node.Heartbeat > 0 && c.Node.Lease > 0 && 3*c.Node.Heartbeat > c.Node.Lease {
 		v.check(toml.Key{"node", "heartbeat"}, fmt.Errorf("heartbeat %s is more than a third of the lease %s: renew at least three times per lease (raise lease or lower heartbeat)", c.Node.Heartbeat, c.Node.Lease))
 	}

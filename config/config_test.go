@@ -335,3 +335,38 @@ func TestStorageTable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// [node] workspaces: a list of distinct names; a string, a table, a number or a name
+// with a space or a ':' is refused on its line with the key and the form to write.
+func TestNodeWorkspaces(t *testing.T) {
+	c, err := Parse("luft.toml", []byte("[node]\nworkspaces = [\"repo\", \"acme/api\", \"docs_v2.1\"]\n"))
+	if err != nil || !slices.Equal(c.Node.Workspaces, []string{"repo", "acme/api", "docs_v2.1"}) {
+		t.Fatalf("%+v %v", c.Node, err)
+	}
+	if c, err := Parse("luft.toml", []byte("[node]\nlease = \"10s\"\n")); err != nil || c.Node.Workspaces != nil {
+		t.Fatalf("no workspaces: %+v %v", c.Node, err)
+	}
+	if c, err := Parse("luft.toml", []byte("[node]\nworkspaces = []\n")); err != nil || len(c.Node.Workspaces) != 0 {
+		t.Fatalf("an empty list: %+v %v", c.Node, err)
+	}
+	const fix = `write workspaces = ["repo"]`
+	for data, want := range map[string]string{
+		"[node]\nworkspaces = \"repo\"\n":                               `luft.toml:2: node.workspaces: is the string "repo", not a list; ` + fix,
+		"[node]\nworkspaces = 3\n":                                      "luft.toml:2: node.workspaces: is 3, not a list of names; " + fix,
+		"[node]\nworkspaces = [3]\n":                                    "luft.toml:2: node.workspaces: entry 1 is 3, not a name in quotes; " + fix,
+		"[node]\nworkspaces = [\"repo\", \"my repo\"]\n":                `luft.toml:2: node.workspaces: entry 2, "my repo", is not a workspace name`,
+		"[node]\nworkspaces = [\"node:x\"]\n":                           `luft.toml:2: node.workspaces: entry 1, "node:x", is not a workspace name`,
+		"[node]\nworkspaces = [\"\"]\n":                                 `luft.toml:2: node.workspaces: entry 1, "", is not a workspace name`,
+		"[node]\nworkspaces = [\"-x\"]\n":                               `luft.toml:2: node.workspaces: entry 1, "-x", is not a workspace name`,
+		"[node]\nworkspaces = [\"a\\u0000b\"]\n":                        `luft.toml:2: node.workspaces: entry 1, "a\x00b", is not a workspace name`,
+		"[node]\nworkspaces = [\"repo\", \"repo\"]\n":                   `luft.toml:2: node.workspaces: entry 2, "repo", is listed twice`,
+		"[node.workspaces]\nrepo = \"/src/repo\"\n":                     "luft.toml:1: node.workspaces: is a table, not a list; the folder is [tools] workspace",
+		"[node]\nworkspaces = [[\"repo\"]]\n":                           "luft.toml:2: node.workspaces: entry 1 is [repo], not a name in quotes",
+		"[node]\nworkspaces = [\"" + strings.Repeat("a", 129) + "\"]\n": "at most 128",
+	} {
+		_, err := Parse("luft.toml", []byte(data))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %s", data, err, want)
+		}
+	}
+}

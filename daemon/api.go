@@ -262,7 +262,7 @@ func (d *Daemon) postShutdown(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Daemon) runJSON(r storage.Run) RunJSON {
-	out := door.NewRun(r)
+	out := door.NewRun(r).WaitingAt(r, d.opts.Now())
 	hosted := runtime.Running(r.Status) && r.PID == d.info.PID
 	out.Hosted = &hosted
 	return out

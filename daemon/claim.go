@@ -92,8 +92,16 @@ func (d *Daemon) wakesItself(id string) bool {
 	return d.timers[id] != nil
 }
 
-// claimReason says why a run is taken over, for the log.
+// claimReason says why a run is taken over, for the log, and the workspace it needs.
 func claimReason(r storage.Run, now time.Time) string {
+	why := claimCause(r, now)
+	if r.Workspace != "" {
+		why += fmt.Sprintf(" (it needs workspace %s, which this node serves)", r.Workspace)
+	}
+	return why
+}
+
+func claimCause(r storage.Run, now time.Time) string {
 	switch {
 	case r.Status == storage.StatusSuspended:
 		return "woken at its resume time"

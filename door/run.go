@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -47,6 +48,11 @@ type Run struct {
 	// LeaseUntil, when its node holds it under a lease, when that lease ends.
 	Node       string     `json:"node,omitempty"`
 	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+	// Workspace is the workspace the run needs, once its agents used local tools or a
+	// coding agent: only a node that serves it takes the run over. Waiting says, while no
+	// node drives the run, that it waits for such a node and since when (WaitingAt).
+	Workspace string `json:"workspace,omitempty"`
+	Waiting   string `json:"waiting,omitempty"`
 	// Hosted says whether the daemon that answers drives the run (the daemon API only).
 	Hosted *bool `json:"hosted,omitempty"`
 	// Pending are the tool calls waiting for a person's answer (status
@@ -87,7 +93,8 @@ type Approval struct {
 func NewRun(r storage.Run) Run {
 	v := Run{RunID: r.ID, ID: r.ID, Workflow: r.Workflow, Status: r.Status, Error: r.Error, Attempt: r.Attempt,
 		Agents: r.Agents, Tokens: r.Usage.Input + r.Usage.Output, Usage: r.Usage, Cost: r.Cost,
-		HasReport: r.HasReport, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, PID: r.PID, Node: r.Node}
+		HasReport: r.HasReport, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, PID: r.PID, Node: r.Node,
+		Workspace: r.Workspace}
 	if !r.LeaseUntil.IsZero() {
 		t := r.LeaseUntil
 		v.LeaseUntil = &t
@@ -100,6 +107,13 @@ func NewRun(r storage.Run) Run {
 		t := r.ResumeAfter
 		v.ResumeAfter = &t
 	}
+	return v
+}
+
+// WaitingAt is v with Waiting set as of now: why no node has taken r over
+// (runtime.Waiting).
+func (v Run) WaitingAt(r storage.Run, now time.Time) Run {
+	v.Waiting = runtime.Waiting(r, now)
 	return v
 }
 

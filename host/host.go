@@ -121,6 +121,7 @@ func (h *Host) newService(st storage.Store, o ServeOptions) (*runtime.Service, e
 		Events:       EventLimits(h.opts.Config.Limits),
 		AskApprovals: o.AskApprovals,
 		Node:         o.Node,
+		Workspaces:   h.opts.Config.Node.Workspaces,
 		Lease:        o.Lease,
 		Logf:         o.Logf,
 	})

@@ -54,7 +54,7 @@ type RunView = door.Run
 type PhaseView = door.Phase
 
 func runView(r storage.Run, phases []storage.Phase, withReport bool) RunView {
-	v := door.NewRun(r)
+	v := door.NewRun(r).WaitingAt(r, time.Now())
 	v.Phases = door.NewPhases(phases)
 	if withReport {
 		v = v.WithReport(r)

@@ -60,12 +60,13 @@ func (h *host) askApproval(ctx context.Context, c lua.Call, rec storage.ToolCall
 		"arguments": clip(a.Arguments, maxApprovalEventArgs)})
 	for {
 		fired := make(chan struct{})
-		poll := h.e.opts.Clock.AfterFunc(h.e.opts.CancelPoll, func() { close(fired) })
+		poll := h.e.opts.Clock.AfterFunc(h.e.pollEvery(), func() { close(fired) })
 		select {
 		case a = <-answer:
 			poll.Stop()
 		case <-fired:
-			// Answered by another process (the daemon's API while a CLI drives the run).
+			// Answered by another process (the daemon's API while a CLI drives the run, a
+			// node whose notice did not arrive).
 			rows, err := h.store().Approvals(ctx, storage.ApprovalFilter{RunID: h.run.ID, CallKey: c.Key})
 			if storage.Broken(err) {
 				// No answer could be recorded either: stop rather than wait for one.
@@ -145,7 +146,8 @@ var (
 // Approve answers a pending approval of a run: allow runs the parked tool call, !allow
 // gives the agent tools.DeclinedText and it goes on. approvalID "" answers the run's only
 // pending approval. The answer is journaled before the run is told, so it holds across a
-// restart; a run driven by another process picks it up within Options.CancelPoll, and a
+// restart; a run driven by another process picks it up at once on a store that notifies
+// (PostgreSQL), else within Options.CancelPoll, and a
 // run that is not driven now finds it when it is resumed.
 func (s *Service) Approve(ctx context.Context, idOrPrefix, approvalID string, allow bool) (Approval, error) {
 	r, err := s.Resolve(ctx, idOrPrefix)
@@ -189,14 +191,7 @@ func (s *Service) Approve(ctx context.Context, idOrPrefix, approvalID string, al
 	case err != nil:
 		return a, fmt.Errorf("run %s: approve %s: %w", r.ID, approvalID, err)
 	}
-	s.mu.Lock()
-	for _, ch := range s.approvals[r.ID+"/"+a.ID] {
-		select {
-		case ch <- a:
-		default:
-		}
-	}
-	s.mu.Unlock()
+	s.answered(a)
 	return a, nil
 }
 

@@ -38,9 +38,17 @@
 // External.Record and Close, each durable when it returns; a failure of the state dir is
 // the door's to tell its client, and NotifyUnrecorded's watcher (the daemon) is told too.
 //
+// A cancel or an approval answer given by another process is stored; the process driving
+// the run hears of it at once when its store notifies (a small notifier interface,
+// notify.go, that storage.Postgres implements with LISTEN/NOTIFY) and otherwise finds it
+// by polling (Options.CancelPoll, four times as long while the store's listener is up).
+// A claim of a run still running keeps its cancel request, and the new attempt ends
+// cancelled before its script starts.
+//
 // The Service's files: service.go (Options, New, which runs are driven), spec.go (what a
 // run is told and how it ends), start.go, resume.go, run.go (launching and executing a
-// VM's run), query.go (status, list, events, cancel), external.go.
+// VM's run), query.go (status, list, events, cancel), notify.go (notices), lease.go,
+// approvals.go, external.go.
 //
 // runtime does not know how a backend speaks or how turns are ordered; it asks an
 // adapters.Backend and a scheduler.Scheduler.

@@ -407,6 +407,11 @@ func (h *host) journaled(ctx context.Context, c lua.Call, req agent.Request, b a
 	if err := h.e.leaseValid(); err != nil {
 		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("call %s: %w", c.Key, err))
 	}
+	if usesWorkspace(req, b) {
+		if err := h.bindWorkspace(ctx); err != nil {
+			return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("call %s: %w", c.Key, err))
+		}
+	}
 	if err := h.store().JournalScheduled(ctx, entry); err != nil {
 		return agent.Result{Status: agent.StatusError, Backend: req.Backend, Model: req.Model}, h.stopIfBroken(fmt.Errorf("journal %s: %w", c.Key, err))
 	}

@@ -73,7 +73,8 @@ func (s *Service) Lost(lost []storage.Lease) {
 // Claimable returns up to limit runs this Service may take over now (Resume them), in the
 // order to take them: running runs whose lease lapsed, running runs whose process is gone
 // (one of this host: another host's process cannot be checked from here), then suspended
-// runs whose resume time has come.
+// runs whose resume time has come. A run that needs a workspace this node does not serve
+// is left to a node that does (Serves).
 func (s *Service) Claimable(ctx context.Context, limit int) ([]storage.Run, error) {
 	runs, err := s.opts.Store.Claimable(ctx, s.opts.Now(), 0)
 	if err != nil {
@@ -85,6 +86,10 @@ func (s *Service) Claimable(ctx context.Context, limit int) ([]storage.Run, erro
 			break
 		}
 		if s.driven(r) || PlanFailed(r) {
+			continue
+		}
+		// A run that needs a workspace this node lacks waits for a node that has it.
+		if !s.Serves(r.Workspace) {
 			continue
 		}
 		// A run suspended because its state dir could not be written waits for space and

@@ -155,7 +155,9 @@ func (s *Service) List(ctx context.Context, opts storage.ListOptions) ([]storage
 }
 
 // Cancel stops a run: at once when this process drives it, otherwise by a request the
-// driving process picks up within Options.CancelPoll.
+// driving process picks up at once (a store that notifies) or within Options.CancelPoll.
+// A run whose node's lease lapsed gets the request too, not a record of its end: its
+// node may be only stopped and wake, and whichever node claims the run cancels it.
 func (s *Service) Cancel(ctx context.Context, idOrPrefix string) (storage.Run, error) {
 	r, err := s.Resolve(ctx, idOrPrefix)
 	if err != nil {
@@ -171,7 +173,7 @@ func (s *Service) Cancel(ctx context.Context, idOrPrefix string) (storage.Run, e
 		live.Cancel()
 		return r, nil
 	}
-	if r.PID != 0 && !s.driven(r) {
+	if r.PID != 0 && !s.driven(r) && s.gone(r) {
 		// Nobody drives it: record it as cancelled so it shows the truth and resumes (unless
 		// a node claims it meanwhile: then the request below reaches that node).
 		st, msg := storage.StatusCancelled, "cancelled after its process had gone"

@@ -54,7 +54,7 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.launch(ctx, row.ID, attempt, spec, prog, journal, pinned, rs), nil
+	return s.launch(ctx, row.ID, attempt, row.Workspace, spec, prog, journal, pinned, rs), nil
 }
 
 // resumable finds the run rs names (the newest unfinished one when it names none),
@@ -98,6 +98,9 @@ func (s *Service) resumable(ctx context.Context, rs ResumeSpec) (storage.Run, er
 	}
 	if !row.Resumable() {
 		return row, fmt.Errorf("run %s: resume refused: it is %s (only running, failed, cancelled and suspended runs resume): %w", row.ID, row.Status, ErrNotResumable)
+	}
+	if !s.Serves(row.Workspace) {
+		return row, fmt.Errorf("run %s: resume refused: %s: %w", row.ID, s.notServed(row.Workspace), ErrWorkspaceNotServed)
 	}
 	// Asked again of the settled row: another process may have claimed the run meanwhile.
 	if s.driven(row) {
@@ -179,13 +182,25 @@ func (s *Service) journalOf(ctx context.Context, id string) (map[string]storage.
 func (s *Service) claim(ctx context.Context, row storage.Run, src []byte) (int, error) {
 	attempt := row.Attempt + 1
 	running, clear, zero, pid := storage.StatusRunning, "", time.Time{}, s.opts.PID
-	no := false
 	hash := sha(src)
 	node, lease := s.opts.Node, s.leaseUntil()
-	if err := s.opts.Store.UpdateRun(ctx, row.ID, storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
-		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, CancelRequested: &no, ScriptHash: &hash,
-		Node: &node, LeaseUntil: &lease, IfAttempt: &row.Attempt}); err != nil {
+	u := storage.RunUpdate{Status: &running, Error: &clear, Attempt: &attempt,
+		PID: &pid, FinishedAt: &zero, ResumeAfter: &zero, ScriptHash: &hash,
+		Node: &node, LeaseUntil: &lease, IfAttempt: &row.Attempt, IfWorkspace: &row.Workspace}
+	// A cancel request of a run that had ended belongs to the attempt that ended: this
+	// one starts without it. One of a run still running (taken over from a node that
+	// stopped, died or was cancelled meanwhile) is kept, and the new attempt acts on it
+	// at once: a cancel given during a takeover is never lost. The claim is conditional
+	// on the attempt, so a request stored since row was read stays too.
+	if row.Status != storage.StatusRunning {
+		no := false
+		u.CancelRequested = &no
+	}
+	if err := s.opts.Store.UpdateRun(ctx, row.ID, u); err != nil {
 		if errors.Is(err, storage.ErrRunChanged) {
+			if now, gerr := s.opts.Store.GetRun(ctx, row.ID); gerr == nil && now.Attempt == row.Attempt && now.Workspace != row.Workspace {
+				return 0, fmt.Errorf("run %s: resume refused: its owner recorded meanwhile that it needs workspace %q (the next claim decides on that): %w", row.ID, now.Workspace, ErrStillRunning)
+			}
 			return 0, fmt.Errorf("run %s: resume refused: another process resumed it first: %w", row.ID, ErrStillRunning)
 		}
 		return 0, fmt.Errorf("run %s: resume: %w", row.ID, err)

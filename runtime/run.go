@@ -30,6 +30,8 @@ type Run struct {
 	tally func() Result
 	// store is the store as this attempt writes to it: fenced on the attempt.
 	store storage.Store
+	// workspace is the workspace the run has recorded it needs ("" = none yet).
+	workspace runWorkspace
 }
 
 // Subscribe streams the run's events with seq > since, in order, ending after run_done.
@@ -80,7 +82,7 @@ func (r *Run) Wait() Result {
 	return r.result
 }
 
-func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec, prog *lua.Program,
+func (s *Service) launch(ctx context.Context, id string, attempt int, workspace string, spec Spec, prog *lua.Program,
 	journal map[string]storage.Entry, pinned map[string]storage.File, rs ResumeSpec) *Run {
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	var deadline scheduler.Timer
@@ -89,6 +91,7 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	}
 	r := &Run{ID: id, Attempt: attempt, spec: spec, cancel: cancel, done: make(chan struct{}),
 		store: fencedStore{Store: s.opts.Store, id: id, attempt: attempt}}
+	r.workspace.name = workspace
 	// A run that reaches an event limit ends with the limit as its error.
 	r.bus = newBus(r.store, id, s.opts.Now, s.opts.Events, func(err error) { r.cancel(err) })
 	// Events that cannot be stored stop the run as the journal's failures do.
@@ -100,6 +103,7 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 	s.mu.Lock()
 	s.live[id] = r
 	s.mu.Unlock()
+	s.listenNotices()
 	// The caller's context ends the run like a cancel does.
 	stop := context.AfterFunc(ctx, func() { r.cancel(ErrCancelled) })
 	h := newHost(s, r, rctx, journal, pinned, rs)
@@ -124,6 +128,11 @@ func (s *Service) launch(ctx context.Context, id string, attempt int, spec Spec,
 func (r *Run) execute(ctx context.Context, s *Service, h *host, prog *lua.Program) {
 	defer r.cancel(nil)
 	start := s.opts.Now()
+	// A run taken over may carry a cancel given while it changed hands (claim keeps it):
+	// it ends cancelled before its script starts anything.
+	if r.Attempt > 1 {
+		s.checkCancel(r)
+	}
 	pollDone := make(chan struct{})
 	go r.pollCancel(ctx, s, pollDone)
 	r.bus.emit(event.New(event.RunStarted, map[string]any{"workflow": r.spec.Path, "args": r.spec.Args,
@@ -226,9 +235,8 @@ func (r *Run) pollCancel(ctx context.Context, s *Service, done <-chan struct{}) 
 		case <-pctx.Done():
 		}
 	}()
-	for sleepOn(pctx, s.opts.Clock, s.opts.CancelPoll) {
-		if yes, err := s.opts.Store.CancelRequested(context.Background(), r.ID); err == nil && yes {
-			r.Cancel()
+	for sleepOn(pctx, s.opts.Clock, s.pollEvery()) {
+		if s.checkCancel(r) {
 			return
 		}
 	}

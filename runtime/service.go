@@ -39,8 +39,9 @@ type Options struct {
 	// Backoff is the wait before retry attempt n (n >= 2) of a failed call; default
 	// exponential from 200 ms with jitter, capped at 10 s.
 	Backoff func(attempt int) time.Duration
-	// CancelPoll is how often a run looks for a cancel request made by another process;
-	// default 250 ms.
+	// CancelPoll is how often a run looks for a cancel request or an approval answer made
+	// by another process; default 250 ms. On a store that notifies (PostgreSQL) the run
+	// hears of them at once, and polls only every 4 × CancelPoll while its listener is up.
 	CancelPoll time.Duration
 	// PID is the process id recorded as a run's owner; default os.Getpid().
 	PID int
@@ -60,6 +61,11 @@ type Options struct {
 	// the self-fence stops calls and tools once the lease may have lapsed. nil = runs are
 	// held by their process (PID), as a CLI command holds them.
 	Lease Lease
+	// Workspaces are the names of the workspace this node's tools and coding agents work
+	// in ([node] workspaces): a run that uses them records the first, and Claimable and
+	// Resume take only runs whose workspace is one of them (or none, or this node's own:
+	// NodeWorkspace(Node), what a run records here when Workspaces is empty).
+	Workspaces []string
 	// Logf, when set, is told what a reader of the host's log should know (a run stopped
 	// since another node claimed it).
 	Logf func(format string, args ...any)
@@ -75,7 +81,8 @@ type Service struct {
 	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
 	hosted    map[string]int                     // runs a door of this process drives without a script (OpenExternal)
 
-	quiesced atomic.Bool // Quiesce was called
+	quiesced   atomic.Bool // Quiesce was called
+	notifyOnce sync.Once   // subscribes to the store's notices (listenNotices)
 	externalWatch
 }
 
@@ -214,4 +221,18 @@ func defaultBackoff(attempt int) time.Duration {
 	}
 	// Full jitter keeps many failing calls from retrying in lockstep.
 	return time.Duration(float64(d) * (0.5 + 0.5*rand.Float64()))
+}
+
+// gone reports whether a run nobody drives (!driven) surely has no process left that could
+// still write to it: one without a lease, or one whose lease names this process or a
+// dead process of this host. A lapsed lease alone is not enough: its node may be paused
+// (SIGSTOP, a VM stopped) and wake.
+func (s *Service) gone(r storage.Run) bool {
+	if r.LeaseUntil.IsZero() {
+		return true
+	}
+	if r.PID == s.opts.PID && r.Node == s.opts.Node {
+		return true
+	}
+	return node.SameHost(r.Node) && r.PID != 0 && !processAlive(r.PID)
 }

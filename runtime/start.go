@@ -79,7 +79,7 @@ func (s *Service) Start(ctx context.Context, spec Spec) (*Run, error) {
 			return nil, err
 		}
 	}
-	return s.launch(ctx, id, 1, spec, prog, nil, nil, ResumeSpec{}), nil
+	return s.launch(ctx, id, 1, "", spec, prog, nil, nil, ResumeSpec{}), nil
 }
 
 // pin stores a copy of a script the run loaded, in the store and under runs/<id>/.

@@ -106,6 +106,7 @@ var contract = []struct {
 	{"HeartbeatRenewsHeldLeases", testHeartbeatRenewsHeldLeases},
 	{"ClaimableOrder", testClaimableOrder},
 	{"ClaimOfALapsedLease", testClaimOfALapsedLease},
+	{"RunWorkspace", testRunWorkspace},
 }
 
 // TestStore runs the contract on SQLite and on PostgreSQL (skipped when LUFT_TEST_POSTGRES

@@ -98,6 +98,13 @@
 //     luft still writing by max()+1 across the upgrade.
 //   - A batch that loses a deadlock to another process's batch runs again; a unique
 //     violation on create is ErrRunExists; ids text cannot hold are runs not found.
+//   - RequestCancel and DecideApproval NOTIFY channel luft_runs ("cancel RUN",
+//     "approval RUN APPROVAL") in their own transaction, so the notice goes out only if
+//     the write commits. Postgres.Notices delivers them on one LISTEN connection per
+//     store (application_name "luft notices"), opened with the first subscriber, pinged
+//     every 10 s and reconnected with a backoff from 100 ms to 5 s; each time it is
+//     (back) up its subscribers get a NoticeResync, since notices sent while it was down
+//     are lost. Notices are hints: the rows stay the record, and the runtime still polls.
 //
 // # Fencing
 //
@@ -106,7 +113,8 @@
 // a claim is UpdateRun with IfAttempt), and fail with ErrOwnershipLost otherwise: journal,
 // events, tool calls, approvals, pinned files and the run's own updates, on both stores.
 // On PostgreSQL the check locks the run's row until commit, so no claim slips between the
-// check and the write. The runtime does not fence its writes yet.
+// check and the write. The runtime fences every write of a run it holds under a lease
+// (runtime/lease.go).
 //
 // With PostgreSQL the state dir holds no luft.db: only the runs/ folder, the daemon's files
 // and logs.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -22,7 +24,10 @@ var pgMigrationFS embed.FS
 // and group commit of SQLite, and answers every call as SQLite does; what differs is in
 // migrations_pg and the package doc. It is safe for concurrent use, also by many
 // processes on one database.
-type Postgres struct{ *sqlStore }
+type Postgres struct {
+	*sqlStore
+	notices *notices
+}
 
 // pgMigrateLock is the advisory lock key migrations are applied under ("luft" in ASCII).
 const pgMigrateLock = 0x6c756674
@@ -37,7 +42,17 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*Postgres, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Postgres{s}, nil
+	cc, _ := pgx.ParseConfig(url) // openPG parsed it already
+	if _, ok := cc.RuntimeParams["application_name"]; !ok {
+		cc.RuntimeParams["application_name"] = listenerName
+	}
+	return &Postgres{sqlStore: s, notices: &notices{cc: cc, done: make(chan struct{}), subs: map[int]func(Notice){}}}, nil
+}
+
+// Close stops the listening connection (Notices), then closes the store.
+func (p *Postgres) Close() error {
+	p.notices.close()
+	return p.sqlStore.Close()
 }
 
 func openPG(ctx context.Context, url, dir string, cfg config) (*sqlStore, error) {
@@ -65,7 +80,7 @@ func openPG(ctx context.Context, url, dir string, cfg config) (*sqlStore, error)
 	s.w.SetMaxIdleConns(1)
 	s.w.SetConnMaxLifetime(0)
 	s.w.SetConnMaxIdleTime(0)
-	if err := s.migratePG(ctx); err != nil {
+	if err := s.migratePG(ctx, cfg.pgMigrations); err != nil {
 		s.w.Close()
 		return nil, err
 	}
@@ -95,10 +110,14 @@ func pgName(cc *pgx.ConnConfig) string {
 
 // migratePG applies the missing migrations in one transaction that holds an advisory lock
 // until it commits, so concurrent first opens apply them once, then checks the schema.
-func (s *sqlStore) migratePG(ctx context.Context) error {
-	ms, err := readMigrations(pgMigrationFS, "migrations_pg")
+// given, when not nil, replaces the embedded migrations (tests of the runner).
+func (s *sqlStore) migratePG(ctx context.Context, given []migration) error {
+	ms, err := readMigrations(pgMigrationFS, "migrations_pg", true)
 	if err != nil {
 		return err
+	}
+	if given != nil {
+		ms = given
 	}
 	latest := ms[len(ms)-1].version
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -117,15 +136,36 @@ func (s *sqlStore) migratePG(ctx context.Context) error {
 	)`); err != nil {
 		return fail("migrate", err)
 	}
-	var current int
-	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+	// Applied by what schema_migrations lists, not by its largest version: migrations
+	// are numbered as they are written, and one may land before a lower-numbered one
+	// (each touches only what it makes). A version this luft does not know is a newer
+	// luft's.
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
 		return fail("migrate", err)
 	}
-	if current > latest {
-		return fmt.Errorf("storage: %s has schema version %d, this luft knows up to %d: %w; use a newer luft or another database",
-			s.path, current, latest, ErrSchemaTooNew)
+	applied := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return fail("migrate", err)
+		}
+		applied[v] = true
 	}
-	for _, m := range ms[current:] {
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fail("migrate", err)
+	}
+	for v := range applied {
+		if !slices.ContainsFunc(ms, func(m migration) bool { return m.version == v }) {
+			return fmt.Errorf("storage: %s has schema version %d, which this luft does not know (it knows up to %d): %w; use a newer luft or another database",
+				s.path, v, latest, ErrSchemaTooNew)
+		}
+	}
+	for _, m := range ms {
+		if applied[m.version] {
+			continue
+		}
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 			return fmt.Errorf("storage: %s: %w: applying migration %s: %v; luft needs a database of its own: "+
 				"point [storage] url (or LUFT_STORAGE_URL) at an empty database", s.path, ErrCorruptState, m.name, err)

@@ -252,7 +252,7 @@ func testConcurrentOpenOfAFreshPlace(t *testing.T, k kind) {
 func (k kind) migrations(t *testing.T) []migration {
 	ms, err := migrations()
 	if k.name == "postgres" {
-		ms, err = readMigrations(pgMigrationFS, "migrations_pg")
+		ms, err = readMigrations(pgMigrationFS, "migrations_pg", true)
 	}
 	if err != nil {
 		t.Fatal(err)

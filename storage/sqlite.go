@@ -73,6 +73,8 @@ func (s *sqlStore) Stats() Stats {
 type config struct {
 	now  func() time.Time
 	hold func()
+	// pgMigrations replace PostgreSQL's embedded migrations (tests of the runner).
+	pgMigrations []migration
 }
 
 // Open opens (creating if needed) dir and dir/luft.db, brings the schema up to date and
@@ -288,10 +290,13 @@ type migration struct {
 }
 
 // migrations reads migrations/NNNN_name.sql; versions must run 1, 2, 3, ... without gaps.
-func migrations() ([]migration, error) { return readMigrations(migrationFS, "migrations") }
+func migrations() ([]migration, error) { return readMigrations(migrationFS, "migrations", false) }
 
 // readMigrations reads dir/NNNN_name.sql of fsys.
-func readMigrations(fsys fs.FS, dir string) ([]migration, error) {
+//
+// With gaps (PostgreSQL's, applied by the versions schema_migrations lists) the versions
+// must only be distinct and from 1.
+func readMigrations(fsys fs.FS, dir string, gaps bool) ([]migration, error) {
 	names, err := fs.Glob(fsys, dir+"/*.sql")
 	if err != nil {
 		return nil, err
@@ -312,6 +317,12 @@ func readMigrations(fsys fs.FS, dir string) ([]migration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	for i, m := range out {
+		if gaps && m.version >= 1 && (i == 0 || m.version > out[i-1].version) {
+			continue
+		}
+		if gaps {
+			return nil, fmt.Errorf("storage: migration %s: its version must be 1 or more and no other migration's", m.name)
+		}
 		if m.version != i+1 {
 			return nil, fmt.Errorf("storage: migration %s: expected version %d", m.name, i+1)
 		}
@@ -378,7 +389,7 @@ var schemaColumns = map[string][]string{
 	"runs": {"id", "workflow", "script_hash", "status", "error", "args_json", "report_json", "has_report",
 		"input_tokens", "output_tokens", "cached_tokens", "cost", "agents_ok", "agents_failed", "agents_cached",
 		"agents_cancelled", "attempt", "pid", "created_at", "updated_at", "finished_at", "resume_after", "cancel_requested", "spec_json",
-		"event_seq", "journal_seq"},
+		"event_seq", "journal_seq", "node", "lease_until", "workspace"},
 	"events": {"run_id", "seq", "ts", "type", "data_json"},
 	"journal": {"run_id", "call_key", "kind", "input_hash", "status", "result_json", "error", "input_tokens",
 		"output_tokens", "cached_tokens", "cost", "attempts", "completed_seq", "where_pos", "created_at", "updated_at"},

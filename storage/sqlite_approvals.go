@@ -138,6 +138,9 @@ func (s *sqlStore) DecideApproval(ctx context.Context, runID, id string, allow b
 			status, fmtTime(now), runID, id); err != nil {
 			return errf("decide approval", subject, err)
 		}
+		if err := tx.notify(Notice{Kind: NoticeApproval, RunID: runID, ApprovalID: id}); err != nil {
+			return errf("decide approval", subject, err)
+		}
 		out.Status, out.DecidedAt = status, now
 		return nil
 	})

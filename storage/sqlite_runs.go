@@ -14,7 +14,7 @@ import (
 const runColumns = `id, workflow, script_hash, status, error, args_json, report_json, has_report,
 	input_tokens, output_tokens, cached_tokens, cost, agents_ok, agents_failed, agents_cached,
 	agents_cancelled, attempt, pid, created_at, updated_at, finished_at, resume_after, cancel_requested, spec_json,
-	node, lease_until`
+	node, lease_until, workspace`
 
 // jsonArg stores nil as NULL and anything else as TEXT, after checking it is JSON.
 func jsonArg(field string, raw json.RawMessage) (any, error) {
@@ -49,6 +49,9 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
 	if r.Attempt <= 0 {
 		r.Attempt = 1
 	}
+	if !s.storable(r.Workspace) {
+		return fmt.Errorf("storage: create run %s: workspace %q holds a NUL byte or invalid UTF-8", r.ID, r.Workspace)
+	}
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = s.now()
 	}
@@ -76,11 +79,11 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
 			return errf("create run", r.ID, ErrRunExists)
 		}
 		_, err := tx.Exec(`INSERT INTO runs (`+runColumns+`) VALUES
-			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.ID, s.bin(r.Workflow), r.ScriptHash, r.Status, s.bin(r.Error), s.bin(args), s.bin(report), r.HasReport,
 			r.Usage.Input, r.Usage.Output, r.Usage.Cached, r.Cost, r.Agents.OK, r.Agents.Failed, r.Agents.Cached,
 			r.Agents.Cancelled, r.Attempt, r.PID, created, created, nullTime(r.FinishedAt), nullTime(r.ResumeAfter),
-			r.CancelRequested, s.bin(spec), r.Node, nullTime(r.LeaseUntil))
+			r.CancelRequested, s.bin(spec), r.Node, nullTime(r.LeaseUntil), r.Workspace)
 		if pgCode(err) == pgUniqueViolation {
 			return errf("create run", r.ID, ErrRunExists) // created by another process since the count
 		}
@@ -155,6 +158,12 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 	if u.LeaseUntil != nil {
 		set("lease_until", nullTime(*u.LeaseUntil))
 	}
+	if u.Workspace != nil {
+		if !s.storable(*u.Workspace) {
+			return fmt.Errorf("storage: update run %s: workspace %q holds a NUL byte or invalid UTF-8", id, *u.Workspace)
+		}
+		set("workspace", *u.Workspace)
+	}
 	if u.FinishedAt != nil {
 		set("finished_at", nullTime(*u.FinishedAt))
 	}
@@ -178,6 +187,10 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 		q += ` AND attempt = ?`
 		args = append(args, *u.IfAttempt)
 	}
+	if u.IfWorkspace != nil {
+		q += ` AND workspace = ?`
+		args = append(args, *u.IfWorkspace)
+	}
 	fence := fenceFor(ctx, id)
 	return s.write(ctx, func(tx *wtx) error {
 		if err := tx.checkFence("update run", fence); err != nil {
@@ -187,7 +200,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 		if u.Attempt != nil {
 			delete(tx.fenced, id) // a claim: later fenced writes in this transaction check again
 		}
-		if u.IfAttempt != nil && errors.Is(err, ErrRunNotFound) {
+		if (u.IfAttempt != nil || u.IfWorkspace != nil) && errors.Is(err, ErrRunNotFound) {
 			var n int
 			if tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ?`, id).Scan(&n) == nil && n == 1 {
 				return errf("update run", id, ErrRunChanged)
@@ -220,7 +233,7 @@ func scanRun(sc scanner) (Run, error) {
 	err := sc.Scan(&r.ID, &r.Workflow, &r.ScriptHash, &r.Status, &r.Error, &args, &report, &r.HasReport,
 		&r.Usage.Input, &r.Usage.Output, &r.Usage.Cached, &r.Cost, &r.Agents.OK, &r.Agents.Failed, &r.Agents.Cached,
 		&r.Agents.Cancelled, &r.Attempt, &r.PID, &created, &updated, &finished, &resume, &r.CancelRequested, &spec,
-		&r.Node, &lease)
+		&r.Node, &lease, &r.Workspace)
 	if err != nil {
 		return Run{}, err
 	}
@@ -376,8 +389,14 @@ func (s *sqlStore) ListRuns(ctx context.Context, opts ListOptions) ([]Run, error
 func (s *sqlStore) RequestCancel(ctx context.Context, runID string) error {
 	now := fmtTime(s.now())
 	return s.write(ctx, func(tx *wtx) error {
-		return execOne(tx, "request cancel of run", runID,
-			`UPDATE runs SET cancel_requested = TRUE, updated_at = ? WHERE id = ?`, now, runID)
+		if err := execOne(tx, "request cancel of run", runID,
+			`UPDATE runs SET cancel_requested = TRUE, updated_at = ? WHERE id = ?`, now, runID); err != nil {
+			return err
+		}
+		if err := tx.notify(Notice{Kind: NoticeCancel, RunID: runID}); err != nil {
+			return errf("request cancel of run", runID, err)
+		}
+		return nil
 	})
 }
 

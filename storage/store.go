@@ -212,7 +212,11 @@ type Run struct {
 	// LeaseUntil is when the lease of Node on the run ends (zero: the run is held by its
 	// process, PID, not by a lease). A running run whose lease has ended may be claimed by
 	// any node; its attempt is the epoch every later write is fenced on (WithFence).
-	LeaseUntil      time.Time
+	LeaseUntil time.Time
+	// Workspace is the workspace the run needs ("" = none): a run whose agents use local
+	// tools or an ACP coding agent records one before the first such call, and only a node
+	// that serves it may take the run over (see package runtime, Options.Workspaces).
+	Workspace       string
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	FinishedAt      time.Time // zero: not finished
@@ -247,6 +251,7 @@ type RunUpdate struct {
 	PID             *int
 	Node            *string
 	LeaseUntil      *time.Time // a pointer to the zero time clears it
+	Workspace       *string    // "" clears it
 	FinishedAt      *time.Time
 	ResumeAfter     *time.Time
 	CancelRequested *bool // false clears a cancel request (on resume)
@@ -255,6 +260,10 @@ type RunUpdate struct {
 	// is this value, and otherwise fails with ErrRunChanged. Two processes resuming one
 	// run claim it this way, so only one of them drives it.
 	IfAttempt *int
+	// IfWorkspace makes the update conditional on the run's workspace too (ErrRunChanged
+	// otherwise): a claim decided on the workspace it read must not take a run whose
+	// owner recorded another one since.
+	IfWorkspace *string
 }
 
 // ListOptions filter ListRuns.

@@ -184,6 +184,11 @@ func New(cfg Config) (*Backend, error) {
 // ID returns the registry id.
 func (b *Backend) ID() string { return b.cfg.ID }
 
+// UsesWorkspace reports that the agent works in this machine's workspace: a run that
+// calls it needs that workspace (the runtime records it, and the run moves only to a node
+// that serves it).
+func (b *Backend) UsesWorkspace() bool { return true }
+
 // Run sends req to a fresh agent process as one prompt, admitted as one turn.
 func (b *Backend) Run(ctx context.Context, req agent.Request, call adapters.Call) (agent.Result, error) {
 	if err := ctx.Err(); err != nil {

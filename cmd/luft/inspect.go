@@ -71,8 +71,8 @@ type phaseJSON struct {
 
 // toJSON is the JSON form of a run; its resume hint carries --state-dir when one was
 // given, so following it finds the run.
-func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string) runJSON {
-	j := door.NewRun(r).WithReport(r)
+func toJSON(r storage.Run, stale bool, phases []storage.Phase, stateDir string, now time.Time) runJSON {
+	j := door.NewRun(r).WithReport(r).WaitingAt(r, now)
 	if len(r.Args) > 0 {
 		j.Args = r.Args
 	}
@@ -116,7 +116,7 @@ func newListCmd(e *env, g *globalFlags) *cobra.Command {
 				if asJSON {
 					out := make([]runJSON, 0, len(runs))
 					for _, r := range runs {
-						out = append(out, toJSON(r, false, nil, g.stateDir))
+						out = append(out, toJSON(r, false, nil, g.stateDir, e.now()))
 					}
 					return writeJSON(e.stdout, out)
 				}
@@ -162,23 +162,29 @@ func newStatusCmd(e *env, g *globalFlags) *cobra.Command {
 				if err != nil {
 					return runRefError(err)
 				}
-				j := toJSON(info.Run, info.Stale, info.Phases, g.stateDir)
+				j := toJSON(info.Run, info.Stale, info.Phases, g.stateDir, e.now())
 				j.Pending = door.NewApprovals(info.Pending)
 				if asJSON {
 					return writeJSON(e.stdout, j)
 				}
 				status := j.Status
-				if info.Stale {
+				switch {
+				case j.Waiting != "":
+					status += ": " + j.Waiting // a run no node may take over but one that serves its workspace
+				case info.Stale:
 					status += " (its process is gone)"
 				}
 				w := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 				fmt.Fprintf(w, "run\t%s\n", j.ID)
 				fmt.Fprintf(w, "workflow\t%s\n", e.outLine(j.Workflow))
-				fmt.Fprintf(w, "status\t%s\n", status)
+				fmt.Fprintf(w, "status\t%s\n", e.outLine(status))
 				fmt.Fprintf(w, "attempt\t%d\n", j.Attempt)
 				// Who drives it, while it runs (the JSON names the last owner of any run).
 				if owner := runtime.Owner(info.Run); owner != "" && runtime.Running(info.Status) {
 					fmt.Fprintf(w, "node\t%s\n", e.outLine(owner))
+				}
+				if j.Workspace != "" {
+					fmt.Fprintf(w, "workspace\t%s\n", e.outLine(j.Workspace))
 				}
 				fmt.Fprintf(w, "started\t%s\n", j.CreatedAt.Local().Format(time.RFC3339))
 				if j.FinishedAt != nil {

@@ -313,8 +313,15 @@ func TestNodesCancelFromAnotherNode(t *testing.T) {
 // the run is driven by that process), without being restarted, and completes it with no
 // finished call run again.
 func TestDaemonTakesOverARunWhoseProcessDied(t *testing.T) {
+	t.Run("api", func(t *testing.T) { testDaemonTakesOverARunWhoseProcessDied(t, longSteps, "") })
+	// A run whose agents used local tools on a node that names no workspace needs that
+	// node's own: the daemon of the same state dir is that node.
+	t.Run("tools", func(t *testing.T) { testDaemonTakesOverARunWhoseProcessDied(t, toolSteps, "node:") })
+}
+
+func testDaemonTakesOverARunWhoseProcessDied(t *testing.T, workflow, workspace string) {
 	dt := newDaemonTest(t, "LUFT_MOCK_LATENCY_MS=50")
-	writeFiles(t, dt.dir, map[string]string{"wf.lua": longSteps,
+	writeFiles(t, dt.dir, map[string]string{"wf.lua": workflow,
 		"luft.toml": "[node]\nlease = \"3s\"\nheartbeat = \"200ms\"\n"})
 	info := dt.start()
 	cmd := exec.Command(luftBinary(t), "--state-dir", dt.state, "run", "--no-tui", "-w", "wf.lua")
@@ -339,6 +346,16 @@ func TestDaemonTakesOverARunWhoseProcessDied(t *testing.T) {
 	})
 	if r := c.run(id); r.PID != cmd.Process.Pid || !r.LeaseUntil.IsZero() {
 		t.Fatalf("the CLI's run: pid %d lease %v, want pid %d and no lease", r.PID, r.LeaseUntil, cmd.Process.Pid)
+	}
+	if workspace != "" {
+		nid, err := node.ID(dt.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		workspace += nid
+	}
+	if r := c.run(id); r.Workspace != workspace {
+		t.Fatalf("the CLI's run needs workspace %q, want %q", r.Workspace, workspace)
 	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
