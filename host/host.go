@@ -49,6 +49,9 @@ type ServeOptions struct {
 	// daemon's. Logf is the host's log (runtime.Options.Logf).
 	Node  string
 	Lease runtime.Lease
+	// Workspaces, when set, are the workspaces the Service serves in place of the
+	// config's [node] workspaces (runtime.Options.Workspaces).
+	Workspaces []string
 	Logf  func(format string, args ...any)
 }
 
@@ -110,6 +113,10 @@ func (h *Host) newScheduler(o ServeOptions) scheduler.Scheduler {
 // newService is the Service over st: the host's registry and scheduler, the config's
 // limits on what a run records.
 func (h *Host) newService(st storage.Store, o ServeOptions) (*runtime.Service, error) {
+	ws := o.Workspaces
+	if len(ws) == 0 {
+		ws = h.opts.Config.Node.Workspaces
+	}
 	return runtime.New(runtime.Options{
 		Store:        st,
 		StateDir:     h.opts.StateDir,
@@ -121,7 +128,7 @@ func (h *Host) newService(st storage.Store, o ServeOptions) (*runtime.Service, e
 		Events:       EventLimits(h.opts.Config.Limits),
 		AskApprovals: o.AskApprovals,
 		Node:         o.Node,
-		Workspaces:   h.opts.Config.Node.Workspaces,
+		Workspaces:   ws,
 		Lease:        o.Lease,
 		Logf:         o.Logf,
 	})

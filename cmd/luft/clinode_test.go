@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -171,4 +172,29 @@ func TestCLIRunWokenAfterLosingItsRunStops(t *testing.T) {
 	if r := c.run(id); r.PID != d.PID || r.Node != c.id(0) {
 		t.Errorf("run %s completed by pid %d node %s, want the daemon %d node %s", id, r.PID, r.Node, d.PID, c.id(0))
 	}
+}
+
+// A CLI run on PostgreSQL whose agents use local tools, on a node that names no
+// workspace, needs its state dir's node's own workspace (not one of the .cli node's, which
+// no daemon serves): the daemon of the same state dir takes it over once the process dies.
+func TestCLIRunWithToolsOnPostgresIsTakenOverByItsStateDirsDaemon(t *testing.T) {
+	c := newNodeCluster(t, 1, nodeLease)
+	writeFiles(t, c.nodes[0].dir, map[string]string{"wf.lua": toolSteps})
+	c.nodes[0].start()
+	p := c.startCLI(0)
+	id := c.runOf(p, 3)
+	before := c.run(id)
+	if before.Node != c.id(0)+cliNodeSuffix || before.Workspace != runtime.NodeWorkspace(c.id(0)) {
+		t.Fatalf("the CLI's run: node %q workspace %q, want node %s and workspace %s", before.Node, before.Workspace,
+			c.id(0)+cliNodeSuffix, runtime.NodeWorkspace(c.id(0)))
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-p.done
+	kept := map[string]map[string]int64{id: c.finished(id)}
+	took := c.waitClaimed([]string{id}, map[string]int{id: before.Attempt}, c.id(0), killed, nodeLease+2*time.Second)
+	t.Logf("the killed CLI's tool run taken over by its state dir's daemon after %v", took[0])
+	c.checkDone([]string{id}, kept)
 }

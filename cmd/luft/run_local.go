@@ -81,6 +81,12 @@ func serveLocalRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, h *
 			return nil, err
 		}
 		o.Node, o.Lease, o.Logf = lr.nd.keeper.ID(), lr.nd.keeper, lr.nd.logf
+		if len(h.Config().Node.Workspaces) == 0 {
+			// Its tools work in the state dir's [tools] workspace, as its daemon's do: a run
+			// that uses them records that node's own workspace, which the state dir's
+			// daemon serves, rather than one of the .cli node's that no daemon would.
+			o.Workspaces = []string{runtime.NodeWorkspace(id)}
+		}
 	}
 	if err := h.Serve(lr.store, o); err != nil {
 		lr.close()
