@@ -52,7 +52,7 @@ type ServeOptions struct {
 	// Workspaces, when set, are the workspaces the Service serves in place of the
 	// config's [node] workspaces (runtime.Options.Workspaces).
 	Workspaces []string
-	Logf  func(format string, args ...any)
+	Logf       func(format string, args ...any)
 }
 
 // Host is a host's wiring: its backends, and once Serve has run the one scheduler every
