@@ -345,3 +345,12 @@ func (c *Core) NextWake(now time.Time) time.Time {
 }
 
 func (c *Core) emit(a Action) { c.out = append(c.out, a) }
+
+// learnedRates are the refill rates per second of lane's request and token buckets as
+// learned so far (0 = not known).
+func (c *Core) learnedRates(name string) (req, tok float64) {
+	if l := c.lanes[name]; l != nil {
+		return l.requests.rate, l.tokens.rate
+	}
+	return 0, 0
+}
