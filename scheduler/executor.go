@@ -208,7 +208,10 @@ func (e *Executor) await(ctx context.Context, tk *ticket, ch chan error) (Permit
 			// tk.lane and tk.replica were set before the answer was sent.
 			p := &permit{e: e, t: tk, lane: tk.lane, replica: tk.replica}
 			if e.share != nil {
-				st, err := e.share.acquire(ctx, p.lane, tk.turn.EstTokens)
+				e.mu.Lock()
+				need := e.core.reservedTokens(tk.id)
+				e.mu.Unlock()
+				st, err := e.share.acquire(ctx, p.lane, max(need, float64(tk.turn.EstTokens)))
 				if err != nil {
 					p.Done(Outcome{Err: err})
 					return nil, fmt.Errorf("admit %s: %w", tk.turn.CallKey, err)
@@ -379,7 +382,11 @@ func (p *permit) report(ctx context.Context, o Outcome, retry bool) (Permit, err
 	e.mu.Unlock()
 	e.flush()
 	if e.share != nil {
-		e.share.release(p.shared)
+		used := float64(res.Usage.Total())
+		if used == 0 && res.Status != StatusRateLimited {
+			used = -1 // not known: what it spent stays spent
+		}
+		e.share.release(p.shared, used)
 		p.shareReading(res.Telemetry)
 	}
 	if !answer {

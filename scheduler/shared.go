@@ -153,20 +153,21 @@ func (g *shareGate) lane(name string) *shareLane {
 
 // shareTicket is what acquire gave one attempt.
 type shareTicket struct {
-	l     *shareLane
-	scout bool
+	l      *shareLane
+	scout  bool
+	tokens float64 // spent of the node's grant
 }
 
 // acquire waits until the node holds a grant of lane's shared budget for one request of
 // est tokens, and spends it. A failing budget admits (the node's own budgets still hold).
-func (g *shareGate) acquire(ctx context.Context, lane string, est int) (shareTicket, error) {
+func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (shareTicket, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.lane(lane)
 	if l == nil {
 		return shareTicket{}, nil
 	}
-	need := float64(max(est, 1))
+	need = max(need, 1)
 	for {
 		now := time.Now()
 		known := l.reqLimit > 0 || l.tokLimit > 0
@@ -178,12 +179,14 @@ func (g *shareGate) acquire(ctx context.Context, lane string, est int) (shareTic
 			if l.reqLimit > 0 {
 				l.reqs--
 			}
+			t := shareTicket{l: l}
 			if l.tokLimit > 0 {
 				l.toks -= need
+				t.tokens = need
 			}
 			l.used = now
 			g.startGiving()
-			return shareTicket{l: l}, nil
+			return t, nil
 		case !known && l.scout && now.Before(l.scoutUntil) && l.scoutOut == 0:
 			l.scoutOut++
 			return shareTicket{l: l, scout: true}, nil
@@ -258,14 +261,20 @@ func (g *shareGate) acquire(ctx context.Context, lane string, est int) (shareTic
 	}
 }
 
-// release ends an attempt's ticket: a scout's request is no longer out.
-func (g *shareGate) release(t shareTicket) {
-	if t.l == nil || !t.scout {
+// release ends an attempt's ticket, which used tokens (< 0 = not known): what it spent of the node's grant beyond them is the node's to
+// spend again, what it used beyond that is owed; a scout's request is no longer out.
+func (g *shareGate) release(t shareTicket, used float64) {
+	if t.l == nil {
 		return
 	}
 	g.mu.Lock()
-	t.l.scoutOut--
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if t.scout {
+		t.l.scoutOut--
+	}
+	if t.tokens > 0 && used >= 0 {
+		t.l.toks += t.tokens - used
+	}
 }
 
 // observe passes a response's reading of lane's buckets to the shared budget, with the
