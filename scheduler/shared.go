@@ -281,7 +281,7 @@ func (g *shareGate) release(t shareTicket, used float64) {
 // refill rates the node's core learned (reqRate, tokRate). A reading that says nothing
 // is left (a 429's) also drops the grants the node holds.
 func (g *shareGate) observe(lane string, tm Telemetry, reqRate, tokRate float64) {
-	r := SharedReading{ReqRate: reqRate, TokRate: tokRate,
+	r := SharedReading{ReqRate: max(reqRate, readRate(tm.Requests)), TokRate: max(tokRate, readRate(tm.Tokens)),
 		ReqLimit: float64(tm.Requests.Limit), HasReqLimit: tm.Requests.HasLimit,
 		ReqRemaining: float64(tm.Requests.Remaining), HasReq: tm.Requests.HasRemaining,
 		TokLimit: float64(tm.Tokens.Limit), HasTokLimit: tm.Tokens.HasLimit,
@@ -353,4 +353,20 @@ func (g *shareGate) giveBack(now time.Time) {
 		}
 		cancel()
 	}
+}
+
+// readRate is the least refill rate per second one reading allows: its remaining count
+// is floored and its reset rounded (to 10 ms at best), so what refills by the reset is
+// more than missing − 1 over at most t + 10 ms. 0 when it bounds nothing.
+func readRate(rl RateLimit) float64 {
+	if !rl.HasLimit || !rl.HasRemaining || rl.Reset.IsZero() {
+		return 0
+	}
+	missing := float64(rl.Limit - rl.Remaining)
+	t := time.Until(rl.Reset).Seconds()
+	grain := max(rl.grain.Seconds(), 0.01)
+	if missing < 2 || t <= 0 {
+		return 0
+	}
+	return (missing - 1) / (t + grain)
 }

@@ -47,8 +47,8 @@ const (
 	// What a take grants ($2 requests, $3 tokens wanted, $4 the margin in seconds): never
 	// the last rate × margin of a level; a budget whose limit is unknown grants nothing
 	// (the scout's request goes out on the scout's word, not on a grant).
-	pgReqGot = `(CASE WHEN req_limit > 0 THEN greatest(0, least($2::float8, floor(` + pgReqLevel + ` - ` + pgReqRate + `*$4::float8))) ELSE 0 END)`
-	pgTokGot = `(CASE WHEN tok_limit > 0 THEN greatest(0, least($3::float8, ` + pgTokLevel + ` - ` + pgTokRate + `*$4::float8)) ELSE $3::float8 END)`
+	pgReqGot  = `(CASE WHEN req_limit > 0 THEN greatest(0, least($2::float8, floor(` + pgReqLevel + ` - ` + pgReqRate + `*$4::float8))) ELSE 0 END)`
+	pgTokGot  = `(CASE WHEN tok_limit > 0 THEN greatest(0, least($3::float8, ` + pgTokLevel + ` - ` + pgTokRate + `*$4::float8)) ELSE $3::float8 END)`
 	pgUnknown = `(req_limit = 0 AND tok_limit = 0)`
 )
 

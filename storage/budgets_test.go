@@ -105,7 +105,7 @@ func TestSharedBudgetMargin(t *testing.T) {
 	}
 	// 2 s at 100 tokens/s and 10 requests/s leave 200 and 20 (plus the refill since the
 	// reading, a few ms).
-	if g.Tokens < 790 || g.Tokens > 805 || g.Requests != 80 {
+	if g.Tokens < 790 || g.Tokens > 805 || g.Requests != 80 || g.TokRate != 100 || g.ReqRate != 10 {
 		t.Fatalf("grant %+v, want about 800 tokens and 80 requests", g)
 	}
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"database/sql"
+	_ "github.com/jackc/pgx/v5/stdlib"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -99,12 +101,23 @@ func twoDaemonsOnOneKey(t *testing.T, env ...string) *testkit.Engine {
 // Not parallel: real processes on the wall clock against a tight key.
 func TestTwoDaemonsOnOneKey(t *testing.T) {
 	url := pgtest.URL(t)
+	start := time.Now()
 	sqlite := twoDaemonsOnOneKey(t)
 	sqN, sqTotal := rejected(sqlite)
+	mid := time.Now()
 	pg := twoDaemonsOnOneKey(t, "LUFT_STORAGE_URL="+url)
 	pgN, pgTotal := rejected(pg)
-	t.Logf("two daemons on SQLite: %d × 429 in %d requests; two daemons on one PostgreSQL: %d × 429 in %d requests",
-		sqN, sqTotal, pgN, pgTotal)
+	if testing.Verbose() {
+		db, err := sql.Open("pgx", url)
+		if err == nil {
+			var row string
+			_ = db.QueryRow(`SELECT row_to_json(b)::text FROM budgets b`).Scan(&row)
+			t.Logf("shared budget: %s", row)
+			db.Close()
+		}
+	}
+	t.Logf("two daemons on SQLite: %d × 429 in %d requests (%.1f s); two daemons on one PostgreSQL: %d × 429 in %d requests (%.1f s)",
+		sqN, sqTotal, mid.Sub(start).Seconds(), pgN, pgTotal, time.Since(mid).Seconds())
 	if sqN == 0 {
 		t.Errorf("two daemons on their own SQLite met no 429: the workload does not overrun the key")
 	}
