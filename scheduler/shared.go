@@ -232,8 +232,8 @@ func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (sha
 		if gr.ReqLimit > 0 || gr.TokLimit > 0 {
 			l.scout = false
 		}
-		if gr.Requests > 0 || gr.Tokens > 0 || gr.Scout {
-			continue // look again: it may fit now
+		if gr.Requests > 0 || gr.Tokens > 0 || gr.Scout && l.scoutOut == 0 {
+			continue // look again: it may fit now, or this node may scout
 		}
 		// Nothing granted: wait for the refill (or, while another node scouts, look
 		// again soon).
@@ -245,7 +245,7 @@ func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (sha
 			wait = max(wait, refillWait(need-l.toks, gr.TokRate))
 		}
 		wait = min(wait, time.Second)
-		if !known && !gr.Scout && gr.ScoutUntil.After(now) {
+		if !known {
 			wait = min(wait, 50*time.Millisecond) // the scout's reading may come any moment
 		}
 		g.mu.Unlock()
@@ -324,26 +324,36 @@ func (g *shareGate) startGiving() {
 		t := time.NewTicker(g.cfg.Hold)
 		defer t.Stop()
 		for range t.C {
-			g.giveBack(time.Now())
+			if g.giveBack(time.Now()) {
+				return
+			}
 		}
 	}()
 }
 
-// giveBack gives back what lanes idle for Hold still hold.
-func (g *shareGate) giveBack(now time.Time) {
+// giveBack gives back what lanes idle for Hold still hold, and reports whether every
+// lane has been idle for ten Holds: the loop then ends (the next grant starts it again).
+func (g *shareGate) giveBack(now time.Time) (idle bool) {
 	type back struct {
 		key        string
 		reqs, toks float64
 	}
 	var backs []back
 	g.mu.Lock()
+	idle = true
 	for _, l := range g.lanes {
+		if l != nil && now.Sub(l.used) < 10*g.cfg.Hold {
+			idle = false
+		}
 		if l == nil || l.taking || now.Sub(l.used) < g.cfg.Hold || l.reqs < 1 && l.toks < 1 {
 			continue
 		}
 		backs = append(backs, back{l.key, math.Floor(l.reqs), l.toks})
 		l.reqs -= math.Floor(l.reqs)
 		l.toks = 0
+	}
+	if idle {
+		g.giving = false
 	}
 	g.mu.Unlock()
 	for _, b := range backs {
@@ -353,6 +363,7 @@ func (g *shareGate) giveBack(now time.Time) {
 		}
 		cancel()
 	}
+	return idle
 }
 
 // readRate is the least refill rate per second one reading allows: its remaining count
