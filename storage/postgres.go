@@ -27,6 +27,7 @@ var pgMigrationFS embed.FS
 type Postgres struct {
 	*sqlStore
 	notices *notices
+	budget  *sql.DB // the shared budgets' own connections (budgets.go)
 }
 
 // pgMigrateLock is the advisory lock key migrations are applied under ("luft" in ASCII).
@@ -42,17 +43,27 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*Postgres, error) 
 	if err != nil {
 		return nil, err
 	}
-	cc, _ := pgx.ParseConfig(url) // openPG parsed it already
+	cc, err := pgx.ParseConfig(url)
+	if err != nil { // parsed once already by openPG
+		s.Close()
+		return nil, fmt.Errorf("storage: %w: %w", ErrBadStorageURL, err)
+	}
 	if _, ok := cc.RuntimeParams["application_name"]; !ok {
 		cc.RuntimeParams["application_name"] = listenerName
 	}
-	return &Postgres{sqlStore: s, notices: &notices{cc: cc, done: make(chan struct{}), subs: map[int]func(Notice){}}}, nil
+	return &Postgres{sqlStore: s, budget: openBudgetDB(cc),
+		notices: &notices{cc: cc, done: make(chan struct{}), subs: map[int]func(Notice){}}}, nil
 }
 
-// Close stops the listening connection (Notices), then closes the store.
+// Close stops the listening connection (Notices), then closes the store and the shared
+// budgets' connections.
 func (p *Postgres) Close() error {
 	p.notices.close()
-	return p.sqlStore.Close()
+	err := p.sqlStore.Close()
+	if p.budget != nil {
+		err = errors.Join(err, p.budget.Close())
+	}
+	return err
 }
 
 func openPG(ctx context.Context, url, dir string, cfg config) (*sqlStore, error) {
