@@ -255,6 +255,10 @@ type RunUpdate struct {
 	// is this value, and otherwise fails with ErrRunChanged. Two processes resuming one
 	// run claim it this way, so only one of them drives it.
 	IfAttempt *int
+	// IfStatus makes the update conditional on the run's status as well, failing with
+	// ErrRunChanged otherwise: a process that writes the end of another's attempt (a
+	// settle) must not write over an end that attempt's own process has written since.
+	IfStatus *string
 }
 
 // ListOptions filter ListRuns.
