@@ -101,7 +101,7 @@ type skippedLease struct {
 // It returns the leases found lost meanwhile.
 func (s *sqlStore) renewSkipped(ctx context.Context, n Node, until time.Time, skipped []skippedLease) (lost []Lease) {
 	slices.SortFunc(skipped, func(a, b skippedLease) int { return strings.Compare(a.until, b.until) })
-	deadline := time.Now().Add(max(time.Until(until)/10, 10*time.Millisecond))
+	deadline := time.Now().Add(max(until.Sub(s.now())/10, 10*time.Millisecond))
 	lease := fmtTime(until)
 	for _, l := range skipped {
 		wait := time.Until(deadline)
