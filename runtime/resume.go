@@ -50,6 +50,11 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		s.mu.Lock()
+		delete(s.claimed, row.ID)
+		s.mu.Unlock()
+	}()
 	// The journal is read after the claim, not before: until the claim commits, the
 	// process that held the run may still finish calls (its writes are fenced on its
 	// attempt, and the claim waits for the row lock of one in progress), and a journal
@@ -196,6 +201,10 @@ func (s *Service) claim(ctx context.Context, row storage.Run, src []byte) (int, 
 		}
 		return 0, fmt.Errorf("run %s: resume: %w", row.ID, err)
 	}
+	// Held (its lease renewed) from now on, not only once it is launched.
+	s.mu.Lock()
+	s.claimed[row.ID] = attempt
+	s.mu.Unlock()
 	return attempt, nil
 }
 

@@ -20,9 +20,13 @@ import (
 )
 
 const (
-	runs      = 200
-	steps     = 20
-	lease     = 2 * time.Second
+	runs  = 200
+	steps = 20
+	// lease is short, so takeovers come soon, and long enough that a live node keeps
+	// renewing it on a 2-core machine loaded far past its cores (at a load of 15, a 2 s
+	// lease lapsed under live nodes now and then, and their calls in flight were sent
+	// again by the nodes that took their runs).
+	lease     = 3 * time.Second
 	heartbeat = 200 * time.Millisecond
 	latency   = 50 * time.Millisecond // each call's time at the engine
 	// budget is the shared key's requests per period: the bucket runs dry after about
@@ -391,6 +395,7 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 	// Takeover: from the fault to the claim of each run the faulted node held.
 	cl := claims(t, audit)
 	var took []time.Duration
+	reclaimed := 0
 	for _, f := range faults {
 		for id, a := range f.owned {
 			i := slices.IndexFunc(cl, func(c claim) bool {
@@ -401,7 +406,10 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 				continue
 			}
 			if cl[i].writer == f.p.name {
-				t.Errorf("run %s: claimed back by %s itself after its %s", id, f.p.name, f.kind)
+				// No other node took the run before the stopped one woke: it claims the
+				// lapsed run back itself. That is no takeover by another node.
+				reclaimed++
+				continue
 			}
 			took = append(took, cl[i].at.Sub(f.at))
 			f.took = append(f.took, cl[i].at.Sub(f.at))
@@ -433,10 +441,16 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 	// call, against the calls in flight at the faults: a call the faulted process had
 	// sent before the fault and not journaled by then.
 	dups, inflight, unexplained := 0, 0, 0
+	// What a process sent before its fault the engine may read after it: every request
+	// of a killed process was sent before its death, and a stopped one's that arrived
+	// before its SIGCONT were sent before its SIGSTOP.
+	sentBefore := func(r testkit.Record, f *fault) bool {
+		return r.Caller == f.p.name && (f.kind == "kill" || r.Arrival.Before(f.cont))
+	}
 	for _, f := range faults {
 		for c, recs := range byCall {
 			for _, r := range recs {
-				if r.Caller == f.p.name && r.Status != 429 && r.Arrival.Before(f.at) && first[c].at.After(f.at) {
+				if r.Status != 429 && sentBefore(r, f) && first[c].at.After(f.at) {
 					inflight++
 					break
 				}
@@ -456,7 +470,7 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 		dups += len(taken) - 1
 		for _, r := range taken[:len(taken)-1] {
 			explained := slices.ContainsFunc(faults, func(f *fault) bool {
-				return r.Caller == f.p.name && r.Arrival.Before(f.at) && first[c].at.After(f.at)
+				return sentBefore(r, f) && first[c].at.After(f.at)
 			})
 			if !explained {
 				unexplained++
@@ -470,7 +484,7 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 					}
 				}
 				fmt.Fprintf(&b, "\n\tjournaled by %s at attempt %d at %s", first[c].writer, first[c].attempt, first[c].at.Format("15:04:05.000"))
-				t.Logf("call %v: request %s from %s was sent again, and no fault of its sender explains it:%s", c, r.ID, r.Caller, b.String())
+				t.Logf("call %v: request %s from %s was sent again, and no fault of its sender had it in flight:%s", c, r.ID, r.Caller, b.String())
 			}
 		}
 	}
@@ -493,7 +507,7 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 			faults[slices.IndexFunc(faults, func(f *fault) bool { return f.kind == "stop" })].at).Round(time.Millisecond),
 		wall.Round(time.Millisecond))
 	if len(took) > 0 {
-		t.Logf("takeover of %d runs (lease %v): p50 %v, p90 %v, max %v", len(took), lease,
+		t.Logf("takeover of %d runs (lease %v; %d more claimed back by the woken node): p50 %v, p90 %v, max %v", len(took), lease, reclaimed,
 			took[len(took)/2].Round(time.Millisecond), took[len(took)*9/10].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
 	}
 	t.Logf("engine: %d requests, %d × 429; duplicates %d (calls in flight at the faults %d, unexplained %d); redone: %d in the journal, %d at the engine; stale writes %d; false takeovers %d",
@@ -506,6 +520,12 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 	}
 	if dups > inflight {
 		t.Errorf("%d duplicate provider requests, more than the %d calls in flight at the faults", dups, inflight)
+	}
+	if unexplained > 0 {
+		// A false takeover (a live node's lease lapsed under a load far past the cores)
+		// sends the calls that node had in flight again: the bound above counts them, and
+		// so do the figures, but they are no fault the test made.
+		t.Logf("%d provider requests were sent again though no fault of their sender had them in flight (logged above; %d false takeovers)", unexplained, falseTakeovers)
 	}
 	if limited > 0 {
 		if sharedBudget {
