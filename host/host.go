@@ -85,7 +85,7 @@ func openBackends(o Options) (*setup.Backends, error) {
 // Serve is a host's second step: the scheduler, with a lane per configured backend, and
 // the Service over st and the host's registry. st stays the caller's to close.
 func (h *Host) Serve(st storage.Store, o ServeOptions) error {
-	h.Scheduler = h.newScheduler(o)
+	h.Scheduler = h.newScheduler(st, o)
 	svc, err := h.newService(st, o)
 	if err != nil {
 		return err
@@ -95,12 +95,14 @@ func (h *Host) Serve(st storage.Store, o ServeOptions) error {
 }
 
 // newScheduler is the one scheduler of the host, its lanes from the config.
-func (h *Host) newScheduler(o ServeOptions) scheduler.Scheduler {
+func (h *Host) newScheduler(st storage.Store, o ServeOptions) scheduler.Scheduler {
 	slots := o.Slots
 	if slots == 0 {
 		slots = DefaultSlots
 	}
-	var s scheduler.Scheduler = scheduler.NewExecutor(SchedulerConfig(h.opts.Config, slots, o.SlotsGiven), o.Clock)
+	ex := scheduler.NewExecutor(SchedulerConfig(h.opts.Config, slots, o.SlotsGiven), o.Clock)
+	h.share(ex, st, o)
+	var s scheduler.Scheduler = ex
 	if o.WrapScheduler != nil {
 		s = o.WrapScheduler(s)
 	}

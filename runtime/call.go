@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"time"
@@ -420,6 +421,11 @@ func (s *Service) sendTurn(tctx context.Context, req agent.Request, lane string,
 		if err := s.leaseValid(); err != nil {
 			permit.Done(scheduler.Outcome{Err: err}) // the self-fence: nothing is sent
 			return err
+		}
+		if sp, ok := permit.(interface{ Sent() }); ok {
+			// The spread from admission to the request written sizes the margin of a
+			// budget shared across nodes (scheduler.SharedConfig).
+			sctx = httptrace.WithClientTrace(sctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { sp.Sent() }})
 		}
 		rep := send(sctx)
 		if sent != nil {

@@ -281,7 +281,7 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	t.inTokens.debit(j.flight, r.input, 0, now)
 	t.outTokens.debit(j.flight, r.output, 0, now)
 
-	j.charged = r.est
+	j.charged, j.reserved = r.est, r.tokens
 	if cl := home.callers[j.Caller]; cl != nil {
 		cl.lastServed = c.seq
 	}

@@ -30,6 +30,7 @@ type job struct {
 	replica   int
 	flight    uint64 // sequence of the reservation in serving's buckets
 	charged   float64
+	reserved  float64 // the tokens its admission reserved (estimate, correction, margin)
 	probe     bool
 	notified  bool // ActWait sent for the current wait
 	notBefore time.Time
@@ -345,3 +346,21 @@ func (c *Core) NextWake(now time.Time) time.Time {
 }
 
 func (c *Core) emit(a Action) { c.out = append(c.out, a) }
+
+// learnedRates are the refill rates per second of lane's request and token buckets as
+// learned so far (0 = not known).
+func (c *Core) learnedRates(name string) (req, tok float64) {
+	if l := c.lanes[name]; l != nil {
+		return l.requests.rate, l.tokens.rate
+	}
+	return 0, 0
+}
+
+// reservedTokens is what the admission of the running turn id reserved in its lane's
+// token bucket (0 for a turn not running).
+func (c *Core) reservedTokens(id TurnID) float64 {
+	if j := c.jobs[id]; j != nil && j.state == jobRunning {
+		return j.reserved
+	}
+	return 0
+}

@@ -105,6 +105,8 @@ type Executor struct {
 	posted     uint64
 	delivered  uint64
 	delivering bool
+
+	share *shareGate // budgets shared with other nodes (Share); nil = none
 }
 
 var _ Scheduler = (*Executor)(nil)
@@ -204,7 +206,19 @@ func (e *Executor) await(ctx context.Context, tk *ticket, ch chan error) (Permit
 				return nil, err
 			}
 			// tk.lane and tk.replica were set before the answer was sent.
-			return &permit{e: e, t: tk, lane: tk.lane, replica: tk.replica}, nil
+			p := &permit{e: e, t: tk, lane: tk.lane, replica: tk.replica}
+			if e.share != nil {
+				e.mu.Lock()
+				need := e.core.reservedTokens(tk.id)
+				e.mu.Unlock()
+				st, err := e.share.acquire(ctx, p.lane, max(need, float64(tk.turn.EstTokens)))
+				if err != nil {
+					p.Done(Outcome{Err: err})
+					return nil, fmt.Errorf("admit %s: %w", tk.turn.CallKey, err)
+				}
+				p.shared, p.granted = st, time.Now()
+			}
+			return p, nil
 		case <-ctx.Done():
 		}
 	}
@@ -256,6 +270,32 @@ type permit struct {
 	lane    string
 	replica int
 	spent   bool // guarded by e.mu
+
+	shared  shareTicket // its grant of a shared budget (Share)
+	granted time.Time   // when that grant was had; zero without one
+	sent    sync.Once
+}
+
+// Sent records that the attempt's request went out (the runtime calls it when the
+// request is written): the spread from admission to it sizes the shared budgets'
+// margin (see SharedConfig.Spread).
+func (p *permit) Sent() {
+	if p.e.share == nil || p.granted.IsZero() {
+		return
+	}
+	p.sent.Do(func() { p.e.share.sent(time.Since(p.granted)) })
+}
+
+// shareReading passes a reading to the shared budgets, with the refill rates the core
+// learned; outside e.mu.
+func (p *permit) shareReading(tm Telemetry) {
+	if p.e.share == nil {
+		return
+	}
+	p.e.mu.Lock()
+	rr, tr := p.e.core.learnedRates(p.lane)
+	p.e.mu.Unlock()
+	p.e.share.observe(p.lane, tm, rr, tr)
 }
 
 var (
@@ -282,10 +322,12 @@ func (p *permit) Observe(h http.Header) {
 		return
 	}
 	now := e.clock.Now()
-	e.apply(e.core.Observe(tk.id, ParseTelemetry(h, now), now), now)
+	tm := ParseTelemetry(h, now)
+	e.apply(e.core.Observe(tk.id, tm, now), now)
 	e.rearm(now)
 	e.mu.Unlock()
 	e.flush()
+	p.shareReading(tm)
 }
 
 // Done implements Permit: it reports o and ends the turn, even when the scheduler
@@ -339,6 +381,14 @@ func (p *permit) report(ctx context.Context, o Outcome, retry bool) (Permit, err
 	e.rearm(now)
 	e.mu.Unlock()
 	e.flush()
+	if e.share != nil {
+		used := float64(res.Usage.Total())
+		if used == 0 && res.Status != StatusRateLimited {
+			used = -1 // not known: what it spent stays spent
+		}
+		e.share.release(p.shared, used)
+		p.shareReading(res.Telemetry)
+	}
 	if !answer {
 		return nil, nil
 	}

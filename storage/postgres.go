@@ -22,7 +22,10 @@ var pgMigrationFS embed.FS
 // and group commit of SQLite, and answers every call as SQLite does; what differs is in
 // migrations_pg and the package doc. It is safe for concurrent use, also by many
 // processes on one database.
-type Postgres struct{ *sqlStore }
+type Postgres struct {
+	*sqlStore
+	budget *sql.DB // the shared budgets' own connections (budgets.go)
+}
 
 // pgMigrateLock is the advisory lock key migrations are applied under ("luft" in ASCII).
 const pgMigrateLock = 0x6c756674
@@ -37,7 +40,12 @@ func OpenPostgres(ctx context.Context, url, stateDir string) (*Postgres, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Postgres{s}, nil
+	cc, err := pgx.ParseConfig(url)
+	if err != nil { // parsed once already by openPG
+		s.Close()
+		return nil, fmt.Errorf("storage: %w: %w", ErrBadStorageURL, err)
+	}
+	return &Postgres{sqlStore: s, budget: openBudgetDB(cc)}, nil
 }
 
 func openPG(ctx context.Context, url, dir string, cfg config) (*sqlStore, error) {
