@@ -15,9 +15,9 @@ const claimBatch = 32
 // claimParallel is how many runs the claim loop takes over at once.
 const claimParallel = 8
 
-// runNode starts the node's lease renewal and the claim loop (with a Keeper) and returns
-// what stops them: the claim loop at once, the renewal once the drain has stored every
-// hosted run's end.
+// runNode renews the node's lease once, starts its renewal and the claim loop (with a
+// Keeper) and returns what stops them: the claim loop at once, the renewal once the
+// drain has stored every hosted run's end.
 func (d *Daemon) runNode() (stop func()) {
 	k := d.opts.Keeper
 	if k == nil {
@@ -25,6 +25,9 @@ func (d *Daemon) runNode() (stop func()) {
 	}
 	k.SetAddress(d.info.Addr)
 	kctx, stopKeeper := context.WithCancel(context.Background())
+	// One renewal before anything is claimed or resumed: the keeper's clock counts from
+	// its creation, which on a slow start may be most of a lease ago.
+	_ = k.Renew(kctx)
 	cctx, stopClaims := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

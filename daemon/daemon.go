@@ -197,8 +197,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	servers, serveErr := d.serve(listeners)
 	d.log.Printf("started: pid %d, socket %s, http %q, version %s", d.info.PID, d.info.Socket, d.info.Addr, d.info.Version)
-	d.recover(ctx)
+	// The node first, then the recovery: the runs recover resumes start under a lease
+	// just renewed. Resumed before the node's first renewal, on a slow start (a loaded
+	// machine) they found the lease's clock already past its margin, stopped at their
+	// first call (the self-fence), and waited for their lease to lapse and a node to take
+	// them over again.
 	stopNode := d.runNode()
+	d.recover(ctx)
 	if d.opts.Ready != nil {
 		d.opts.Ready(d.info)
 	}

@@ -50,9 +50,16 @@ func (s *Service) leaseValid() error {
 func (s *Service) Held() []storage.Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]storage.Lease, 0, len(s.live))
+	out := make([]storage.Lease, 0, len(s.live)+len(s.claimed))
 	for id, r := range s.live {
 		out = append(out, storage.Lease{RunID: id, Attempt: r.Attempt})
+	}
+	// A run claimed and not launched yet (its journal is being read) is held too: under a
+	// load that read may take longer than the lease.
+	for id, a := range s.claimed {
+		if _, ok := s.live[id]; !ok {
+			out = append(out, storage.Lease{RunID: id, Attempt: a})
+		}
 	}
 	return out
 }

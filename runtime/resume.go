@@ -46,11 +46,22 @@ func (s *Service) Resume(ctx context.Context, rs ResumeSpec) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	journal, err := s.journalOf(ctx, row.ID)
+	attempt, err := s.claim(ctx, row, src)
 	if err != nil {
 		return nil, err
 	}
-	attempt, err := s.claim(ctx, row, src)
+	defer func() {
+		s.mu.Lock()
+		delete(s.claimed, row.ID)
+		s.mu.Unlock()
+	}()
+	// The journal is read after the claim, not before: until the claim commits, the
+	// process that held the run may still finish calls (its writes are fenced on its
+	// attempt, and the claim waits for the row lock of one in progress), and a journal
+	// read before would miss them and run those calls again. After the claim nothing of
+	// the old attempt lands. Should the read fail, the claimed run is not driven here:
+	// its lease lapses and a node takes it over again.
+	journal, err := s.journalOf(ctx, row.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +216,10 @@ func (s *Service) claim(ctx context.Context, row storage.Run, src []byte) (int, 
 		}
 		return 0, fmt.Errorf("run %s: resume: %w", row.ID, err)
 	}
+	// Held (its lease renewed) from now on, not only once it is launched.
+	s.mu.Lock()
+	s.claimed[row.ID] = attempt
+	s.mu.Unlock()
 	return attempt, nil
 }
 
@@ -241,7 +256,10 @@ func (s *Service) settle(ctx context.Context, row storage.Run) (storage.Run, err
 	d := evs[len(evs)-1].Data
 	status, _ := d["status"].(string)
 	msg, _ := d["error"].(string)
-	up := storage.RunUpdate{Status: &status, Error: &msg, IfAttempt: &row.Attempt}
+	// Only over the running row it read: the attempt's process, alive after all, may have
+	// written its end since.
+	running := storage.StatusRunning
+	up := storage.RunUpdate{Status: &status, Error: &msg, IfAttempt: &row.Attempt, IfStatus: &running}
 	var u storage.Usage
 	var agents storage.AgentCounts
 	if b, err := json.Marshal(d["usage"]); err == nil && json.Unmarshal(b, &u) == nil {

@@ -78,6 +78,7 @@ type Service struct {
 
 	mu        sync.Mutex
 	live      map[string]*Run                    // runs driven by this process
+	claimed   map[string]int                     // runs claimed and not launched yet: id → attempt
 	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
 	hosted    map[string]int                     // runs a door of this process drives without a script (OpenExternal)
 
@@ -126,7 +127,7 @@ func New(opts Options) (*Service, error) {
 	if opts.PID == 0 {
 		opts.PID = os.Getpid()
 	}
-	return &Service{opts: opts, live: map[string]*Run{}, hosted: map[string]int{}}, nil
+	return &Service{opts: opts, live: map[string]*Run{}, claimed: map[string]int{}, hosted: map[string]int{}}, nil
 }
 
 // host marks run id as driven by this process though no script of this Service drives it
@@ -169,7 +170,8 @@ func (s *Service) alive(id string, pid int) bool {
 	if pid == s.opts.PID {
 		s.mu.Lock()
 		_, ok := s.live[id]
-		ok = ok || s.hosted[id] > 0
+		_, claimed := s.claimed[id]
+		ok = ok || claimed || s.hosted[id] > 0
 		s.mu.Unlock()
 		return ok
 	}

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"database/sql"
 	"errors"
 
 	"github.com/luft-run/luft/event"
@@ -121,5 +122,73 @@ func testClaimOfALapsedLease(t *testing.T, k kind) {
 	}
 	if r, _ := s.GetRun(ctx, "r"); !r.LeaseUntil.IsZero() {
 		t.Fatalf("lease not cleared: %v", r.LeaseUntil)
+	}
+}
+
+// On PostgreSQL a renewal skips a run's row that another transaction holds (most often
+// the node's own writer, fencing a write), then renews it on its own, waiting for it up to
+// a tenth of the lease: a busy run must not miss renewal after renewal until its lease
+// lapses under a live node. A row held past that wait is left to the next renewal, and
+// is not lost.
+func TestPostgresRenewalWaitsForARowItSkipped(t *testing.T) {
+	k := kindNamed("postgres")
+	place := k.place(t)
+	s := k.open(t, place, config{})
+	writer := k.open(t, place, config{}) // the node's writer, holding the row
+	ctx := t.Context()
+	a := Node{ID: "host-a-1"}
+	mustCreate(t, s, Run{ID: "r1", Node: a.ID, LeaseUntil: t0.Add(time.Second)})
+	hold := func() *sql.Tx {
+		tx, err := writer.w.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(`SELECT id FROM runs WHERE id = 'r1' FOR UPDATE`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	lease := func() time.Time {
+		r, err := s.GetRun(ctx, "r1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.LeaseUntil
+	}
+
+	// Held until the renewal waits for it: renewed once the holder commits.
+	tx := hold()
+	until := s.now().Add(10 * time.Second) // a budget of 1 s
+	released := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			var waiting int
+			err := writer.r.QueryRow(`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+			if err != nil || waiting > 0 || time.Now().After(deadline) {
+				released <- errors.Join(err, tx.Commit())
+				return
+			}
+			time.Sleep(time.Millisecond) // polling another session's state
+		}
+	}()
+	lost, err := s.Heartbeat(ctx, a, until, []Lease{{"r1", 1}})
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(lost) != 0 || !lease().Equal(until) {
+		t.Fatalf("a renewal of a row held until it waited: lost %v, %v, lease until %v, want %v", lost, err, lease(), until)
+	}
+
+	// Held past the wait: not renewed this time, and not lost.
+	tx = hold()
+	defer tx.Rollback()
+	before := lease()
+	lost, err = s.Heartbeat(ctx, a, s.now().Add(200*time.Millisecond), []Lease{{"r1", 1}}) // a budget of 20 ms
+	if err != nil || len(lost) != 0 {
+		t.Fatalf("a renewal of a row held past its wait: lost %v, %v", lost, err)
+	}
+	if got := lease(); !got.Equal(before) {
+		t.Fatalf("the row held past the wait was renewed anyway: lease until %v, was %v", got, before)
 	}
 }

@@ -191,6 +191,10 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 		q += ` AND workspace = ?`
 		args = append(args, *u.IfWorkspace)
 	}
+	if u.IfStatus != nil {
+		q += ` AND status = ?`
+		args = append(args, *u.IfStatus)
+	}
 	fence := fenceFor(ctx, id)
 	return s.write(ctx, func(tx *wtx) error {
 		if err := tx.checkFence("update run", fence); err != nil {
@@ -200,7 +204,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 		if u.Attempt != nil {
 			delete(tx.fenced, id) // a claim: later fenced writes in this transaction check again
 		}
-		if (u.IfAttempt != nil || u.IfWorkspace != nil) && errors.Is(err, ErrRunNotFound) {
+		if (u.IfAttempt != nil || u.IfWorkspace != nil || u.IfStatus != nil) && errors.Is(err, ErrRunNotFound) {
 			var n int
 			if tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ?`, id).Scan(&n) == nil && n == 1 {
 				return errf("update run", id, ErrRunChanged)

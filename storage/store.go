@@ -264,6 +264,10 @@ type RunUpdate struct {
 	// otherwise): a claim decided on the workspace it read must not take a run whose
 	// owner recorded another one since.
 	IfWorkspace *string
+	// IfStatus makes the update conditional on the run's status as well, failing with
+	// ErrRunChanged otherwise: a process that writes the end of another's attempt (a
+	// settle) must not write over an end that attempt's own process has written since.
+	IfStatus *string
 }
 
 // ListOptions filter ListRuns.
