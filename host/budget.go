@@ -41,7 +41,7 @@ func (b sharedBudget) Give(ctx context.Context, key string, reqs, toks float64) 
 func (b sharedBudget) Lower(ctx context.Context, key string, r scheduler.SharedReading) error {
 	return b.st.LowerBudget(ctx, key, storage.BudgetReading{ReqLimit: r.ReqLimit, ReqRemaining: r.ReqRemaining,
 		TokLimit: r.TokLimit, TokRemaining: r.TokRemaining, HasReqLimit: r.HasReqLimit, HasReq: r.HasReq,
-		HasTokLimit: r.HasTokLimit, HasTok: r.HasTok, ReqRate: r.ReqRate, TokRate: r.TokRate})
+		HasTokLimit: r.HasTokLimit, HasTok: r.HasTok, ReqRate: r.ReqRate, TokRate: r.TokRate, Silent: r.Silent})
 }
 
 // share makes ex share the budgets of the HTTP backends' lanes through st, when st is a

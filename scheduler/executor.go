@@ -287,15 +287,15 @@ func (p *permit) Sent() {
 }
 
 // shareReading passes a reading to the shared budgets, with the refill rates the core
-// learned; outside e.mu.
-func (p *permit) shareReading(tm Telemetry) {
+// learned; outside e.mu. ok: the reading is a successful answer's (see observe).
+func (p *permit) shareReading(tm Telemetry, ok bool) {
 	if p.e.share == nil {
 		return
 	}
 	p.e.mu.Lock()
 	rr, tr := p.e.core.learnedRates(p.lane)
 	p.e.mu.Unlock()
-	p.e.share.observe(p.lane, tm, rr, tr)
+	p.e.share.observe(p.lane, tm, rr, tr, ok)
 }
 
 var (
@@ -327,7 +327,7 @@ func (p *permit) Observe(h http.Header) {
 	e.rearm(now)
 	e.mu.Unlock()
 	e.flush()
-	p.shareReading(tm)
+	p.shareReading(tm, false) // a stream's headers: its end tells whether it was silent
 }
 
 // Done implements Permit: it reports o and ends the turn, even when the scheduler
@@ -387,7 +387,7 @@ func (p *permit) report(ctx context.Context, o Outcome, retry bool) (Permit, err
 			used = -1 // not known: what it spent stays spent
 		}
 		e.share.release(p.shared, used)
-		p.shareReading(res.Telemetry)
+		p.shareReading(res.Telemetry, res.Status == StatusOK && o.Err == nil)
 	}
 	if !answer {
 		return nil, nil

@@ -20,14 +20,17 @@ type SharedBudget interface {
 	Take(ctx context.Context, key string, reqs, toks float64, margin, scoutFor time.Duration) (SharedGrant, error)
 	// Give gives back unspent grants.
 	Give(ctx context.Context, key string, reqs, toks float64) error
-	// Lower applies a provider's reading: it may only lower a known level.
+	// Lower applies a provider's reading: it may only lower a known level. A reading
+	// with Silent set marks a budget whose limits are still unknown as one the provider
+	// does not report: the nodes then stop scouting it, and each paces its turns on
+	// its own buckets (learned from 429s), until a reading with limits comes.
 	Lower(ctx context.Context, key string, r SharedReading) error
 }
 
 // SharedGrant is what one Take gave.
 type SharedGrant struct {
 	Requests, Tokens   float64
-	ReqLimit, TokLimit float64 // 0 = unknown
+	ReqLimit, TokLimit float64 // 0 = unknown; < 0 = the provider reports none (silent)
 	ReqRate, TokRate   float64 // refill per second
 	Scout              bool    // no limit is known and this node scouts until ScoutUntil
 	ScoutUntil         time.Time
@@ -42,6 +45,9 @@ type SharedReading struct {
 	TokLimit, TokRemaining float64
 	HasReqLimit, HasReq    bool
 	HasTokLimit, HasTok    bool
+	// Silent: the reading is a successful answer that carried no rate-limit headers
+	// at all (a local vLLM or Ollama, a gateway that strips them).
+	Silent bool
 }
 
 // SharedConfig shares an Executor's request and token budgets across nodes (see Share).
@@ -169,6 +175,11 @@ func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (sha
 	}
 	need = max(need, 1)
 	for {
+		if l.reqLimit < 0 || l.tokLimit < 0 {
+			// The provider reports no limits: nothing to share, and no scout's reading
+			// will come. The node's own buckets pace the turn.
+			return shareTicket{}, nil
+		}
 		now := time.Now()
 		known := l.reqLimit > 0 || l.tokLimit > 0
 		if l.tokLimit > 0 {
@@ -229,7 +240,7 @@ func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (sha
 		l.reqLimit, l.tokLimit = gr.ReqLimit, gr.TokLimit
 		l.reqRate, l.tokRate = gr.ReqRate, gr.TokRate
 		l.scout, l.scoutUntil = gr.Scout, gr.ScoutUntil
-		if gr.ReqLimit > 0 || gr.TokLimit > 0 {
+		if gr.ReqLimit != 0 || gr.TokLimit != 0 {
 			l.scout = false
 		}
 		if gr.Requests > 0 || gr.Tokens > 0 || gr.Scout && l.scoutOut == 0 {
@@ -279,16 +290,15 @@ func (g *shareGate) release(t shareTicket, used float64) {
 
 // observe passes a response's reading of lane's buckets to the shared budget, with the
 // refill rates the node's core learned (reqRate, tokRate). A reading that says nothing
-// is left (a 429's) also drops the grants the node holds.
-func (g *shareGate) observe(lane string, tm Telemetry, reqRate, tokRate float64) {
+// is left (a 429's) also drops the grants the node holds. A successful answer (ok) with
+// no rate-limit headers at all, on a budget whose limits are unknown, marks it silent:
+// otherwise the other nodes would wait on a scout whose reading never comes.
+func (g *shareGate) observe(lane string, tm Telemetry, reqRate, tokRate float64, ok bool) {
 	r := SharedReading{ReqRate: max(reqRate, readRate(tm.Requests)), TokRate: max(tokRate, readRate(tm.Tokens)),
 		ReqLimit: float64(tm.Requests.Limit), HasReqLimit: tm.Requests.HasLimit,
 		ReqRemaining: float64(tm.Requests.Remaining), HasReq: tm.Requests.HasRemaining,
 		TokLimit: float64(tm.Tokens.Limit), HasTokLimit: tm.Tokens.HasLimit,
 		TokRemaining: float64(tm.Tokens.Remaining), HasTok: tm.Tokens.HasRemaining,
-	}
-	if !r.HasReq && !r.HasTok && !r.HasReqLimit && !r.HasTokLimit {
-		return
 	}
 	g.mu.Lock()
 	l := g.lane(lane)
@@ -296,14 +306,24 @@ func (g *shareGate) observe(lane string, tm Telemetry, reqRate, tokRate float64)
 		g.mu.Unlock()
 		return
 	}
+	if !r.HasReq && !r.HasTok && !r.HasReqLimit && !r.HasTokLimit {
+		if !ok || !tm.Empty() || l.reqLimit != 0 || l.tokLimit != 0 {
+			g.mu.Unlock()
+			return
+		}
+		r.Silent = true
+		l.reqLimit, l.tokLimit, l.scout = -1, -1, false
+	}
 	if r.HasReq && r.ReqRemaining < 1 || r.HasTok && r.TokRemaining < 1 {
 		l.reqs, l.toks = 0, 0
 	}
-	if r.HasReqLimit {
+	if r.HasReqLimit && r.ReqLimit > 0 {
 		l.reqLimit = max(l.reqLimit, r.ReqLimit)
+		l.tokLimit = max(l.tokLimit, 0) // no longer silent
 	}
-	if r.HasTokLimit {
+	if r.HasTokLimit && r.TokLimit > 0 {
 		l.tokLimit = max(l.tokLimit, r.TokLimit)
+		l.reqLimit = max(l.reqLimit, 0)
 	}
 	key := l.key
 	g.mu.Unlock()

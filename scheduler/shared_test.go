@@ -2,10 +2,13 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/luft-run/luft/agent"
 )
 
 // memBudget is a SharedBudget in memory, for the gate's tests: a fixed level, no refill.
@@ -21,6 +24,9 @@ func (m *memBudget) Take(_ context.Context, _ string, reqs, toks float64, margin
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.takes++
+	if m.limit < 0 {
+		return SharedGrant{ReqLimit: -1, TokLimit: -1}, nil
+	}
 	if m.limit == 0 {
 		return SharedGrant{Scout: true, ScoutUntil: time.Now().Add(scoutFor)}, nil
 	}
@@ -40,7 +46,10 @@ func (m *memBudget) Lower(_ context.Context, _ string, r SharedReading) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.readings = append(m.readings, r)
-	if r.HasTokLimit && m.limit == 0 {
+	if r.Silent && m.limit == 0 {
+		m.limit = -1
+	}
+	if r.HasTokLimit && m.limit <= 0 {
 		m.limit, m.level = r.TokLimit, r.TokRemaining
 	}
 	if r.HasTok {
@@ -105,5 +114,69 @@ func TestSharedGateScoutsThenSpendsGrants(t *testing.T) {
 		p2.Done(Outcome{})
 	case <-time.After(5 * time.Second):
 		t.Fatal("the second turn was not admitted after the scout's reading")
+	}
+}
+
+// A provider that reports no limits (a local vLLM or Ollama) makes the scout's answer
+// mark the budget silent: the other turns go on at once on the node's own buckets rather
+// than waiting, one at a time, on a reading that never comes.
+func TestSharedGateSilentProviderStopsScouting(t *testing.T) {
+	m := &memBudget{}
+	e := NewExecutor(Config{DefaultLane: LaneConfig{Slots: 8}}, nil)
+	e.Share(SharedConfig{Budget: m, Key: func(string) string { return "k" }, ScoutFor: time.Hour})
+	ctx := context.Background()
+	p, err := e.Admit(ctx, Turn{RunID: "r", CallKey: "a", Lane: "l", EstTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	admitted := make(chan Permit, n)
+	for i := range n {
+		go func() {
+			p2, err := e.Admit(ctx, Turn{RunID: "r", CallKey: "b" + itoa(i), Lane: "l", EstTokens: 10})
+			if err != nil {
+				t.Error(err)
+			}
+			admitted <- p2
+		}()
+	}
+	select {
+	case <-admitted:
+		t.Fatal("a turn was admitted while the first scouted the unknown budget")
+	case <-time.After(50 * time.Millisecond):
+	}
+	// The scout's answer: a success with no rate-limit headers at all.
+	_, _ = Finish(ctx, p, Outcome{Usage: agent.Usage{Input: 5, Output: 5}})
+	m.mu.Lock()
+	if len(m.readings) != 1 || !m.readings[0].Silent {
+		t.Errorf("readings passed on: %+v, want one marking the budget silent", m.readings)
+	}
+	m.mu.Unlock()
+	// All the waiting turns run together, with no scout's hour to wait out.
+	var held []Permit
+	for range n {
+		select {
+		case p2 := <-admitted:
+			held = append(held, p2)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d turns admitted after the silent answer; the rest wait on a scout", len(held), n)
+		}
+	}
+	for _, p2 := range held {
+		p2.Done(Outcome{})
+	}
+	// A failed answer with no headers says nothing about the provider's headers.
+	m2 := &memBudget{}
+	e2 := NewExecutor(Config{DefaultLane: LaneConfig{Slots: 8}}, nil)
+	e2.Share(SharedConfig{Budget: m2, Key: func(string) string { return "k" }})
+	p3, err := e2.Admit(ctx, Turn{RunID: "r", CallKey: "a", Lane: "l", EstTokens: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3.Done(Outcome{Err: errors.New("connection refused")})
+	m2.mu.Lock()
+	defer m2.mu.Unlock()
+	if len(m2.readings) != 0 {
+		t.Errorf("a failed request marked the budget: %+v", m2.readings)
 	}
 }

@@ -34,6 +34,11 @@ type BudgetReading struct {
 	TokLimit, TokRemaining float64
 	HasReqLimit, HasReq    bool
 	HasTokLimit, HasTok    bool
+	// Silent: a successful answer that carried no rate-limit headers. A budget whose
+	// limits are unknown is then marked silent (limits -1): nothing is shared, no node
+	// scouts it, and each node paces its turns on its own buckets, until a reading with
+	// limits comes.
+	Silent bool
 }
 
 // The level of a budget now: refilled at limit/60 per second since at, at most the
@@ -82,13 +87,19 @@ const (
 			WHEN $3::bool AND $4::bool THEN least($2::float8, $5::float8) ELSE ` + pgReqLevel + ` END,
 		tok_level = CASE WHEN $7::bool AND tok_limit > 0 THEN least(` + pgTokLevel + `, $6::float8)
 			WHEN $7::bool AND $8::bool THEN least($6::float8, $9::float8) ELSE ` + pgTokLevel + ` END,
-		req_limit = CASE WHEN $4::bool AND $5::float8 > 0 THEN $5::float8 ELSE req_limit END,
-		tok_limit = CASE WHEN $8::bool AND $9::float8 > 0 THEN $9::float8 ELSE tok_limit END,
+		req_limit = CASE WHEN $4::bool AND $5::float8 > 0 THEN $5::float8
+			WHEN req_limit < 0 AND $8::bool AND $9::float8 > 0 THEN 0 ELSE req_limit END,
+		tok_limit = CASE WHEN $8::bool AND $9::float8 > 0 THEN $9::float8
+			WHEN tok_limit < 0 AND $4::bool AND $5::float8 > 0 THEN 0 ELSE tok_limit END,
 		at = greatest(at, now()),
 		req_rate = CASE WHEN $10::float8 > 0 THEN $10::float8 ELSE req_rate END,
 		tok_rate = CASE WHEN $11::float8 > 0 THEN $11::float8 ELSE tok_rate END,
 		scout = CASE WHEN ($4::bool AND $5::float8 > 0) OR ($8::bool AND $9::float8 > 0) THEN '' ELSE scout END
 		WHERE key = $1`
+	// A silent provider's answer marks a budget still unknown as silent.
+	pgSilentBudget = `UPDATE budgets SET req_limit = -1, tok_limit = -1, req_level = 0, tok_level = 0,
+		scout = '', at = greatest(at, now())
+		WHERE key = $1 AND req_limit <= 0 AND tok_limit <= 0`
 )
 
 // budgetDB is the connection the shared budgets use: their own, so that a take never
@@ -133,6 +144,12 @@ func (p *Postgres) GiveBudget(ctx context.Context, key string, reqs, toks float6
 // LowerBudget applies a provider's reading to the shared budget key: it may only lower
 // a known level, never raise it.
 func (p *Postgres) LowerBudget(ctx context.Context, key string, r BudgetReading) error {
+	if r.Silent {
+		if _, err := p.budget.ExecContext(ctx, pgSilentBudget, key); err != nil {
+			return fmt.Errorf("storage: mark shared budget silent in %s: %w", p.path, err)
+		}
+		return nil
+	}
 	if _, err := p.budget.ExecContext(ctx, pgLowerBudget, key, r.ReqRemaining, r.HasReq, r.HasReqLimit, r.ReqLimit,
 		r.TokRemaining, r.HasTok, r.HasTokLimit, r.TokLimit, r.ReqRate, r.TokRate); err != nil {
 		return fmt.Errorf("storage: lower shared budget in %s: %w", p.path, err)

@@ -199,3 +199,37 @@ func TestSharedBudgetLostRowIsLearnedAgain(t *testing.T) {
 		t.Fatalf("take after the row was lost: %+v, want an unknown budget this node scouts", g)
 	}
 }
+
+// A scout's answer without rate-limit headers marks the budget silent: no node scouts it
+// or waits for it any more; a later reading with limits makes it shared again.
+func TestSharedBudgetSilentProvider(t *testing.T) {
+	ps := openNodes(t, 2)
+	const key = "k"
+	if a, err := ps[0].TakeBudget(t.Context(), key, "a", 1, 100, 0, time.Hour); err != nil || !a.Scout {
+		t.Fatalf("first take: %+v %v, want a scout", a, err)
+	}
+	if err := ps[0].LowerBudget(t.Context(), key, BudgetReading{Silent: true}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ps[1].TakeBudget(t.Context(), key, "b", 1, 100, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Scout || b.ReqLimit >= 0 || b.TokLimit >= 0 {
+		t.Fatalf("take of a silent budget: %+v, want limits < 0 and no scout", b)
+	}
+	// Silent never overrides limits once known.
+	if err := ps[1].LowerBudget(t.Context(), key, BudgetReading{TokLimit: 6000, TokRemaining: 5900, HasTokLimit: true, HasTok: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ps[0].LowerBudget(t.Context(), key, BudgetReading{Silent: true}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ps[0].TakeBudget(t.Context(), key, "a", 1, 100, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TokLimit != 6000 || c.ReqLimit != 0 || c.Tokens != 100 {
+		t.Fatalf("take after a reading with a token limit: %+v, want 100 of 6000 tokens and no request limit", c)
+	}
+}
