@@ -59,6 +59,13 @@ func (s *readOnlyStore) UpdateRun(ctx context.Context, id string, u storage.RunU
 	return s.SQLite.UpdateRun(ctx, id, u)
 }
 
+func (s *readOnlyStore) RecordRun(ctx context.Context, id string, rec storage.RunRecord) ([]event.Event, error) {
+	if s.ro.Load() {
+		return nil, s.refused()
+	}
+	return s.SQLite.RecordRun(ctx, id, rec)
+}
+
 func newReadOnlyStore(t *testing.T) *readOnlyStore {
 	t.Helper()
 	dir := t.TempDir()

@@ -130,31 +130,59 @@ func (x *External) Close(ctx context.Context, end ExternalEnd) error {
 	return x.s.noted(x.write(ctx, []event.Event{event.New(event.RunDone, done)}, up))
 }
 
+// runRecorder is implemented by stores that make a run's creation, events and row
+// update in one transaction (storage.SQLite, storage.Postgres).
+type runRecorder interface {
+	RecordRun(ctx context.Context, runID string, rec storage.RunRecord) ([]event.Event, error)
+}
+
+// row is the run's row as its first record creates it.
+func (x *External) row() storage.Run {
+	sp := x.spec
+	return storage.Run{ID: sp.ID, Workflow: sp.Workflow, Status: storage.StatusRunning,
+		Attempt: 1, PID: x.s.opts.PID, Node: x.s.opts.Node, CreatedAt: sp.CreatedAt, Spec: sp.Spec}
+}
+
 // create writes the run's row and its run_started.
 func (x *External) create(ctx context.Context) error {
 	sp := x.spec
-	if err := x.s.opts.Store.CreateRun(ctx, storage.Run{ID: sp.ID, Workflow: sp.Workflow, Status: storage.StatusRunning,
-		Attempt: 1, PID: x.s.opts.PID, Node: x.s.opts.Node, CreatedAt: sp.CreatedAt, Spec: sp.Spec}); err != nil {
+	if err := x.s.opts.Store.CreateRun(ctx, x.row()); err != nil {
 		return fmt.Errorf("record run %s (%s): %w", sp.ID, sp.Workflow, err)
 	}
 	x.created = true
 	return nil
 }
 
-// write stores evs and then up (when it changes anything), creating the run first. The
-// events are queued before the row update, so the store commits them together or the
-// events first.
+// write stores evs and then up (when it changes anything), creating the run first
+// (with its run_started). A store that can (runRecorder) makes it all in one
+// transaction: one commit to wait for, and nothing of it stored unless all is.
+// Otherwise the events are queued before the row update, so the store commits them
+// together or the events first.
 func (x *External) write(ctx context.Context, evs []event.Event, up storage.RunUpdate) error {
 	st := x.s.opts.Store
+	var create *storage.Run
 	if !x.created {
-		if err := x.create(ctx); err != nil {
-			return err
-		}
 		start := event.New(event.RunStarted, map[string]any{"workflow": x.spec.Workflow, "args": x.spec.Args,
 			"resumed": false, "attempt": 1})
 		evs = append([]event.Event{start}, evs...)
+		row := x.row()
+		create = &row
 	}
 	id, what := x.spec.ID, x.spec.Workflow
+	if rr, ok := st.(runRecorder); ok {
+		if _, err := rr.RecordRun(ctx, id, storage.RunRecord{Create: create, Events: evs, Update: up}); err != nil {
+			return fmt.Errorf("record run %s (%s): %w", id, what, err)
+		}
+		if create != nil {
+			x.created = true
+		}
+		return nil
+	}
+	if create != nil {
+		if err := x.create(ctx); err != nil {
+			return err
+		}
+	}
 	var wait func() ([]event.Event, error)
 	if len(evs) > 0 {
 		if a, ok := st.(asyncAppender); ok {

@@ -94,6 +94,7 @@ var contract = []struct {
 	{"CancelledWriteIsNotApplied", testCancelledWriteIsNotApplied},
 	{"CloseCommitsQueuedWritesThenRefuses", testCloseCommitsQueuedWritesThenRefuses},
 	{"AppendAsyncKeepsCallOrderAndBatches", testAppendAsyncKeepsCallOrderAndBatches},
+	{"RecordRun", testRecordRun},
 	{"TwoStoresOnOnePlace", testTwoStoresOnOnePlace},
 	{"TwoProcesses", testTwoProcesses},
 	{"ConcurrentOpenOfAFreshPlace", testConcurrentOpenOfAFreshPlace},

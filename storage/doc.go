@@ -57,7 +57,9 @@
 // connection (SetMaxOpenConns(1)), used only by the writer goroutine, and a separate pool
 // of query_only connections for every read. Several processes may open the same state dir
 // at once: SQLite's file locks serialise their writers and WAL lets readers run beside
-// them.
+// them. The writer connection does not checkpoint (wal_autocheckpoint 0): a goroutine of
+// the store's own runs PASSIVE checkpoints on a connection of its own, at most every
+// 200 ms while writes go on, so no commit waits for the WAL to be copied into luft.db.
 //
 // # Group commit
 //
@@ -71,7 +73,8 @@
 // A caller's context stops it waiting to be queued and drops an operation that has not
 // started; an operation that has started is always waited for. Callers that write one
 // after another from a single goroutine get one transaction each; AppendAsync lets an
-// ordered emitter queue under its lock and wait outside it. Stats reports the writer's
+// ordered emitter queue under its lock and wait outside it; RecordRun makes a run's
+// creation, events and row update one operation, so one commit. Stats reports the writer's
 // counters. After Close (which commits what is queued) every call fails with ErrClosed.
 // # PostgreSQL
 //

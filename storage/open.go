@@ -17,6 +17,9 @@ type DB interface {
 	Store
 	// AppendAsync queues an append and returns a wait for its commit (see SQLite.AppendAsync).
 	AppendAsync(ctx context.Context, runID string, evs ...event.Event) (wait func() ([]event.Event, error))
+	// RecordRun creates a run, appends to its log and updates its row in one transaction
+	// (see SQLite.RecordRun).
+	RecordRun(ctx context.Context, runID string, rec RunRecord) ([]event.Event, error)
 	// DeleteFinished deletes the runs that ended before cutoff (see SQLite.DeleteFinished).
 	DeleteFinished(ctx context.Context, cutoff time.Time) ([]string, error)
 	Stats() Stats

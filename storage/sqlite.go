@@ -56,6 +56,8 @@ type sqlStore struct {
 	toPrepare []string             // statements to prepare after the current transaction
 
 	txs, ops, maxBatch atomic.Int64
+
+	ckpt *checkpointer // SQLite: checkpoints the WAL off the writer's path; nil on PostgreSQL
 }
 
 // Stats are counters of the writer since Open.
@@ -104,7 +106,7 @@ func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
 
 	base := fileURI(path) + "?_pragma=busy_timeout(5000)"
 	w, err := sql.Open("sqlite", base+
-		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_txlock=immediate")
+		"&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_pragma=wal_autocheckpoint(0)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
@@ -132,6 +134,15 @@ func open(ctx context.Context, dir string, cfg config) (*SQLite, error) {
 		return nil, s.classify("open read pool", err)
 	}
 	s.r = r
+	// The checkpoints (see checkpointer): a connection that may write, on the WAL the
+	// writer's migration set up.
+	c, err := sql.Open("sqlite", base)
+	if err != nil {
+		r.Close()
+		w.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	s.ckpt = newCheckpointer(c)
 	go s.writeLoop()
 	return &SQLite{s}, nil
 }
@@ -186,7 +197,7 @@ func (s *sqlStore) Close() error {
 	close(s.queue)
 	s.mu.Unlock()
 	<-s.done
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.ckpt.close(), s.r.Close(), s.w.Close())
 }
 
 func (s *sqlStore) isClosed() bool {

@@ -126,12 +126,31 @@ func (s *sqlStore) AppendAsync(ctx context.Context, runID string, evs ...event.E
 	if len(evs) == 0 {
 		return func() ([]event.Event, error) { return evs, nil }
 	}
+	fn, out, err := s.appendOp(ctx, runID, evs)
+	if err != nil {
+		return fail(err)
+	}
+	o, err := s.submit(ctx, fn)
+	if err != nil {
+		return fail(err)
+	}
+	return sync.OnceValues(func() ([]event.Event, error) {
+		if err := <-o.done; err != nil {
+			return nil, s.typed(err)
+		}
+		return out, nil
+	})
+}
+
+// appendOp checks and encodes evs and returns the writer's op that appends them to the
+// run's log, with the events it stamps as it runs (see AppendAsync).
+func (s *sqlStore) appendOp(ctx context.Context, runID string, evs []event.Event) (func(tx *wtx) error, []event.Event, error) {
 	out := make([]event.Event, len(evs))
 	rows := make([]eventRow, len(evs))
 	now := s.now()
 	for i, ev := range evs {
 		if ev.Type == "" {
-			return fail(fmt.Errorf("storage: append to run %s: event %d has no type", runID, i))
+			return nil, nil, fmt.Errorf("storage: append to run %s: event %d has no type", runID, i)
 		}
 		ev.RunID = runID
 		ev.Seq = 0
@@ -140,13 +159,13 @@ func (s *sqlStore) AppendAsync(ctx context.Context, runID string, evs ...event.E
 		}
 		data, err := marshalData(ev.Data)
 		if err != nil {
-			return fail(fmt.Errorf("storage: append %s to run %s: %w", ev.Type, runID, err))
+			return nil, nil, fmt.Errorf("storage: append %s to run %s: %w", ev.Type, runID, err)
 		}
 		out[i] = ev
 		rows[i] = eventRow{ts: fmtTime(ev.TS), data: data, phase: phaseOf(ev)}
 	}
 	fence := fenceFor(ctx, runID)
-	o, err := s.submit(ctx, func(tx *wtx) error {
+	return func(tx *wtx) error {
 		if err := tx.checkFence("append to run", fence); err != nil {
 			return err
 		}
@@ -167,16 +186,7 @@ func (s *sqlStore) AppendAsync(ctx context.Context, runID string, evs ...event.E
 			}
 		}
 		return nil
-	})
-	if err != nil {
-		return fail(err)
-	}
-	return sync.OnceValues(func() ([]event.Event, error) {
-		if err := <-o.done; err != nil {
-			return nil, s.typed(err)
-		}
-		return out, nil
-	})
+	}, out, nil
 }
 
 func (s *sqlStore) projectPhase(tx *wtx, runID, ts string, p *phaseRow) error {

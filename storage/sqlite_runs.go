@@ -37,40 +37,49 @@ func validStatus(s string) bool {
 
 // CreateRun implements Store.
 func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
+	fn, err := s.createOp(r)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, fn)
+}
+
+// createOp checks r and returns the writer's op that creates it (see CreateRun).
+func (s *sqlStore) createOp(r Run) (func(tx *wtx) error, error) {
 	if r.ID == "" {
-		return errors.New("storage: create run: empty id")
+		return nil, errors.New("storage: create run: empty id")
 	}
 	if r.Status == "" {
 		r.Status = StatusRunning
 	}
 	if !validStatus(r.Status) {
-		return fmt.Errorf("storage: create run %s: unknown status %q", r.ID, r.Status)
+		return nil, fmt.Errorf("storage: create run %s: unknown status %q", r.ID, r.Status)
 	}
 	if r.Attempt <= 0 {
 		r.Attempt = 1
 	}
 	if !s.storable(r.Workspace) {
-		return fmt.Errorf("storage: create run %s: workspace %q holds a NUL byte or invalid UTF-8", r.ID, r.Workspace)
+		return nil, fmt.Errorf("storage: create run %s: workspace %q holds a NUL byte or invalid UTF-8", r.ID, r.Workspace)
 	}
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = s.now()
 	}
 	args, err := jsonArg("args", r.Args)
 	if err != nil {
-		return errf("create run", r.ID, err)
+		return nil, errf("create run", r.ID, err)
 	}
 	var report any
 	if r.HasReport {
 		if report, err = jsonArg("report", r.Report); err != nil {
-			return errf("create run", r.ID, err)
+			return nil, errf("create run", r.ID, err)
 		}
 	}
 	spec, err := jsonArg("spec", r.Spec)
 	if err != nil {
-		return errf("create run", r.ID, err)
+		return nil, errf("create run", r.ID, err)
 	}
 	created := fmtTime(r.CreatedAt)
-	return s.write(ctx, func(tx *wtx) error {
+	return func(tx *wtx) error {
 		var n int
 		if err := tx.QueryRow(`SELECT COUNT(*) FROM runs WHERE id = ?`, r.ID).Scan(&n); err != nil {
 			return errf("create run", r.ID, err)
@@ -91,11 +100,20 @@ func (s *sqlStore) CreateRun(ctx context.Context, r Run) error {
 			return errf("create run", r.ID, err)
 		}
 		return nil
-	})
+	}, nil
 }
 
 // UpdateRun implements Store.
 func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error {
+	fn, err := s.updateOp(ctx, id, u)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, fn)
+}
+
+// updateOp checks u and returns the writer's op that applies it (see UpdateRun).
+func (s *sqlStore) updateOp(ctx context.Context, id string, u RunUpdate) (func(tx *wtx) error, error) {
 	var sets []string
 	var args []any
 	set := func(col string, v any) {
@@ -104,7 +122,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 	}
 	if u.Status != nil {
 		if !validStatus(*u.Status) {
-			return fmt.Errorf("storage: update run %s: unknown status %q", id, *u.Status)
+			return nil, fmt.Errorf("storage: update run %s: unknown status %q", id, *u.Status)
 		}
 		set("status", *u.Status)
 	}
@@ -122,7 +140,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 	case hasReport && u.Report != nil:
 		v, err := jsonArg("report", *u.Report)
 		if err != nil {
-			return errf("update run", id, err)
+			return nil, errf("update run", id, err)
 		}
 		set("report_json", s.bin(v))
 		set("has_report", true)
@@ -160,7 +178,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 	}
 	if u.Workspace != nil {
 		if !s.storable(*u.Workspace) {
-			return fmt.Errorf("storage: update run %s: workspace %q holds a NUL byte or invalid UTF-8", id, *u.Workspace)
+			return nil, fmt.Errorf("storage: update run %s: workspace %q holds a NUL byte or invalid UTF-8", id, *u.Workspace)
 		}
 		set("workspace", *u.Workspace)
 	}
@@ -176,7 +194,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 	if u.Spec != nil {
 		v, err := jsonArg("spec", *u.Spec)
 		if err != nil {
-			return errf("update run", id, err)
+			return nil, errf("update run", id, err)
 		}
 		set("spec_json", s.bin(v))
 	}
@@ -196,7 +214,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 		args = append(args, *u.IfStatus)
 	}
 	fence := fenceFor(ctx, id)
-	return s.write(ctx, func(tx *wtx) error {
+	return func(tx *wtx) error {
 		if err := tx.checkFence("update run", fence); err != nil {
 			return err
 		}
@@ -211,7 +229,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, u RunUpdate) error 
 			}
 		}
 		return err
-	})
+	}, nil
 }
 
 // execOne runs a statement that must change exactly one run; none is ErrRunNotFound.

@@ -248,6 +248,7 @@ func (s *sqlStore) tryBatch(w *wtx, ops []*op) bool {
 		w.tx.Rollback()
 		release(ops, s.classify("commit", err))
 	} else {
+		s.ckpt.committed()
 		release(ops, nil)
 	}
 	return true
@@ -314,6 +315,7 @@ func (s *sqlStore) isolatedOnce(ops []*op, retry bool) []*op {
 	if err := w.tx.Commit(); err != nil {
 		return fail(s.classify("commit", err))
 	}
+	s.ckpt.committed()
 	for i, o := range ops {
 		o.done <- errs[i]
 	}

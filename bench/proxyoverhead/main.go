@@ -152,6 +152,11 @@ func (t timedStore) Append(ctx context.Context, id string, evs ...event.Event) (
 	return t.DB.Append(ctx, id, evs...)
 }
 
+func (t timedStore) RecordRun(ctx context.Context, id string, rec storage.RunRecord) ([]event.Event, error) {
+	defer note(ctx, time.Now())
+	return t.DB.RecordRun(ctx, id, rec)
+}
+
 func (t timedStore) AppendAsync(ctx context.Context, id string, evs ...event.Event) func() ([]event.Event, error) {
 	from := time.Now()
 	wait := t.DB.AppendAsync(ctx, id, evs...)
