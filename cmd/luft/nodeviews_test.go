@@ -43,7 +43,7 @@ end`
 //     drives the run, which is what it says (checked to be true on the owner alone).
 var (
 	reLeaseUntil = regexp.MustCompile(`(?m)^ *"lease_until": "[^"]*",\n`)
-	reElapsed    = regexp.MustCompile(`\b\d+(\.\d+)?(ms|s|m)\b`)
+	reElapsed    = regexp.MustCompile(`\b(\d+(\.\d+)?(ms|h|m|s))+\b`) // 850ms, 12.5s, 1m10s, 2h3m
 )
 
 func sameAnswers(text string) string {
