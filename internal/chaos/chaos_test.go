@@ -29,11 +29,11 @@ const (
 	lease     = 3 * time.Second
 	heartbeat = 200 * time.Millisecond
 	latency   = 50 * time.Millisecond // each call's time at the engine
-	// budget is the shared key's requests per period (600/s): more than a shared 2-core
-	// machine sends (its CPU bounds the workload at 100-180/s), with a burst of 6,000.
-	// At 1,500 per 10 s the nodes sharing one budget sent only ~40 requests/s and the
-	// test took 1m45.
-	budget = 6000
+	// budget is the shared key's requests per period (150/s, a burst of 1,500): below
+	// what the three nodes send (a shared 2-core machine's CPU bounds the workload at
+	// 100-180/s), so the key bounds the test. Nodes that did not share it met ~4,000 ×
+	// 429 here; sharing it, they get its rate after the burst (the test logs the figure).
+	budget = 1500
 	period = 10 * time.Second
 	// killEvery is the time between SIGKILLs; the SIGSTOP falls between two of them and
 	// lasts stopFor, past the lease.
@@ -513,6 +513,20 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 	if len(took) > 0 {
 		t.Logf("takeover of %d runs (lease %v; %d more claimed back by the woken node): p50 %v, p90 %v, max %v", len(took), lease, reclaimed,
 			took[len(took)/2].Round(time.Millisecond), took[len(took)*9/10].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	}
+	// The key's throughput once its burst is spent: the requests it took after the
+	// first budget of them, over the time from that one to the last.
+	var okAt []time.Time
+	for _, r := range log {
+		if r.Status != 429 {
+			okAt = append(okAt, r.Arrival)
+		}
+	}
+	slices.SortFunc(okAt, func(a, b time.Time) int { return a.Compare(b) })
+	if len(okAt) > budget+1 {
+		got := float64(len(okAt)-budget) / okAt[len(okAt)-1].Sub(okAt[budget-1]).Seconds()
+		rate := float64(budget) / period.Seconds()
+		t.Logf("the key after its burst: %.1f requests/s of its %.0f/s (%.0f%%)", got, rate, 100*got/rate)
 	}
 	t.Logf("engine: %d requests, %d × 429; duplicates %d (calls in flight at the faults %d, unexplained %d); redone: %d in the journal, %d at the engine; stale writes %d; false takeovers %d",
 		len(log), limited, dups, inflight, unexplained, redoneJournal, redoneEngine, len(stale), falseTakeovers)
