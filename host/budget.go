@@ -31,7 +31,7 @@ type sharedBudget struct {
 func (b sharedBudget) Take(ctx context.Context, key string, reqs, toks float64, margin, scoutFor time.Duration) (scheduler.SharedGrant, error) {
 	g, err := b.st.TakeBudget(ctx, key, b.node, reqs, toks, margin, scoutFor)
 	return scheduler.SharedGrant{Requests: g.Requests, Tokens: g.Tokens, ReqLimit: g.ReqLimit, TokLimit: g.TokLimit,
-		Scout: g.Scout, ScoutUntil: g.ScoutUntil}, err
+		ReqRate: g.ReqRate, TokRate: g.TokRate, Scout: g.Scout, ScoutUntil: g.ScoutUntil}, err
 }
 
 func (b sharedBudget) Give(ctx context.Context, key string, reqs, toks float64) error {

@@ -29,11 +29,13 @@ const (
 	lease     = 3 * time.Second
 	heartbeat = 200 * time.Millisecond
 	latency   = 50 * time.Millisecond // each call's time at the engine
-	// budget is the shared key's requests per period (600/s): more than a shared 2-core
-	// machine sends (its CPU bounds the workload at 100-180/s), with a burst of 6,000.
-	// At 1,500 per 10 s the nodes sharing one budget sent only ~40 requests/s and the
-	// test took 1m45.
-	budget = 6000
+	// budget is the shared key's requests per period (150/s, a burst of 1,500): nodes
+	// that do not share it meet ~4,000 × 429 here. The workload's demand on a shared
+	// 2-core machine (100-180/s) rarely drains it, so the test logs whether and when the
+	// key ran nearly dry. At 300 per 2 s (the same rate, a burst of 300) the key bound
+	// the test, the three sharing nodes got only ~95 requests/s and the test took up to
+	// 52 s: the shared budget's cost under such load is not solved yet.
+	budget = 1500
 	period = 10 * time.Second
 	// killEvery is the time between SIGKILLs; the SIGSTOP falls between two of them and
 	// lasts stopFor, past the lease.
@@ -513,6 +515,40 @@ func check(t *testing.T, st storage.DB, audit *sql.DB, key *fakeKey, ids []strin
 	if len(took) > 0 {
 		t.Logf("takeover of %d runs (lease %v; %d more claimed back by the woken node): p50 %v, p90 %v, max %v", len(took), lease, reclaimed,
 			took[len(took)/2].Round(time.Millisecond), took[len(took)*9/10].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+	}
+	// The key's throughput once its burst is spent: the engine's bucket replayed from
+	// its log (every request charged, as the engine charges refused ones too) says when
+	// it first ran nearly dry (below a tenth of its burst: the nodes leave a margin in
+	// it); from then to the last request the key allows its rate.
+	recs := slices.Clone(log)
+	slices.SortFunc(recs, func(a, b testkit.Record) int { return a.Arrival.Compare(b.Arrival) })
+	keyRate := float64(budget) / period.Seconds()
+	level, at := float64(budget), time.Time{}
+	var dry, last time.Time
+	keyTook := 0
+	for _, r := range recs {
+		if !at.IsZero() {
+			level = min(float64(budget), level+keyRate*r.Arrival.Sub(at).Seconds())
+		}
+		at = r.Arrival
+		level--
+		if dry.IsZero() && level < float64(budget)/10 {
+			dry = r.Arrival
+		}
+		if !dry.IsZero() && r.Arrival.After(dry) && r.Status != 429 {
+			keyTook++
+			last = r.Arrival
+		}
+	}
+	if dry.IsZero() {
+		t.Logf("the key never ran nearly dry: %d requests in %.1fs, %.1f/s of its %.0f/s", len(recs),
+			recs[len(recs)-1].Arrival.Sub(recs[0].Arrival).Seconds(),
+			float64(len(recs))/recs[len(recs)-1].Arrival.Sub(recs[0].Arrival).Seconds(), keyRate)
+	}
+	if d := last.Sub(dry).Seconds(); !dry.IsZero() && d > 0 {
+		got := float64(keyTook) / d
+		t.Logf("the key once nearly dry (%v after the first request): %.1f requests/s taken of its %.0f/s (%.0f%%) over %.1fs",
+			dry.Sub(recs[0].Arrival).Round(time.Millisecond), got, keyRate, 100*got/keyRate, d)
 	}
 	t.Logf("engine: %d requests, %d × 429; duplicates %d (calls in flight at the faults %d, unexplained %d); redone: %d in the journal, %d at the engine; stale writes %d; false takeovers %d",
 		len(log), limited, dups, inflight, unexplained, redoneJournal, redoneEngine, len(stale), falseTakeovers)
