@@ -416,3 +416,60 @@ func parseProcStat(s string) (time.Duration, error) {
 	}
 	return time.Duration(ticks) * time.Second / clockTick, nil
 }
+
+// serverCPU is the CPU time of each process of the PostgreSQL server whose data dir is
+// $LUFT_TEST_POSTGRES_DIR/data (what .ci/postgres starts): the postmaster and its
+// children, the connections' backends among them. nil when that variable is unset (a
+// server elsewhere) or the server's pid file is unreadable.
+func serverCPU() map[int]time.Duration {
+	dir := os.Getenv("LUFT_TEST_POSTGRES_DIR")
+	if dir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
+	if err != nil {
+		return nil
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	root, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return nil
+	}
+	out := map[int]time.Duration{}
+	if t, err := cpuTime(root); err == nil {
+		out[root] = t
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		s, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(s), ')')
+		f := strings.Fields(string(s[i+1:]))
+		if i < 0 || len(f) < 2 || f[1] != strconv.Itoa(root) {
+			continue
+		}
+		if t, err := parseStat(string(s)); err == nil {
+			out[pid] = t
+		}
+	}
+	return out
+}
+
+// serverCPUSince is the server's CPU time since before (a serverCPU reading): a backend
+// started since counts from zero; one that ended since is lost.
+func serverCPUSince(before map[int]time.Duration) (time.Duration, bool) {
+	if before == nil {
+		return 0, false
+	}
+	var d time.Duration
+	for pid, t := range serverCPU() {
+		d += t - before[pid]
+	}
+	return d, true
+}

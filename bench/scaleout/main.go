@@ -135,7 +135,7 @@ func bench(w io.Writer, cfg config) error {
 		wl := budgetBound(cfg)
 		intro := fmt.Sprintf("budget-bound: N real luft daemons on one PostgreSQL, one shared key of the fake engine (%d requests per %s, continuous, 429 when empty; ~40 ms a request).\n"+
 			"The key's limit is the bottleneck: the ideal is the same throughput at every N (%.0f turns/s once the first burst of %d is spent) with no 429.\n"+
-			"On one %d-core machine it is CPU-bound as well: all N daemons, PostgreSQL, the engine and this bench (and whoever else uses the machine) share its cores.",
+			"On one %d-core machine it is CPU-bound as well: all N daemons, PostgreSQL, the engine and this bench share its cores with whoever else uses it (the CPU columns say whose).",
 			wl.limit, wl.period, float64(wl.limit)/wl.period.Seconds(), wl.limit, machine.Read().Cores)
 		if err := throughputTable(w, cfg, wl, intro); err != nil {
 			return err
@@ -165,6 +165,8 @@ type rep struct {
 	rejected  int
 	cpu       time.Duration // the daemons' CPU time during the workload
 	busy      float64       // the machine's busy cores during it
+	server    float64       // PostgreSQL's cores during it (-1: unknown)
+	self      float64       // this process's (the engine's and the bench's) cores
 	idle, run []int64       // RSS per node (KiB): at idle, largest during the workload
 	hwm       []int64       // VmHWM per node at the end
 }
@@ -191,8 +193,9 @@ func throughputTable(w io.Writer, cfg config, wl workload, intro string) error {
 	fmt.Fprintf(w, "\n%s\n", intro)
 	fmt.Fprintf(w, "%d runs × %d rounds × %d agents at once = %d turns per repetition, runs spread evenly over the nodes; median (min–max) of %d repetitions, each on a fresh database and key.\n",
 		wl.runs, cfg.rounds, cfg.width, turns, cfg.repeat)
-	fmt.Fprintf(w, "CPU: the daemons' own CPU time (/proc/PID/stat) and the whole machine's busy time (/proc/stat, other users' included) over the wall time, in cores of %d.\n\n", machine.Read().Cores)
-	fmt.Fprintf(w, "%5s  %20s  %22s  %9s  %8s  %18s  %18s\n", "nodes", "runs/s", "turns/s", "429s", "requests", "daemons' CPU", "machine busy")
+	fmt.Fprintf(w, "CPU, in cores of %d (CPU time over the wall time): the daemons' (/proc/PID/stat), the PostgreSQL server's (its processes, when .ci/postgres started it), this process's\n"+
+		"(the fake engine and the bench), and the whole machine's busy time (/proc/stat, other users' included).\n\n", machine.Read().Cores)
+	fmt.Fprintf(w, "%5s  %20s  %22s  %7s  %8s  %18s  %18s  %18s  %18s\n", "nodes", "runs/s", "turns/s", "429s", "requests", "daemons' CPU", "PostgreSQL CPU", "engine+bench CPU", "machine busy")
 	var mems []string
 	for _, n := range cfg.nodes {
 		var reps []rep
@@ -203,7 +206,7 @@ func throughputTable(w io.Writer, cfg config, wl workload, intro string) error {
 			}
 			reps = append(reps, r)
 		}
-		var runsPS, turnsPS, rej, reqs, cpu, busy []float64
+		var runsPS, turnsPS, rej, reqs, cpu, busy, server, self []float64
 		var idle, during, hwm []float64
 		for _, r := range reps {
 			runsPS = append(runsPS, float64(wl.runs)/r.wall.Seconds())
@@ -212,13 +215,18 @@ func throughputTable(w io.Writer, cfg config, wl workload, intro string) error {
 			reqs = append(reqs, float64(r.requests))
 			cpu = append(cpu, r.cpu.Seconds()/r.wall.Seconds())
 			busy = append(busy, r.busy)
+			self = append(self, r.self)
+			if r.server >= 0 {
+				server = append(server, r.server)
+			}
 			for i := range r.idle {
 				idle = append(idle, float64(r.idle[i])/1024)
 				during = append(during, float64(r.run[i])/1024)
 				hwm = append(hwm, float64(r.hwm[i])/1024)
 			}
 		}
-		fmt.Fprintf(w, "%5d  %20s  %22s  %9s  %8s  %18s  %18s\n", n, stat(runsPS, "%.2f"), stat(turnsPS, "%.1f"), stat(rej, "%.0f"), med(reqs, "%.0f"), stat(cpu, "%.2f"), stat(busy, "%.2f"))
+		fmt.Fprintf(w, "%5d  %20s  %22s  %7s  %8s  %18s  %18s  %18s  %18s\n", n, stat(runsPS, "%.2f"), stat(turnsPS, "%.1f"), stat(rej, "%.0f"), med(reqs, "%.0f"),
+			stat(cpu, "%.2f"), stat(server, "%.2f"), stat(self, "%.2f"), stat(busy, "%.2f"))
 		mems = append(mems, fmt.Sprintf("%5d  %20s  %20s  %20s", n, stat(idle, "%.1f"), stat(during, "%.1f"), stat(hwm, "%.1f")))
 	}
 	fmt.Fprintf(w, "\nmemory per node (MB; median (min–max) over every node of every repetition): RSS at idle (started, before the workload), largest RSS sampled every 100 ms during it, VmHWM at its end\n\n")
@@ -269,6 +277,12 @@ func throughputRep(cfg config, wl workload, n int) (rep, error) {
 		s.end()
 		return rep{}, err
 	}
+	server0 := serverCPU()
+	self0, err := cpuTime(os.Getpid())
+	if err != nil {
+		s.end()
+		return rep{}, err
+	}
 	ids := make([]string, wl.runs)
 	errs := make(chan error, n)
 	for i, nd := range c.nodes {
@@ -302,6 +316,15 @@ func throughputRep(cfg config, wl workload, n int) (rep, error) {
 		return rep{}, err
 	}
 	r.busy = (busy1 - busy0).Seconds() / r.wall.Seconds()
+	r.server = -1
+	if d, ok := serverCPUSince(server0); ok {
+		r.server = d.Seconds() / r.wall.Seconds()
+	}
+	self1, err := cpuTime(os.Getpid())
+	if err != nil {
+		return rep{}, err
+	}
+	r.self = (self1 - self0).Seconds() / r.wall.Seconds()
 	for _, pid := range pids {
 		m, err := readMem(pid)
 		if err != nil {
