@@ -195,7 +195,7 @@ func throughputTable(w io.Writer, cfg config, wl workload, intro string) error {
 		wl.runs, cfg.rounds, cfg.width, turns, cfg.repeat)
 	fmt.Fprintf(w, "CPU, in cores of %d (CPU time over the wall time): the daemons' (/proc/PID/stat), the PostgreSQL server's (its processes, when .ci/postgres started it), this process's\n"+
 		"(the fake engine and the bench), and the whole machine's busy time (/proc/stat, other users' included).\n\n", machine.Read().Cores)
-	fmt.Fprintf(w, "%5s  %20s  %22s  %7s  %8s  %18s  %18s  %18s  %18s\n", "nodes", "runs/s", "turns/s", "429s", "requests", "daemons' CPU", "PostgreSQL CPU", "engine+bench CPU", "machine busy")
+	fmt.Fprintf(w, "%5s  %20s  %22s  %7s  %14s  %18s  %18s  %18s  %18s\n", "nodes", "runs/s", "turns/s", "429s", "requests", "daemons' CPU", "PostgreSQL CPU", "engine+bench CPU", "machine busy")
 	var mems []string
 	for _, n := range cfg.nodes {
 		var reps []rep
@@ -225,7 +225,7 @@ func throughputTable(w io.Writer, cfg config, wl workload, intro string) error {
 				hwm = append(hwm, float64(r.hwm[i])/1024)
 			}
 		}
-		fmt.Fprintf(w, "%5d  %20s  %22s  %7s  %8s  %18s  %18s  %18s  %18s\n", n, stat(runsPS, "%.2f"), stat(turnsPS, "%.1f"), stat(rej, "%.0f"), med(reqs, "%.0f"),
+		fmt.Fprintf(w, "%5d  %20s  %22s  %7s  %14s  %18s  %18s  %18s  %18s\n", n, stat(runsPS, "%.2f"), stat(turnsPS, "%.1f"), stat(rej, "%.0f"), stat(reqs, "%.0f"),
 			stat(cpu, "%.2f"), stat(server, "%.2f"), stat(self, "%.2f"), stat(busy, "%.2f"))
 		mems = append(mems, fmt.Sprintf("%5d  %20s  %20s  %20s", n, stat(idle, "%.1f"), stat(during, "%.1f"), stat(hwm, "%.1f")))
 	}

@@ -55,7 +55,7 @@ func TestStat(t *testing.T) {
 	if got := median([]float64{4, 1, 3, 2}); got != 2.5 {
 		t.Errorf("median of an even count = %v, want 2.5", got)
 	}
-	if stat(nil, "%.0f") != "-" || med(nil, "%.0f") != "-" {
+	if stat(nil, "%.0f") != "-" {
 		t.Error("no samples should print -")
 	}
 }

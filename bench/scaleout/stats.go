@@ -25,11 +25,3 @@ func stat(xs []float64, f string) string {
 	}
 	return fmt.Sprintf(f+" ("+f+"–"+f+")", median(xs), slices.Min(xs), slices.Max(xs))
 }
-
-// med is the median of xs alone, formatted with f.
-func med(xs []float64, f string) string {
-	if len(xs) == 0 {
-		return "-"
-	}
-	return fmt.Sprintf(f, median(xs))
-}
