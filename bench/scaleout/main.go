@@ -67,7 +67,6 @@ type config struct {
 	kills            int
 	lease, heartbeat time.Duration
 	cpuRuns          int // the CPU-bound table's runs, in multiples of runs (0: skip it)
-	skipThroughput   bool
 	skipTakeover     bool
 }
 
@@ -131,22 +130,20 @@ func build(out, pkg string) error {
 // bench measures and prints every part cfg asks for.
 func bench(w io.Writer, cfg config) error {
 	machine.Print(w)
-	if !cfg.skipThroughput {
-		wl := budgetBound(cfg)
-		intro := fmt.Sprintf("budget-bound: N real luft daemons on one PostgreSQL, one shared key of the fake engine (%d requests per %s, continuous, 429 when empty; ~40 ms a request).\n"+
-			"The key's limit is the bottleneck: the ideal is the same throughput at every N (%.0f turns/s once the first burst of %d is spent) with no 429.\n"+
-			"On one %d-core machine it is CPU-bound as well: all N daemons, PostgreSQL, the engine and this bench share its cores with whoever else uses it (the CPU columns say whose).",
-			wl.limit, wl.period, float64(wl.limit)/wl.period.Seconds(), wl.limit, machine.Read().Cores)
+	wl := budgetBound(cfg)
+	intro := fmt.Sprintf("budget-bound: N real luft daemons on one PostgreSQL, one shared key of the fake engine (%d requests per %s, continuous, 429 when empty; ~40 ms a request).\n"+
+		"The key's limit is the bottleneck: the ideal is the same throughput at every N (%.0f turns/s once the first burst of %d is spent) with no 429.\n"+
+		"On one %d-core machine it is CPU-bound as well: all N daemons, PostgreSQL, the engine and this bench share its cores with whoever else uses it (the CPU columns say whose).",
+		wl.limit, wl.period, float64(wl.limit)/wl.period.Seconds(), wl.limit, machine.Read().Cores)
+	if err := throughputTable(w, cfg, wl, intro); err != nil {
+		return err
+	}
+	if cfg.cpuRuns > 0 {
+		wl := cpuBound(cfg)
+		intro := "Unthrottled: the same on a key that admits far more than the nodes send (1,000,000 requests per second), so the key is not the bound:\n" +
+			"each node's own slots (8 turns at once per backend by default) and the machine's CPU are, and the daemons, PostgreSQL, the engine and this bench share it."
 		if err := throughputTable(w, cfg, wl, intro); err != nil {
 			return err
-		}
-		if cfg.cpuRuns > 0 {
-			wl := cpuBound(cfg)
-			intro := "Unthrottled: the same on a key that admits far more than the nodes send (1,000,000 requests per second), so the key is not the bound:\n" +
-				"each node's own slots (8 turns at once per backend by default) and the machine's CPU are, and the daemons, PostgreSQL, the engine and this bench share it."
-			if err := throughputTable(w, cfg, wl, intro); err != nil {
-				return err
-			}
 		}
 	}
 	if !cfg.skipTakeover {
