@@ -11,6 +11,7 @@
 //	go run ./bench/proxy             # own-loop agents through luft's proxy vs straight at a hosted API
 //	go run ./bench/proxyoverhead     # latency and time to first byte the proxy adds, 200 open streams
 //	go run ./bench/confine           # what confining a run_command call costs, beside a direct exec
+//	go run ./bench/scaleout          # 1, 2 and 3 daemons on one PostgreSQL and one shared key: throughput, memory, takeover
 //
 // fanout, resume, tuiview, mcp and mcpload measure wall time and are never run by `go test`. hosted
 // runs on a scaled clock, against the test kit's provider models (-model all), luft
@@ -23,7 +24,10 @@
 // the runtime, the Executor: `go test -run ThroughRuntime -v ./bench/sched/...`); the
 // command's own W1–W4 tables drive the decision core directly. proxy runs on a
 // scaled clock over loopback HTTP; its test runs the same measurement on a virtual clock
-// (a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets.
+// (a testing/synctest bubble, HTTP in memory) and asserts the proxy's targets. scaleout
+// needs a PostgreSQL server (LUFT_TEST_POSTGRES) and measures real daemons on the wall
+// clock; its test runs one small repetition of each part (skipped with -short or without
+// a server) and asserts no 429 on the shared key and no claim before the lease lapses.
 //
 // Every bench prints the machine first (bench/internal/machine): CPU model, cores, load
 // average and Go version, so that figures from two machines, or from one machine under
