@@ -41,7 +41,7 @@ func TestNodesApprovalFromAnotherNode(t *testing.T) {
 	for _, dt := range c.nodes {
 		dt.env = append(dt.env, "OPENAI_API_KEY=k")
 		writeFiles(t, dt.dir, map[string]string{
-			"ws/.keep": "",
+			"ws/.keep":  "",
 			"luft.toml": localBackend(url, "fake-1", fmt.Sprintf("[tools]\nworkspace = %q\n[node]\nlease = %q\nheartbeat = \"200ms\"\n", ws, nodeLease)),
 			"notes.lua": `function main()
   local a = agent{name = "first", prompt = "first note", tools = {"write_file"}}
