@@ -371,7 +371,11 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			end.status, end.errMsg = string(agent.StatusError), fmt.Sprintf("backend %s answered HTTP %d", up.Name, resp.StatusCode)
 			return end
 		}
-		if resp.StatusCode == http.StatusOK {
+		if resp.StatusCode == http.StatusOK && t.stream {
+			// A stream's headers come with its first token, long before its end: the
+			// scheduler learns from them now. A whole answer's headers come with the
+			// answer and are read when the turn ends (read early, they would count a
+			// completion the provider billed before writing them twice).
 			if o, ok := permit.(scheduler.Observer); ok {
 				o.Observe(resp.Header)
 			}

@@ -367,6 +367,13 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	}
 	early := readAt.Before(now)
 	race, self := arrivalSlack, b.flight[i]
+	// A count of zero says only that nothing is left: the level may be far below zero
+	// (a completion billed at its end beyond its reservation, refusals charged), so the
+	// reading may not raise the level above what dead reckoning, with this turn's own
+	// reservation reconciled, says. Any other count is exact to the token.
+	reckoned, floored := b.levelAt(now)
+	floored = floored && rl.Remaining <= 0
+	reckoned += self.amt - actual
 	for j := b.fhead; j <= i; j++ {
 		f := b.flight[j]
 		if f.done {
@@ -410,6 +417,11 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	b.at = now
 	if readAt.Before(now) {
 		b.at = readAt
+	}
+	if floored {
+		if lvl, _ := b.levelAt(now); reckoned < lvl {
+			b.level, b.at = reckoned, now
+		}
 	}
 }
 
