@@ -370,9 +370,9 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 	// A count of zero says only that nothing is left: the level may be far below zero
 	// (a completion billed at its end beyond its reservation, refusals charged), so the
 	// reading may not raise the level above what dead reckoning, with this turn's own
-	// reservation reconciled, says. Any other count is exact to the token.
-	reckoned, floored := b.levelAt(now)
-	floored = floored && rl.Remaining <= 0
+	// reservation reconciled, says. A count above zero is taken as the level.
+	reckoned, known := b.levelAt(now)
+	floored := known && rl.Remaining <= 0
 	reckoned += self.amt - actual
 	for j := b.fhead; j <= i; j++ {
 		f := b.flight[j]

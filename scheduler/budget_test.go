@@ -397,3 +397,30 @@ func TestBucketReadingOfARaceKeepsTheOthers(t *testing.T) {
 		t.Fatalf("level %v kept %v, want 2 and nothing kept", lvl, b.keptSum)
 	}
 }
+
+// A remaining count of zero is a floor: a completion billed at its end beyond its
+// reservation leaves the provider's level below zero, and the reading may not lift the
+// level above dead reckoning. Any other count re-bases the level as before.
+func TestBucketZeroReadingIsAFloor(t *testing.T) {
+	b := newBucket(6000) // 100 tokens a second
+	b.debit(0, 5400, 0, t0)
+	b.finish(0, 5400, t0) // 600 left at t0
+	b.debit(1, 500, 100, t0)
+	// Turn 1 ends at 5 s having used 1400 (its output 1000, not 100): the provider is at
+	// 600 − 1400 + 500 of refill = −300 and says 0.
+	zero := RateLimit{Limit: 6000, HasLimit: true, Remaining: 0, HasRemaining: true}
+	b.observe(1, zero, 1400, 0, sec(5), sec(5))
+	if lvl, _ := b.levelAt(sec(5)); !near(lvl, -300) {
+		t.Fatalf("level %v after a reading of 0, want −300 (dead reckoning with turn 1's overrun)", lvl)
+	}
+	if ok, at := b.fits(200, sec(5)); ok || at.Before(sec(10)) {
+		t.Fatalf("a turn of 200 fits at %v (ok %v), want not before 10 s", at, ok)
+	}
+
+	// A count above zero is exact: it re-bases the level even above dead reckoning.
+	b.debit(2, 100, 0, sec(5))
+	b.observe(2, RateLimit{Limit: 6000, HasLimit: true, Remaining: 50, HasRemaining: true}, 100, 0, sec(5), sec(5))
+	if lvl, _ := b.levelAt(sec(5)); !near(lvl, 50) {
+		t.Fatalf("level %v after a reading of 50, want 50", lvl)
+	}
+}
