@@ -63,6 +63,7 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 	// built by hand, a proxy adding its own); map order is random, so repeats merge to
 	// the most cautious reading instead of the last one seen.
 	var retryMS, retry time.Time
+	var aggregate RateLimit // anthropic-ratelimit-tokens-*: see below
 	ref := wallRef(h, now)
 	for name, vals := range h {
 		if len(vals) == 0 {
@@ -94,14 +95,40 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			if i < 0 {
 				continue
 			}
-			setField(anthropicDim(&t, rest[:i]), rest[i+1:], v, now, ref)
+			dim := anthropicDim(&t, rest[:i])
+			if rest[:i] == "tokens" {
+				dim = &aggregate
+			}
+			setField(dim, rest[i+1:], v, now, ref)
 		}
+	}
+	// Anthropic's tokens-* is no bucket of its own but the most restrictive of its input
+	// and output buckets: read as one bucket of whole turns, a 1,500-output-token limit
+	// refused a turn of 1,700 tokens that was mostly prompt. It counts only where the
+	// split buckets are not reported.
+	if !t.InputTokens.Known() && !t.OutputTokens.Known() {
+		t.Tokens = cautious(t.Tokens, aggregate)
 	}
 	t.RetryAt = retryMS
 	if t.RetryAt.IsZero() {
 		t.RetryAt = retry
 	}
 	return t
+}
+
+// cautious merges two readings of one bucket into the most cautious one: the smaller
+// counts, the later reset.
+func cautious(a, b RateLimit) RateLimit {
+	if b.HasLimit && (!a.HasLimit || b.Limit < a.Limit) {
+		a.Limit, a.HasLimit = b.Limit, true
+	}
+	if b.HasRemaining && (!a.HasRemaining || b.Remaining < a.Remaining) {
+		a.Remaining, a.HasRemaining = b.Remaining, true
+	}
+	if b.Reset.After(a.Reset) {
+		a.Reset, a.grain = b.Reset, b.grain
+	}
+	return a
 }
 
 // later is the later of two times, either of which may be zero.

@@ -106,12 +106,22 @@ func TestParseTelemetry(t *testing.T) {
 				"retry-after", "4",
 			),
 			want: Telemetry{
-				Requests:     rl(4000, 3999, time.Second),
-				Tokens:       rl(480000, 479000, 500*time.Millisecond),
+				Requests: rl(4000, 3999, time.Second),
+				// tokens-* is the most restrictive of the split buckets, no bucket of
+				// its own: with them reported it is not read.
 				InputTokens:  rl(400000, 399200, 0),
 				OutputTokens: rl(80000, 79800, 3*time.Second),
 				RetryAt:      t0.Add(4 * time.Second),
 			},
+		},
+		{
+			name: "anthropic tokens alone, no split buckets",
+			h: hdr(
+				"anthropic-ratelimit-tokens-limit", "80000",
+				"anthropic-ratelimit-tokens-remaining", "79000",
+				"anthropic-ratelimit-tokens-reset", "2026-03-01T12:00:00.5Z",
+			),
+			want: Telemetry{Tokens: rl(80000, 79000, 500*time.Millisecond)},
 		},
 		{
 			name: "anthropic reset in the past is now",
