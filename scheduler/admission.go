@@ -106,6 +106,12 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 	check(&t.tokens, r.tokens-r.tail, ReasonTokens)
 	check(&t.inTokens, r.input, ReasonInputTokens)
 	check(&t.outTokens, r.output, ReasonOutputTokens)
+	if at, why := t.silent.paced(now); !at.IsZero() {
+		ok = false
+		if at.After(until) {
+			until, reason = at, why
+		}
+	}
 	return ok, until, reason
 }
 
@@ -280,6 +286,9 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	t.tokens.debit(j.flight, r.tokens, r.tail, now)
 	t.inTokens.debit(j.flight, r.input, 0, now)
 	t.outTokens.debit(j.flight, r.output, 0, now)
+	if !t.limitsKnown() {
+		t.silent.admitted(r.tokens, now)
+	}
 
 	j.charged, j.reserved = r.est, r.tokens
 	if cl := home.callers[j.Caller]; cl != nil {

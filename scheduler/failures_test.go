@@ -30,7 +30,9 @@ func TestRateLimitedHonoursRetryAfter(t *testing.T) {
 		{"reset of the empty bucket", map[string]string{
 			"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6.5s",
 			"x-ratelimit-remaining-requests": "10", "x-ratelimit-reset-requests": "20s"}, 6500 * time.Millisecond},
-		{"nothing said", nil, time.Second},
+		// Nothing said, on a lane that knows no limit: the lane is silent and paces its
+		// turns at half what it sent (one turn in its first 2 s: one per 4 s).
+		{"nothing said", nil, 4 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := oneSlot(Config{})
@@ -70,7 +72,13 @@ func TestRateLimitedHonoursRetryAfter(t *testing.T) {
 			if got := ids(c.Tick(until), ActAdmit); !slices.Equal(got, []TurnID{1}) {
 				t.Fatalf("after the pause admitted %v, want [1]", got)
 			}
-			if got := drain(c, 1, until.Add(time.Second)); !slices.Equal(got, []TurnID{2, 3}) {
+			if tt.headers == nil {
+				// A 429 that says nothing makes the lane silent: the turns after the
+				// retried one are paced (silent.go), in order.
+				if got := drainPaced(c, 1, until.Add(time.Second), time.Minute); !slices.Equal(got, []TurnID{2, 3}) {
+					t.Fatalf("then %v, want [2 3]", got)
+				}
+			} else if got := drain(c, 1, until.Add(time.Second)); !slices.Equal(got, []TurnID{2, 3}) {
 				t.Fatalf("then %v, want [2 3]", got)
 			}
 			// The bump decays: after many half-lives the margin is back where it was.
@@ -415,4 +423,28 @@ func TestAnthropicOutputBucket(t *testing.T) {
 	if got := ids(c.Tick(w.Until), ActAdmit); !slices.Equal(got, []TurnID{2}) {
 		t.Fatalf("after the refill admitted %v", got)
 	}
+}
+
+// drainPaced is drain on a paced lane: it completes the running turn at at, then ticks at
+// each wake the core asks for (up to within) until the next turn is admitted, and so on.
+func drainPaced(c *Core, first TurnID, at time.Time, within time.Duration) []TurnID {
+	var order []TurnID
+	running, end := first, at.Add(within)
+	acts := c.Complete(running, ok(100), at)
+	for at.Before(end) {
+		a := ids(acts, ActAdmit)
+		if len(a) > 0 {
+			order = append(order, a...)
+			running = a[0]
+			acts = c.Complete(running, ok(100), at)
+			continue
+		}
+		w := c.NextWake(at)
+		if w.IsZero() || !w.After(at) {
+			break
+		}
+		at = w
+		acts = c.Tick(at)
+	}
+	return order
 }

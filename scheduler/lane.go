@@ -47,6 +47,8 @@ type lane struct {
 	// included, set once such a turn was refused with a 429 (a provider that charges
 	// the output at arrival).
 	upfront bool
+	// silent paces a lane whose provider reports no limits (see silent.go).
+	silent silentPace
 
 	pausedUntil time.Time
 	br          breaker

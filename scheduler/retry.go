@@ -53,7 +53,13 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	if j.probe {
 		t.br.probing = false
 	}
+	if tel.Empty() && !t.limitsKnown() {
+		t.silent.refused(j.flight, t.flightID, now) // a 429 that says nothing: see silent.go
+	}
 	until := c.retryAt(t, tel, now)
+	if t.silent.on {
+		until = later(until, t.silent.nextReq)
+	}
 	if until.After(t.pausedUntil) {
 		t.pausedUntil = until
 	}

@@ -42,6 +42,10 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 	if !t.outTokens.endKept(j.flight, tel.OutputTokens, out, out, now) {
 		t.outTokens.observe(j.flight, tel.OutputTokens, out, unread, readAt, now)
 	}
+	t.heard(tel)
+	if res.Status == StatusOK {
+		t.silent.answered()
+	}
 	if res.Status == StatusOK && u.Total() > 0 {
 		if j.EstOutput == 0 {
 			// No output cap: the estimate is the prompt's, and the completion's length
