@@ -106,6 +106,11 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 	check(&t.tokens, r.tokens-r.tail, ReasonTokens)
 	check(&t.inTokens, r.input, ReasonInputTokens)
 	check(&t.outTokens, r.output, ReasonOutputTokens)
+	if fit, at, why := t.shortFits(r, now); !fit && at.After(until) {
+		ok, until, reason = false, at, why
+	} else if !fit {
+		ok = false
+	}
 	if at, why := t.silent.paced(now); !at.IsZero() {
 		ok = false
 		if at.After(until) {
@@ -289,6 +294,7 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	if !t.limitsKnown() {
 		t.silent.admitted(r.tokens, now)
 	}
+	t.short.admitted(r, now)
 
 	j.charged, j.reserved = r.est, r.tokens
 	if cl := home.callers[j.Caller]; cl != nil {

@@ -49,6 +49,8 @@ type lane struct {
 	upfront bool
 	// silent paces a lane whose provider reports no limits (see silent.go).
 	silent silentPace
+	// short paces a lane over the provider's short windows once it met a 429 (short.go).
+	short shortPace
 
 	pausedUntil time.Time
 	br          breaker

@@ -53,6 +53,9 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	if j.probe {
 		t.br.probing = false
 	}
+	if t.limitsKnown() {
+		t.short.on = true // a 429 though the buckets are known: see short.go
+	}
 	if tel.Empty() && !t.limitsKnown() {
 		t.silent.refused(j.flight, t.flightID, now) // a 429 that says nothing: see silent.go
 	}
