@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/luft-run/luft/runtime"
 	"github.com/luft-run/luft/storage"
 )
 
@@ -81,11 +82,36 @@ func (d *Daemon) claimLoop(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
+				if runtime.IsExternal(r) {
+					d.endExternal(ctx, r)
+					return
+				}
 				d.resume(r.ID, claimReason(r, d.opts.Now()))
 			}()
 		}
 		wg.Wait()
 	}
+}
+
+// endExternal ends external run r (a proxy's: its loop lived in the client) left by a
+// node that died or stopped renewing: no node can resume it.
+func (d *Daemon) endExternal(ctx context.Context, r storage.Run) {
+	reason := externalEnd(r, d.opts.Now())
+	if err := d.opts.Service.EndTakenOver(ctx, r, reason); err != nil {
+		d.log.Printf("run %s: not ended (%s): %v", r.ID, reason, err)
+		return
+	}
+	d.log.Printf("run %s: %s", r.ID, reason)
+}
+
+// externalEnd is the reason an external run taken over is ended with: its error in list
+// and status.
+func externalEnd(r storage.Run, now time.Time) string {
+	why := fmt.Sprintf("its process %d is gone", r.PID)
+	if !r.LeaseUntil.IsZero() {
+		why = fmt.Sprintf("the lease of node %s lapsed %s ago", r.Node, now.Sub(r.LeaseUntil).Round(time.Millisecond))
+	}
+	return "ended: the proxy that hosted it died (" + why + "); its client's loop cannot be resumed here"
 }
 
 // wakesItself reports whether this daemon holds a wake-up timer for run id.

@@ -137,10 +137,71 @@ type runRecorder interface {
 }
 
 // row is the run's row as its first record creates it.
+// On a leased node (Options.Lease) it is held under the node's lease from its creation.
 func (x *External) row() storage.Run {
 	sp := x.spec
 	return storage.Run{ID: sp.ID, Workflow: sp.Workflow, Status: storage.StatusRunning,
-		Attempt: 1, PID: x.s.opts.PID, Node: x.s.opts.Node, CreatedAt: sp.CreatedAt, Spec: sp.Spec}
+		Attempt: 1, PID: x.s.opts.PID, Node: x.s.opts.Node, LeaseUntil: x.s.leaseUntil(),
+		CreatedAt: sp.CreatedAt, Spec: markExternal(sp.Spec)}
+}
+
+// externalKey marks a stored spec as an external run's (IsExternal).
+const externalKey = "external"
+
+// markExternal is spec with externalKey set, so that a node taking the run over knows
+// it cannot resume it (EndTakenOver). A spec that is not a JSON object is kept as it is.
+func markExternal(spec json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if len(spec) == 0 {
+		m = map[string]json.RawMessage{}
+	} else if json.Unmarshal(spec, &m) != nil || m == nil {
+		return spec
+	}
+	m[externalKey] = json.RawMessage("true")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return spec
+	}
+	return b
+}
+
+// IsExternal reports whether r is an external run (OpenExternal): a door drove it without
+// a script, so no node can resume it once that door's process is gone.
+func IsExternal(r storage.Run) bool {
+	var m struct {
+		External bool `json:"external"`
+	}
+	return json.Unmarshal(r.Spec, &m) == nil && m.External
+}
+
+// EndTakenOver ends external run r, left running by a node whose lease lapsed or whose
+// process is gone, as EndLeft ends those of a stopped process: stored completed with
+// reason as its run_done's reason and its error. The end is a claim (the run's next
+// attempt, conditional on r's), so of two nodes only one ends it, and the node that
+// hosted it, should it wake, can record nothing more (its writes are fenced on its
+// attempt). It fails with ErrStillRunning when another process claimed the run first.
+func (s *Service) EndTakenOver(ctx context.Context, r storage.Run, reason string) error {
+	if !IsExternal(r) {
+		return fmt.Errorf("run %s: end it as taken over: it is not an external run (resume it instead)", r.ID)
+	}
+	attempt, st, now := r.Attempt+1, string(storage.StatusCompleted), s.opts.Now()
+	node, pid, zero, running := s.opts.Node, s.opts.PID, time.Time{}, string(storage.StatusRunning)
+	up := storage.RunUpdate{Status: &st, FinishedAt: &now, Error: &reason, Attempt: &attempt,
+		Node: &node, PID: &pid, LeaseUntil: &zero, IfAttempt: &r.Attempt, IfStatus: &running}
+	done := event.New(event.RunDone, map[string]any{"status": st, "reason": reason})
+	var err error
+	if rr, ok := s.opts.Store.(runRecorder); ok {
+		_, err = rr.RecordRun(ctx, r.ID, storage.RunRecord{Events: []event.Event{done}, Update: up})
+	} else if err = s.opts.Store.UpdateRun(ctx, r.ID, up); err == nil {
+		_, err = s.opts.Store.Append(ctx, r.ID, done)
+	}
+	if errors.Is(err, storage.ErrRunChanged) {
+		return fmt.Errorf("run %s: not ended: another process claimed it first: %w", r.ID, ErrStillRunning)
+	}
+	if err != nil {
+		return s.noted(fmt.Errorf("run %s: end the external run its node left: %w", r.ID, err))
+	}
+	return nil
 }
 
 // create writes the run's row and its run_started.
@@ -150,6 +211,7 @@ func (x *External) create(ctx context.Context) error {
 		return fmt.Errorf("record run %s (%s): %w", sp.ID, sp.Workflow, err)
 	}
 	x.created = true
+	x.s.holdExternal(sp.ID)
 	return nil
 }
 
@@ -169,12 +231,18 @@ func (x *External) write(ctx context.Context, evs []event.Event, up storage.RunU
 		create = &row
 	}
 	id, what := x.spec.ID, x.spec.Workflow
+	if create == nil && x.s.opts.Lease != nil {
+		// Held under a lease: once another node ended it (EndTakenOver), nothing of this
+		// process lands.
+		ctx = storage.WithFence(ctx, id, 1)
+	}
 	if rr, ok := st.(runRecorder); ok {
 		if _, err := rr.RecordRun(ctx, id, storage.RunRecord{Create: create, Events: evs, Update: up}); err != nil {
 			return fmt.Errorf("record run %s (%s): %w", id, what, err)
 		}
 		if create != nil {
 			x.created = true
+			x.s.holdExternal(id)
 		}
 		return nil
 	}
@@ -215,7 +283,7 @@ func rowUpdate(up ExternalUpdate) storage.RunUpdate {
 	}
 	u.Cost, u.Agents = up.Cost, up.Agents
 	if up.Spec != nil {
-		sp := up.Spec
+		sp := markExternal(up.Spec)
 		u.Spec = &sp
 	}
 	return u

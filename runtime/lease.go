@@ -50,7 +50,7 @@ func (s *Service) leaseValid() error {
 func (s *Service) Held() []storage.Lease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]storage.Lease, 0, len(s.live)+len(s.claimed))
+	out := make([]storage.Lease, 0, len(s.live)+len(s.claimed)+len(s.heldExt))
 	for id, r := range s.live {
 		out = append(out, storage.Lease{RunID: id, Attempt: r.Attempt})
 	}
@@ -61,15 +61,24 @@ func (s *Service) Held() []storage.Lease {
 			out = append(out, storage.Lease{RunID: id, Attempt: a})
 		}
 	}
+	// An external run a door of this process records (OpenExternal) is at its first
+	// attempt while it is this process's.
+	for id := range s.heldExt {
+		out = append(out, storage.Lease{RunID: id, Attempt: 1})
+	}
 	return out
 }
 
 // Lost stops at once each run of lost this Service drives at that attempt: another node
-// claimed it. The run writes nothing more (its writes are fenced in any case).
+// claimed it. The run writes nothing more (its writes are fenced in any case). An external
+// run lost is no longer renewed; its door's further records of it fail as fenced.
 func (s *Service) Lost(lost []storage.Lease) {
 	for _, l := range lost {
 		s.mu.Lock()
 		r := s.live[l.RunID]
+		if l.Attempt == 1 {
+			delete(s.heldExt, l.RunID)
+		}
 		s.mu.Unlock()
 		if r != nil && r.Attempt == l.Attempt {
 			r.cancel(fmt.Errorf("run %s attempt %d: %w", l.RunID, l.Attempt, storage.ErrOwnershipLost))

@@ -81,6 +81,7 @@ type Service struct {
 	claimed   map[string]int                     // runs claimed and not launched yet: id → attempt
 	approvals map[string][]chan storage.Approval // run id/approval id → calls parked on it
 	hosted    map[string]int                     // runs a door of this process drives without a script (OpenExternal)
+	heldExt   map[string]bool                    // those of hosted recorded under the node's lease (Held)
 
 	quiesced   atomic.Bool // Quiesce was called
 	notifyOnce sync.Once   // subscribes to the store's notices (listenNotices)
@@ -127,7 +128,7 @@ func New(opts Options) (*Service, error) {
 	if opts.PID == 0 {
 		opts.PID = os.Getpid()
 	}
-	return &Service{opts: opts, live: map[string]*Run{}, claimed: map[string]int{}, hosted: map[string]int{}}, nil
+	return &Service{opts: opts, live: map[string]*Run{}, claimed: map[string]int{}, hosted: map[string]int{}, heldExt: map[string]bool{}}, nil
 }
 
 // host marks run id as driven by this process though no script of this Service drives it
@@ -143,10 +144,24 @@ func (s *Service) host(id string) (release func()) {
 			s.mu.Lock()
 			if s.hosted[id]--; s.hosted[id] <= 0 {
 				delete(s.hosted, id)
+				delete(s.heldExt, id)
 			}
 			s.mu.Unlock()
 		})
 	}
+}
+
+// holdExternal has Held return external run id (recorded, at attempt 1) while it is
+// hosted, on a node with a lease.
+func (s *Service) holdExternal(id string) {
+	if s.opts.Lease == nil {
+		return
+	}
+	s.mu.Lock()
+	if s.hosted[id] > 0 {
+		s.heldExt[id] = true
+	}
+	s.mu.Unlock()
 }
 
 // Live returns the runs this process drives now.

@@ -139,17 +139,39 @@ func ensureDaemon(ctx context.Context, e *env, g *globalFlags, dir string) (*dae
 	return daemon.Dial(ctx, dir)
 }
 
-// serveMCPStandalone serves MCP on stdio with runs hosted in this process.
+// serveMCPStandalone serves MCP on stdio with runs hosted in this process. On PostgreSQL
+// the process is the node "<state dir's node id>.mcp" (hostNode): a daemon of the database
+// resumes its runs once it dies.
 func serveMCPStandalone(ctx context.Context, e *env, g *globalFlags) error {
-	h, err := serveHost(ctx, e, g, host.ServeOptions{Caller: "mcp", AskApprovals: true})
+	logger := log.New(e.stderr, "luft mcp: ", log.LstdFlags)
+	nd, err := hostNode(ctx, e, g, mcpNodeSuffix, logger.Printf)
 	if err != nil {
 		return err
 	}
+	o := host.ServeOptions{Caller: "mcp", AskApprovals: true}
+	if nd != nil {
+		cfg, err := loadConfig(e, g)
+		if err != nil {
+			nd.Close()
+			return err
+		}
+		nd.serveOptions(&o, cfg)
+	}
+	h, err := serveHost(ctx, e, g, o)
+	if err != nil {
+		if nd != nil {
+			nd.Close()
+		}
+		return err
+	}
 	defer h.Close()
+	// Renewed until the runs the client left are suspended (their ends stored), or until
+	// the wait for them gives up and leaves them to a daemon.
+	defer nd.hold(h.Service)()
 	cfg, svc := h.cfg, h.Service
 	srv, err := luftmcp.New(luftmcp.Options{Service: svc, Version: buildVersion(),
 		Host:    luftmcp.ServiceHost{Service: svc, NewSpec: hostedSpec(h.Registry, cfg)},
-		Log:     log.New(e.stderr, "luft mcp: ", log.LstdFlags),
+		Log:     logger,
 		Catalog: toolCatalog(cfg)})
 	if err != nil {
 		return err

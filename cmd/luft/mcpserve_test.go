@@ -46,17 +46,31 @@ func (dt *daemonTest) mcpServe(args ...string) *client.Client {
 
 // startMCPServe is mcpServe for any goroutine: it returns its failure.
 func (dt *daemonTest) startMCPServe(args ...string) (*client.Client, error) {
+	c, _, err := dt.startMCPServeCmd(args...)
+	return c, err
+}
+
+// startMCPServeCmd is startMCPServe that also returns the luft mcp serve process.
+func (dt *daemonTest) startMCPServeCmd(args ...string) (*client.Client, *exec.Cmd, error) {
 	env := testEnv(nil, dt.env...)
+	var proc *exec.Cmd
 	c, err := client.NewStdioMCPClientWithOptions(luftBinary(dt.t), env,
 		append([]string{"--state-dir", dt.state, "mcp", "serve"}, args...),
 		transport.WithCommandFunc(func(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
 			cmd := exec.CommandContext(ctx, command, args...)
 			cmd.Env, cmd.Dir = env, dt.dir
+			proc = cmd
 			return cmd, nil
 		}))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	c2, err := dt.initMCP(c)
+	return c2, proc, err
+}
+
+// initMCP initializes client c of luft mcp serve, closed when the test ends.
+func (dt *daemonTest) initMCP(c *client.Client) (*client.Client, error) {
 	dt.t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -94,13 +95,30 @@ func serveProxy(ctx context.Context, e *env, g *globalFlags, f *proxyFlags) erro
 		return err
 	}
 	defer st.Close()
-	sched := scheduler.NewExecutor(schedulerConfig(cfg, 8, false), nil)
-	// The service shows the proxy's runs as live in list and status; it runs no script.
-	svc, err := newService(e, st, stateDir(e, g), adapters.NewRegistry("mock"), scheduler.Config{},
-		func(o *runtime.Options) { o.Scheduler, o.Caller = sched, "proxy" })
+	// On PostgreSQL the proxy is the node "<state dir's node id>.proxy" (hostNode), holding
+	// its runs under a lease: once it dies, a daemon of the database ends them (their loop
+	// lived in the client; nothing can resume them).
+	nd, err := hostNode(ctx, e, g, proxyNodeSuffix, log.New(e.stderr, "luft proxy: ", log.LstdFlags).Printf)
 	if err != nil {
 		return err
 	}
+	sched := scheduler.NewExecutor(schedulerConfig(cfg, 8, false), nil)
+	// The service shows the proxy's runs as live in list and status; it runs no script.
+	svc, err := newService(e, st, stateDir(e, g), adapters.NewRegistry("mock"), scheduler.Config{},
+		func(o *runtime.Options) {
+			o.Scheduler, o.Caller = sched, "proxy"
+			if nd != nil {
+				nd.options(o, cfg)
+			}
+		})
+	if err != nil {
+		if nd != nil {
+			nd.Close()
+		}
+		return err
+	}
+	// Renewed until the proxy has closed (p.Close, deferred after this, stores its runs' ends).
+	defer nd.hold(svc)()
 	opts := proxy.Options{Upstreams: ups, Default: def, Scheduler: sched, Service: svc,
 		IdleTTL: f.idle, MaxBody: f.maxBody, Log: e.stderr}
 	if !isLoopback(host) {

@@ -51,51 +51,30 @@ func serveLocalRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, h *
 	}
 	o := host.ServeOptions{Slots: f.maxConcurrency, SlotsGiven: f.slotsFromFlag,
 		Now: e.now, Caller: "cli", AskApprovals: lr.askable}
-	url, err := storageURL(e, g)
-	if err != nil {
+	// On PostgreSQL this process is a node of its own, "<state dir's node>.cli" (hostNode):
+	// any daemon of the database, on any host, takes the run over once this process dies
+	// or stops renewing, and this process then stops it at once. On SQLite the run's owner
+	// is this state dir's node with this pid: a daemon of this state dir takes it over once
+	// this process is gone (an unreadable node.id leaves it held by pid alone).
+	logf := func(format string, args ...any) {
+		if !f.quiet { // --quiet: only the run's end is reported (lostMessage, if lost)
+			fmt.Fprintf(e.stderr, "luft: "+format+"\n", args...)
+		}
+	}
+	if lr.nd, err = hostNode(ctx, e, g, cliNodeSuffix, logf); err != nil {
 		lr.close()
 		return nil, err
 	}
-	if url == "" {
-		// On SQLite the run's owner is this state dir's node with this pid: a daemon of
-		// this state dir takes it over once this process is gone (an unreadable node.id
-		// leaves it held by pid alone).
-		o.Node, _ = node.ID(stateDir(e, g))
+	if lr.nd != nil {
+		lr.nd.serveOptions(&o, h.Config())
 	} else {
-		// On PostgreSQL this process is a node of its own, "<state dir's node>.cli",
-		// that holds the run under a lease renewed on its own connection, as a daemon
-		// does: any daemon of the database, on any host, takes the run over once this
-		// process dies or stops renewing, and this process then stops it at once.
-		id, err := node.ID(stateDir(e, g))
-		if err != nil {
-			lr.close()
-			return nil, err
-		}
-		logf := func(format string, args ...any) {
-			if !f.quiet { // --quiet: only the run's end is reported (lostMessage, if lost)
-				fmt.Fprintf(e.stderr, "luft: "+format+"\n", args...)
-			}
-		}
-		if lr.nd, err = newNodeAs(ctx, e, g, id+cliNodeSuffix, logf); err != nil {
-			lr.close()
-			return nil, err
-		}
-		o.Node, o.Lease, o.Logf = lr.nd.keeper.ID(), lr.nd.keeper, lr.nd.logf
-		if len(h.Config().Node.Workspaces) == 0 {
-			// Its tools work in the state dir's [tools] workspace, as its daemon's do: a run
-			// that uses them records that node's own workspace, which the state dir's
-			// daemon serves, rather than one of the .cli node's that no daemon would.
-			o.Workspaces = []string{runtime.NodeWorkspace(id)}
-		}
+		o.Node, _ = node.ID(stateDir(e, g))
 	}
 	if err := h.Serve(lr.store, o); err != nil {
 		lr.close()
 		return nil, err
 	}
-	if lr.nd != nil {
-		lr.nd.svc.Store(h.Service)
-		lr.stopLease = lr.nd.renew()
-	}
+	lr.stopLease = lr.nd.hold(h.Service)
 	return lr, nil
 }
 
@@ -104,9 +83,8 @@ func serveLocalRun(ctx context.Context, e *env, g *globalFlags, f *runFlags, h *
 // early return).
 func (lr *localRun) close() {
 	if lr.stopLease != nil {
-		lr.stopLease()
-	}
-	if lr.nd != nil {
+		lr.stopLease() // closes the node's store too
+	} else if lr.nd != nil {
 		lr.nd.Close()
 	}
 	if lr.store != nil {
