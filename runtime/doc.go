@@ -37,6 +37,9 @@
 // that keep their own loop) as an external run (runtime/external.go): OpenExternal, then
 // External.Record and Close, each durable when it returns; a failure of the state dir is
 // the door's to tell its client, and NotifyUnrecorded's watcher (the daemon) is told too.
+// On a leased node an external run is held under the lease (Held) and its writes are
+// fenced on its attempt; a node that takes over one whose node died cannot resume it and
+// ends it instead (IsExternal, EndTakenOver).
 //
 // A cancel or an approval answer given by another process is stored; the process driving
 // the run hears of it at once when its store notifies (a small notifier interface,
