@@ -167,11 +167,16 @@ func markExternal(spec json.RawMessage) json.RawMessage {
 
 // IsExternal reports whether r is an external run (OpenExternal): a door drove it without
 // a script, so no node can resume it once that door's process is gone.
+// A proxy's run recorded before the marker existed is known by its spec's "proxy" object.
 func IsExternal(r storage.Run) bool {
 	var m struct {
-		External bool `json:"external"`
+		External bool            `json:"external"`
+		Proxy    json.RawMessage `json:"proxy"`
 	}
-	return json.Unmarshal(r.Spec, &m) == nil && m.External
+	if json.Unmarshal(r.Spec, &m) != nil {
+		return false
+	}
+	return m.External || len(m.Proxy) > 0 && m.Proxy[0] == '{'
 }
 
 // EndTakenOver ends external run r, left running by a node whose lease lapsed or whose

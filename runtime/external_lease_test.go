@@ -89,3 +89,24 @@ func TestExternalRunWithoutLeaseAndEndOfAScriptRun(t *testing.T) {
 		t.Errorf("EndTakenOver of a script's run: %v, want a refusal", err)
 	}
 }
+
+// A run is external by its marker, or, recorded before the marker, by the proxy's spec; a
+// workflow's spec is not.
+func TestIsExternal(t *testing.T) {
+	for _, c := range []struct {
+		spec string
+		want bool
+	}{
+		{`{"external":true}`, true},
+		{`{"proxy":{"caller":"c","model":"m","run":""}}`, true},
+		{`{"proxy":{"caller":"c"},"idle":true}`, true},
+		{`{"path":"wf.lua","args":{}}`, false},
+		{`{"proxy":"x"}`, false},
+		{`not json`, false},
+		{``, false},
+	} {
+		if got := IsExternal(storage.Run{Spec: json.RawMessage(c.spec)}); got != c.want {
+			t.Errorf("IsExternal(%s) = %v, want %v", c.spec, got, c.want)
+		}
+	}
+}
