@@ -69,13 +69,20 @@ func (p *shortPace) admitted(r reservation, now time.Time) {
 }
 
 func (p *shortPace) trim(now time.Time) {
+	p.recent = trimOlder(p.recent, func(a shortAdmit) time.Time { return a.at }, now, shortWindow)
+}
+
+// trimOlder drops the leading entries of s, oldest first, that are at least window older
+// than now, reusing s's array.
+func trimOlder[T any](s []T, at func(T) time.Time, now time.Time, window time.Duration) []T {
 	i := 0
-	for i < len(p.recent) && now.Sub(p.recent[i].at) >= shortWindow {
+	for i < len(s) && now.Sub(at(s[i])) >= window {
 		i++
 	}
-	if i > 0 {
-		n := copy(p.recent, p.recent[i:])
-		clear(p.recent[n:])
-		p.recent = p.recent[:n]
+	if i == 0 {
+		return s
 	}
+	n := copy(s, s[i:])
+	clear(s[n:])
+	return s[:n]
 }

@@ -139,15 +139,7 @@ func (p *silentPace) answered() {
 }
 
 func (p *silentPace) trim(now time.Time) {
-	i := 0
-	for i < len(p.recent) && now.Sub(p.recent[i].at) >= silentWindow {
-		i++
-	}
-	if i > 0 {
-		n := copy(p.recent, p.recent[i:])
-		clear(p.recent[n:])
-		p.recent = p.recent[:n]
-	}
+	p.recent = trimOlder(p.recent, func(a silentAdmit) time.Time { return a.at }, now, silentWindow)
 }
 
 // secs is a duration of s seconds, at most maxSeconds.
