@@ -37,7 +37,7 @@ type silentPace struct {
 	on               bool    // the lane is silent
 	reqRate, tokRate float64 // per second; 0 = not paced (no 429 yet)
 	reqCeil, tokCeil float64 // the rates the last 429 halved
-	cutAt            uint64  // the lane's last flight when they were
+	cutAt            uint64  // the lane's last flight at the last cut
 	nextReq, nextTok time.Time
 	recent           []silentAdmit // admissions within silentWindow, oldest first
 }
@@ -89,8 +89,8 @@ func (p *silentPace) admitted(tokens float64, now time.Time) {
 	}
 }
 
-// refused learns from a 429 at now: the rates halve, from what was admitted over the
-// last silentWindow when the lane was not paced yet.
+// refused learns from a 429 at now: the rates halve, from the lesser of the paced rates
+// and what the lane admitted over the last silentWindow.
 //
 // A 429 of a turn admitted before the last cut (flight ≤ cutAt: sent at the old rate,
 // as a burst's turns come back one after another) teaches nothing new.
