@@ -106,10 +106,11 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 	check(&t.tokens, r.tokens-r.tail, ReasonTokens)
 	check(&t.inTokens, r.input, ReasonInputTokens)
 	check(&t.outTokens, r.output, ReasonOutputTokens)
-	if fit, at, why := t.shortFits(r, now); !fit && at.After(until) {
-		ok, until, reason = false, at, why
-	} else if !fit {
+	if fit, at, why := t.shortFits(r, now); !fit {
 		ok = false
+		if at.After(until) {
+			until, reason = at, why
+		}
 	}
 	if at, why := t.silent.paced(now); !at.IsZero() {
 		ok = false
