@@ -62,6 +62,7 @@ func (d *Daemon) claimLoop(ctx context.Context) {
 		if d.stopping.Load() || !d.opts.Keeper.Valid() {
 			continue // a node that may have lost its lease claims nothing
 		}
+		listed := time.Now()
 		runs, err := d.opts.Service.Claimable(ctx, claimBatch)
 		if err != nil {
 			d.log.Printf("claim: list claimable runs: %v", err)
@@ -75,7 +76,7 @@ func (d *Daemon) claimLoop(ctx context.Context) {
 			if ctx.Err() != nil || d.stopping.Load() {
 				break
 			}
-			if r.Status == storage.StatusSuspended && d.wakesItself(r.ID) {
+			if r.Status == storage.StatusSuspended && d.wakesItself(r.ID, listed) {
 				continue // its own timer resumes it here; a second resume would only lose the claim
 			}
 			sem <- struct{}{}
@@ -114,11 +115,12 @@ func externalEnd(r storage.Run, now time.Time) string {
 	return "ended: the proxy that hosted it died (" + why + "); its client's loop cannot be resumed here"
 }
 
-// wakesItself reports whether this daemon holds a wake-up timer for run id.
-func (d *Daemon) wakesItself(id string) bool {
+// wakesItself reports whether this daemon holds a wake-up timer for run id, or its timer
+// resumed the run since (a list of claimable runs made then may be stale).
+func (d *Daemon) wakesItself(id string, since time.Time) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.timers[id] != nil
+	return d.timers[id] != nil || !d.woke[id].Before(since)
 }
 
 // claimReason says why a run is taken over, for the log, and the workspace it needs.

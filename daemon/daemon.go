@@ -110,7 +110,8 @@ type Daemon struct {
 
 	mu     sync.Mutex
 	hosted int                    // runs started or resumed here
-	timers map[string]*time.Timer // wake-ups of suspended runs
+	timers map[string]*time.Timer // wake-ups of suspended runs, until their resume returns
+	woke   map[string]time.Time   // when a timer's resume returned, for the claim loop
 	wg     sync.WaitGroup         // run trackers
 
 	mounts []Mount
@@ -142,7 +143,7 @@ func New(opts Options) (*Daemon, error) {
 		opts.NewSpec = func(r StartRequest) (runtime.Spec, error) { return r.Spec(), nil }
 	}
 	return &Daemon{opts: opts, log: log.New(opts.Log, "", log.LstdFlags|log.LUTC),
-		shutdown: make(chan struct{}), timers: map[string]*time.Timer{}}, nil
+		shutdown: make(chan struct{}), timers: map[string]*time.Timer{}, woke: map[string]time.Time{}}, nil
 }
 
 // Shutdown asks a running daemon to stop as SIGTERM does, with Options.Grace.

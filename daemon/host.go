@@ -155,12 +155,26 @@ func (d *Daemon) wake(id string, at time.Time) {
 		t.Stop()
 	}
 	d.log.Printf("run %s: suspended; wakes at %s", id, at.UTC().Format(time.RFC3339))
-	d.timers[id] = time.AfterFunc(wait, func() {
-		d.mu.Lock()
-		delete(d.timers, id)
-		d.mu.Unlock()
+	var t *time.Timer
+	t = time.AfterFunc(wait, func() {
 		d.resume(id, "woken at its resume time")
+		// The entry stays while the resume runs, and when it returned is kept: the
+		// claim loop may have listed the run as suspended before either, and must not
+		// resume it a second time.
+		now := time.Now()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.timers[id] == t {
+			delete(d.timers, id)
+		}
+		for k, at := range d.woke {
+			if now.Sub(at) > time.Minute {
+				delete(d.woke, k)
+			}
+		}
+		d.woke[id] = now
 	})
+	d.timers[id] = t
 }
 
 // resume resumes a stopped run here.
