@@ -16,8 +16,8 @@ import (
 // budgetStore is a store whose rate-limit budgets several nodes share
 // (storage.Postgres); SQLite has none, and its one machine keeps its own buckets.
 type budgetStore interface {
-	TakeBudget(ctx context.Context, key, node string, reqs, toks float64, margin, scoutFor time.Duration) (storage.BudgetGrant, error)
-	GiveBudget(ctx context.Context, key string, reqs, toks float64) error
+	TakeBudget(ctx context.Context, key, node string, want storage.BudgetAmounts, margin, scoutFor time.Duration) (storage.BudgetGrant, error)
+	GiveBudget(ctx context.Context, key string, back storage.BudgetAmounts) error
 	LowerBudget(ctx context.Context, key string, r storage.BudgetReading) error
 }
 
@@ -28,20 +28,20 @@ type sharedBudget struct {
 	node string
 }
 
-func (b sharedBudget) Take(ctx context.Context, key string, reqs, toks float64, margin, scoutFor time.Duration) (scheduler.SharedGrant, error) {
-	g, err := b.st.TakeBudget(ctx, key, b.node, reqs, toks, margin, scoutFor)
-	return scheduler.SharedGrant{Requests: g.Requests, Tokens: g.Tokens, ReqLimit: g.ReqLimit, TokLimit: g.TokLimit,
-		ReqRate: g.ReqRate, TokRate: g.TokRate, Scout: g.Scout, ScoutUntil: g.ScoutUntil}, err
+func (b sharedBudget) Take(ctx context.Context, key string, want scheduler.SharedAmounts, margin, scoutFor time.Duration) (scheduler.SharedGrant, error) {
+	g, err := b.st.TakeBudget(ctx, key, b.node, storage.BudgetAmounts(want), margin, scoutFor)
+	return scheduler.SharedGrant{Got: scheduler.SharedAmounts(g.Got), Limit: scheduler.SharedAmounts(g.Limit),
+		Rate: scheduler.SharedAmounts(g.Rate), Scout: g.Scout, ScoutUntil: g.ScoutUntil}, err
 }
 
-func (b sharedBudget) Give(ctx context.Context, key string, reqs, toks float64) error {
-	return b.st.GiveBudget(ctx, key, reqs, toks)
+func (b sharedBudget) Give(ctx context.Context, key string, back scheduler.SharedAmounts) error {
+	return b.st.GiveBudget(ctx, key, storage.BudgetAmounts(back))
 }
 
 func (b sharedBudget) Lower(ctx context.Context, key string, r scheduler.SharedReading) error {
-	return b.st.LowerBudget(ctx, key, storage.BudgetReading{ReqLimit: r.ReqLimit, ReqRemaining: r.ReqRemaining,
-		TokLimit: r.TokLimit, TokRemaining: r.TokRemaining, HasReqLimit: r.HasReqLimit, HasReq: r.HasReq,
-		HasTokLimit: r.HasTokLimit, HasTok: r.HasTok, ReqRate: r.ReqRate, TokRate: r.TokRate, Silent: r.Silent})
+	return b.st.LowerBudget(ctx, key, storage.BudgetReading{Requests: storage.BudgetLevel(r.Requests),
+		Tokens: storage.BudgetLevel(r.Tokens), Input: storage.BudgetLevel(r.Input), Output: storage.BudgetLevel(r.Output),
+		Silent: r.Silent})
 }
 
 // share makes ex share the budgets of the HTTP backends' lanes through st, when st is a

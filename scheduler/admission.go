@@ -297,7 +297,7 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	}
 	t.short.admitted(r, now)
 
-	j.charged, j.reserved = r.est, r.tokens
+	j.charged, j.reserved, j.resIn, j.resOut = r.est, r.tokens, r.input, r.output
 	if cl := home.callers[j.Caller]; cl != nil {
 		cl.lastServed = c.seq
 	}

@@ -290,7 +290,7 @@ func (b *bucket) learn(rl RateLimit, now time.Time) {
 		// refill rate is what is missing over that time.
 		if rl.HasRemaining && !rl.Reset.IsZero() && rl.Limit > rl.Remaining {
 			if t := rl.Reset.Sub(now).Seconds(); t > 0 {
-				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds(), float64(rl.Limit))
+				b.sample(float64(rl.Limit-rl.Remaining), t, rl.grain.Seconds(), float64(rl.slack), float64(rl.Limit))
 			}
 		}
 		b.rate = b.refillRate()
@@ -310,16 +310,17 @@ const fixedSlack = 1.1
 
 // sample narrows the rate bounds with one reading: missing (limit − remaining) short of
 // full, full again in t seconds, the reset rounded to grain (up, as OpenAI's are, or
-// down). The remaining count is floored, so the level was in [remaining, remaining + 1):
-// missing − 1 < what refills ≤ missing, over a time in (t − grain, t + grain). A
+// down). The remaining count is floored, so the level was in [remaining, remaining + 1)
+// (+ slack for a count rounded to coarser units): missing − 1 − slack < what refills ≤
+// missing, over a time in (t − grain, t + grain). A
 // remaining count of 0 bounds nothing from above: the level may be below zero (refused
 // requests charged, completions billed after they were admitted), and the refill then
 // needs more than the limit.
-func (b *bucket) sample(missing, t, grain, limit float64) {
+func (b *bucket) sample(missing, t, grain, slack, limit float64) {
 	if grain <= 0 {
 		grain = 0.01
 	}
-	b.lo = max(b.lo, (missing-1)/(t+grain))
+	b.lo = max(b.lo, (missing-1-slack)/(t+grain))
 	if t > grain && missing < limit {
 		if hi := missing / (t - grain); b.hi == 0 || hi < b.hi {
 			b.hi = hi

@@ -31,6 +31,8 @@ type job struct {
 	flight    uint64 // sequence of the reservation in serving's buckets
 	charged   float64
 	reserved  float64 // the tokens its admission reserved (estimate, correction, margin)
+	resIn     float64 // of which input and output (Anthropic's separate buckets)
+	resOut    float64
 	probe     bool
 	notified  bool // ActWait sent for the current wait
 	notBefore time.Time
@@ -347,20 +349,30 @@ func (c *Core) NextWake(now time.Time) time.Time {
 
 func (c *Core) emit(a Action) { c.out = append(c.out, a) }
 
-// learnedRates are the refill rates per second of lane's request and token buckets as
-// learned so far (0 = not known).
-func (c *Core) learnedRates(name string) (req, tok float64) {
-	if l := c.lanes[name]; l != nil {
-		return l.requests.rate, l.tokens.rate
-	}
-	return 0, 0
+// learnt is what a lane's core knows of one bucket, for the shared budgets.
+type learnt struct {
+	rate    float64 // refill per second; 0 = none yet
+	learned bool    // rate is measured from readings, not the limit per minute
+	fixed   bool    // a fixed window: all of it refills at its reset
 }
 
-// reservedTokens is what the admission of the running turn id reserved in its lane's
-// token bucket (0 for a turn not running).
-func (c *Core) reservedTokens(id TurnID) float64 {
-	if j := c.jobs[id]; j != nil && j.state == jobRunning {
-		return j.reserved
+// learnedLevels is what lane's core learned of its buckets, in the shared budgets'
+// order (requests, tokens, input, output).
+func (c *Core) learnedLevels(name string) [nDims]learnt {
+	var out [nDims]learnt
+	if l := c.lanes[name]; l != nil {
+		for i, b := range [nDims]*bucket{&l.requests, &l.tokens, &l.inTokens, &l.outTokens} {
+			out[i] = learnt{rate: b.rate, learned: b.lo > 0 || b.fixed, fixed: b.fixed}
+		}
 	}
-	return 0
+	return out
+}
+
+// reservedShare is what the admission of the running turn id reserved in its lane's
+// buckets, in the shared budgets' order (all 0 for a turn not running).
+func (c *Core) reservedShare(id TurnID) [nDims]float64 {
+	if j := c.jobs[id]; j != nil && j.state == jobRunning {
+		return [nDims]float64{1, j.reserved, j.resIn, j.resOut}
+	}
+	return [nDims]float64{}
 }

@@ -209,9 +209,10 @@ func (e *Executor) await(ctx context.Context, tk *ticket, ch chan error) (Permit
 			p := &permit{e: e, t: tk, lane: tk.lane, replica: tk.replica}
 			if e.share != nil {
 				e.mu.Lock()
-				need := e.core.reservedTokens(tk.id)
+				need := e.core.reservedShare(tk.id)
 				e.mu.Unlock()
-				st, err := e.share.acquire(ctx, p.lane, max(need, float64(tk.turn.EstTokens)))
+				need[dimTok] = max(need[dimTok], float64(tk.turn.EstTokens))
+				st, err := e.share.acquire(ctx, p.lane, need)
 				if err != nil {
 					p.Done(Outcome{Err: err})
 					return nil, fmt.Errorf("admit %s: %w", tk.turn.CallKey, err)
@@ -293,9 +294,9 @@ func (p *permit) shareReading(tm Telemetry, ok bool) {
 		return
 	}
 	p.e.mu.Lock()
-	rr, tr := p.e.core.learnedRates(p.lane)
+	learned := p.e.core.learnedLevels(p.lane)
 	p.e.mu.Unlock()
-	p.e.share.observe(p.lane, tm, rr, tr, ok)
+	p.e.share.observe(p.lane, tm, learned, ok)
 }
 
 var (
@@ -382,11 +383,11 @@ func (p *permit) report(ctx context.Context, o Outcome, retry bool) (Permit, err
 	e.mu.Unlock()
 	e.flush()
 	if e.share != nil {
-		used := float64(res.Usage.Total())
-		if used == 0 && res.Status != StatusRateLimited {
-			used = -1 // not known: what it spent stays spent
-		}
-		e.share.release(p.shared, used)
+		u := res.Usage
+		// A usage of 0 is not known unless the provider refused the request: what it
+		// spent then stays spent.
+		known := u.Total() != 0 || res.Status == StatusRateLimited
+		e.share.release(p.shared, [nDims]float64{dimTok: float64(u.Total()), dimIn: float64(u.Input), dimOut: float64(u.Output)}, known)
 		p.shareReading(res.Telemetry, res.Status == StatusOK && o.Err == nil)
 	}
 	if !answer {

@@ -20,6 +20,10 @@ type RateLimit struct {
 	HasRemaining bool
 
 	grain time.Duration // how far Reset may have been rounded up; 0 = 10 ms
+	// slack is how far the true count may be above Remaining beyond the floor's one
+	// token: Anthropic rounds token counts to the nearest thousand, and Remaining is
+	// then the rounded count less 500, the least the true count may be.
+	slack int64
 }
 
 // Known reports whether the response said anything about this dimension.
@@ -102,6 +106,13 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 			setField(dim, rest[i+1:], v, now, ref)
 		}
 	}
+	// Anthropic's token counts left are rounded to the nearest thousand (its documented
+	// headers): read the least they may be.
+	for _, r := range []*RateLimit{&t.InputTokens, &t.OutputTokens, &aggregate} {
+		if r.HasRemaining {
+			r.Remaining, r.slack = max(0, r.Remaining-anthropicRounding/2), anthropicRounding
+		}
+	}
 	// Anthropic's tokens-* is no bucket of its own but the most restrictive of its input
 	// and output buckets: read as one bucket of whole turns, a 1,500-output-token limit
 	// refused a turn of 1,700 tokens that was mostly prompt. It counts only where the
@@ -116,6 +127,9 @@ func ParseTelemetry(h http.Header, now time.Time) Telemetry {
 	return t
 }
 
+// anthropicRounding is the unit Anthropic rounds its token counts left to.
+const anthropicRounding = 1000
+
 // cautious merges two readings of one bucket into the most cautious one: the smaller
 // counts, the later reset.
 func cautious(a, b RateLimit) RateLimit {
@@ -123,7 +137,7 @@ func cautious(a, b RateLimit) RateLimit {
 		a.Limit, a.HasLimit = b.Limit, true
 	}
 	if b.HasRemaining && (!a.HasRemaining || b.Remaining < a.Remaining) {
-		a.Remaining, a.HasRemaining = b.Remaining, true
+		a.Remaining, a.HasRemaining, a.slack = b.Remaining, true, b.slack
 	}
 	if b.Reset.After(a.Reset) {
 		a.Reset, a.grain = b.Reset, b.grain

@@ -108,9 +108,10 @@ func TestParseTelemetry(t *testing.T) {
 			want: Telemetry{
 				Requests: rl(4000, 3999, time.Second),
 				// tokens-* is the most restrictive of the split buckets, no bucket of
-				// its own: with them reported it is not read.
-				InputTokens:  rl(400000, 399200, 0),
-				OutputTokens: rl(80000, 79800, 3*time.Second),
+				// its own: with them reported it is not read. Token counts left are
+				// rounded to the nearest thousand: read as the least they may be.
+				InputTokens:  rl(400000, 398700, 0),
+				OutputTokens: rl(80000, 79300, 3*time.Second),
 				RetryAt:      t0.Add(4 * time.Second),
 			},
 		},
@@ -121,7 +122,7 @@ func TestParseTelemetry(t *testing.T) {
 				"anthropic-ratelimit-tokens-remaining", "79000",
 				"anthropic-ratelimit-tokens-reset", "2026-03-01T12:00:00.5Z",
 			),
-			want: Telemetry{Tokens: rl(80000, 79000, 500*time.Millisecond)},
+			want: Telemetry{Tokens: rl(80000, 78500, 500*time.Millisecond)},
 		},
 		{
 			name: "anthropic reset in the past is now",

@@ -9,17 +9,18 @@ import (
 )
 
 // SharedBudget is a provider key's rate-limit budget that several nodes (daemons on one
-// PostgreSQL) share: the requests and tokens left, refilled at limit per minute. A node
-// takes grants from it in chunks and spends them locally, so one statement does not cost
-// one decision. Implemented by the store that the nodes share (package host adapts
-// storage.Postgres); key names the budget and is never the API key itself.
+// PostgreSQL) share: the requests and tokens left, each refilled at its rate (or all at
+// once at a fixed window's end). A node takes grants from it in chunks and spends them
+// locally, so one statement does not cost one decision. Implemented by the store that
+// the nodes share (package host adapts storage.Postgres); key names the budget and is
+// never the API key itself.
 type SharedBudget interface {
-	// Take takes up to reqs requests and toks tokens, leaving rate × margin of each
-	// level untaken. While no limit is known it grants nothing and makes this node the
-	// budget's scout for scoutFor, unless another node's scouting has not lapsed.
-	Take(ctx context.Context, key string, reqs, toks float64, margin, scoutFor time.Duration) (SharedGrant, error)
+	// Take takes up to want of each level, leaving rate × margin of each untaken.
+	// While no limit is known it grants nothing and makes this node the budget's
+	// scout for scoutFor, unless another node's scouting has not lapsed.
+	Take(ctx context.Context, key string, want SharedAmounts, margin, scoutFor time.Duration) (SharedGrant, error)
 	// Give gives back unspent grants.
-	Give(ctx context.Context, key string, reqs, toks float64) error
+	Give(ctx context.Context, key string, back SharedAmounts) error
 	// Lower applies a provider's reading: it may only lower a known level. A reading
 	// with Silent set marks a budget whose limits are still unknown as one the provider
 	// does not report: the nodes then stop scouting it, and each paces its turns on
@@ -27,27 +28,62 @@ type SharedBudget interface {
 	Lower(ctx context.Context, key string, r SharedReading) error
 }
 
-// SharedGrant is what one Take gave.
-type SharedGrant struct {
-	Requests, Tokens   float64
-	ReqLimit, TokLimit float64 // 0 = unknown; < 0 = the provider reports none (silent)
-	ReqRate, TokRate   float64 // refill per second
-	Scout              bool    // no limit is known and this node scouts until ScoutUntil
-	ScoutUntil         time.Time
+// SharedAmounts is one amount of each level of a shared budget: requests, tokens (a
+// provider's one token bucket) and input and output tokens (Anthropic's separate
+// buckets).
+type SharedAmounts struct{ Requests, Tokens, Input, Output float64 }
+
+// The levels of a shared budget, in SharedAmounts' order.
+const (
+	dimReq = iota
+	dimTok
+	dimIn
+	dimOut
+	nDims
+)
+
+func (a SharedAmounts) vec() [nDims]float64 {
+	return [nDims]float64{a.Requests, a.Tokens, a.Input, a.Output}
 }
 
-// SharedReading is a response's reading of the requests and tokens buckets.
-// ReqRate and TokRate are the refill rates per second this node learned from the
-// readings so far (0 = not yet).
+func amountsOf(v [nDims]float64) SharedAmounts {
+	return SharedAmounts{Requests: v[dimReq], Tokens: v[dimTok], Input: v[dimIn], Output: v[dimOut]}
+}
+
+// SharedGrant is what one Take gave.
+type SharedGrant struct {
+	Got        SharedAmounts // the node's to spend
+	Limit      SharedAmounts // 0 = unknown; < 0 = the provider reports none (silent)
+	Rate       SharedAmounts // refill per second
+	Scout      bool          // no limit is known and this node scouts until ScoutUntil
+	ScoutUntil time.Time
+}
+
+// SharedLevel is a response's reading of one level, with what the node learned of it.
+type SharedLevel struct {
+	Limit, Remaining       float64
+	HasLimit, HasRemaining bool
+	// Rate is the refill per second the node's core uses (0 = none yet); Learned says it
+	// was measured from readings rather than taken as the limit per minute.
+	Rate    float64
+	Learned bool
+	// WindowEnd is set when the node's core knows the level is a fixed window: the
+	// window's end, when all of it refills.
+	WindowEnd time.Time
+}
+
+func (l SharedLevel) said() bool { return l.HasLimit || l.HasRemaining }
+
+// SharedReading is a response's reading of a budget's levels.
 type SharedReading struct {
-	ReqRate, TokRate       float64
-	ReqLimit, ReqRemaining float64
-	TokLimit, TokRemaining float64
-	HasReqLimit, HasReq    bool
-	HasTokLimit, HasTok    bool
+	Requests, Tokens, Input, Output SharedLevel
 	// Silent: the reading is a successful answer that carried no rate-limit headers
 	// at all (a local vLLM or Ollama, a gateway that strips them).
 	Silent bool
+}
+
+func (r *SharedReading) levels() [nDims]*SharedLevel {
+	return [nDims]*SharedLevel{&r.Requests, &r.Tokens, &r.Input, &r.Output}
 }
 
 // SharedConfig shares an Executor's request and token budgets across nodes (see Share).
@@ -110,19 +146,33 @@ type shareGate struct {
 	giving  bool          // the give-back loop runs
 }
 
-// shareLane is one shared budget as this node holds it.
+// shareLane is one shared budget as this node holds it. Its levels are in the order of
+// SharedAmounts (dimReq … dimOut).
 type shareLane struct {
-	key                string
-	reqs, toks         float64 // granted, unspent
-	reqLimit, tokLimit float64
-	reqRate, tokRate   float64
-	scout              bool
-	scoutUntil         time.Time
-	scoutOut           int // scouting requests out
-	used               time.Time
-	taking             bool
-	took               chan struct{} // closed when the take under way ends
+	key        string
+	held       [nDims]float64 // granted, unspent
+	limit      [nDims]float64 // 0 = unknown; < 0 = silent
+	rate       [nDims]float64
+	scout      bool
+	scoutUntil time.Time
+	scoutOut   int // scouting requests out
+	used       time.Time
+	taking     bool
+	took       chan struct{} // closed when the take under way ends
 }
+
+// known reports whether any limit of the budget is known.
+func (l *shareLane) known() bool {
+	for _, v := range l.limit {
+		if v > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// silent reports whether the provider reports no limits.
+func (l *shareLane) silent() bool { return l.limit[dimReq] < 0 || l.limit[dimTok] < 0 }
 
 // spread is what the margin assumes now.
 func (g *shareGate) spread() time.Duration {
@@ -159,41 +209,50 @@ func (g *shareGate) lane(name string) *shareLane {
 
 // shareTicket is what acquire gave one attempt.
 type shareTicket struct {
-	l      *shareLane
-	scout  bool
-	tokens float64 // spent of the node's grant
+	l     *shareLane
+	scout bool
+	spent [nDims]float64 // of the node's grant
 }
 
-// acquire waits until the node holds a grant of lane's shared budget for one request of
-// est tokens, and spends it. A failing budget admits (the node's own budgets still hold).
-func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (shareTicket, error) {
+// acquire waits until the node holds a grant of lane's shared budget for one request
+// that needs need of each level (its reservation in the node's buckets), and spends it.
+// A failing budget admits (the node's own budgets still hold).
+func (g *shareGate) acquire(ctx context.Context, lane string, need [nDims]float64) (shareTicket, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	l := g.lane(lane)
 	if l == nil {
 		return shareTicket{}, nil
 	}
-	need = max(need, 1)
+	need[dimReq] = 1
+	for d := dimTok; d < nDims; d++ {
+		need[d] = max(need[d], 1)
+	}
 	for {
-		if l.reqLimit < 0 || l.tokLimit < 0 {
+		if l.silent() {
 			// The provider reports no limits: nothing to share, and no scout's reading
 			// will come. The node's own buckets pace the turn.
 			return shareTicket{}, nil
 		}
 		now := time.Now()
-		known := l.reqLimit > 0 || l.tokLimit > 0
-		if l.tokLimit > 0 {
-			need = min(need, l.tokLimit/2) // a grant never takes the margin
+		known := l.known()
+		fits := known
+		for d := range nDims {
+			if l.limit[d] > 0 {
+				if d != dimReq {
+					need[d] = min(need[d], l.limit[d]/2) // a grant never takes the margin
+				}
+				fits = fits && l.held[d]+1e-6 >= need[d]
+			}
 		}
 		switch {
-		case known && (l.reqLimit == 0 || l.reqs >= 1) && (l.tokLimit == 0 || l.toks+1e-6 >= need):
-			if l.reqLimit > 0 {
-				l.reqs--
-			}
+		case fits:
 			t := shareTicket{l: l}
-			if l.tokLimit > 0 {
-				l.toks -= need
-				t.tokens = need
+			for d := range nDims {
+				if l.limit[d] > 0 {
+					l.held[d] -= need[d]
+					t.spent[d] = need[d]
+				}
 			}
 			l.used = now
 			g.startGiving()
@@ -214,16 +273,21 @@ func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (sha
 			g.mu.Lock()
 			continue
 		}
-		wantR, wantT := 1.0, need
+		want := need
 		if known {
-			wantR = max(1, math.Ceil(l.reqLimit*chunkShare)) - l.reqs
-			wantT = max(need, l.tokLimit*chunkShare) - l.toks
+			for d := range nDims {
+				want[d] = max(want[d], l.limit[d]*chunkShare)
+			}
+			want[dimReq] = math.Ceil(want[dimReq])
+		}
+		for d := range nDims {
+			want[d] = max(want[d]-l.held[d], 0)
 		}
 		l.taking, l.took = true, make(chan struct{})
 		margin := g.spread()
 		g.mu.Unlock()
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		gr, err := g.cfg.Budget.Take(tctx, l.key, max(wantR, 0), max(wantT, 0), margin, g.cfg.ScoutFor)
+		gr, err := g.cfg.Budget.Take(tctx, l.key, amountsOf(want), margin, g.cfg.ScoutFor)
 		cancel()
 		g.mu.Lock()
 		l.taking = false
@@ -235,28 +299,30 @@ func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (sha
 			g.cfg.Logf("shared budget of lane %s: %v; admitting on this node's own budgets", lane, err)
 			return shareTicket{}, nil
 		}
-		l.reqs += gr.Requests
-		l.toks += gr.Tokens
-		l.reqLimit, l.tokLimit = gr.ReqLimit, gr.TokLimit
-		l.reqRate, l.tokRate = gr.ReqRate, gr.TokRate
+		got, lim, rate := gr.Got.vec(), gr.Limit.vec(), gr.Rate.vec()
+		granted := false
+		for d := range nDims {
+			l.held[d] += got[d]
+			granted = granted || got[d] > 0
+		}
+		l.limit, l.rate = lim, rate
 		l.scout, l.scoutUntil = gr.Scout, gr.ScoutUntil
-		if gr.ReqLimit != 0 || gr.TokLimit != 0 {
+		if l.known() || l.silent() {
 			l.scout = false
 		}
-		if gr.Requests > 0 || gr.Tokens > 0 || gr.Scout && l.scoutOut == 0 {
+		if granted || gr.Scout && l.scoutOut == 0 {
 			continue // look again: it may fit now, or this node may scout
 		}
 		// Nothing granted: wait for the refill (or, while another node scouts, look
 		// again soon).
 		wait := 100 * time.Millisecond
-		if gr.ReqRate > 0 && l.reqs < 1 {
-			wait = max(wait, refillWait(1-l.reqs, gr.ReqRate))
-		}
-		if gr.TokRate > 0 && l.toks < need {
-			wait = max(wait, refillWait(need-l.toks, gr.TokRate))
+		for d := range nDims {
+			if rate[d] > 0 && l.held[d] < need[d] {
+				wait = max(wait, refillWait(need[d]-l.held[d], rate[d]))
+			}
 		}
 		wait = min(wait, time.Second)
-		if !known {
+		if !l.known() {
 			wait = min(wait, 50*time.Millisecond) // the scout's reading may come any moment
 		}
 		g.mu.Unlock()
@@ -272,9 +338,10 @@ func (g *shareGate) acquire(ctx context.Context, lane string, need float64) (sha
 	}
 }
 
-// release ends an attempt's ticket, which used tokens (< 0 = not known): what it spent of the node's grant beyond them is the node's to
-// spend again, what it used beyond that is owed; a scout's request is no longer out.
-func (g *shareGate) release(t shareTicket, used float64) {
+// release ends an attempt's ticket, which used used of the token levels (known false:
+// not known). What it spent of the node's grant beyond that is the node's to spend
+// again, what it used beyond that is owed; a scout's request is no longer out.
+func (g *shareGate) release(t shareTicket, used [nDims]float64, known bool) {
 	if t.l == nil {
 		return
 	}
@@ -283,22 +350,36 @@ func (g *shareGate) release(t shareTicket, used float64) {
 	if t.scout {
 		t.l.scoutOut--
 	}
-	if t.tokens > 0 && used >= 0 {
-		t.l.toks += t.tokens - used
+	if !known {
+		return
+	}
+	for d := dimTok; d < nDims; d++ {
+		if t.spent[d] > 0 {
+			t.l.held[d] += t.spent[d] - used[d]
+		}
 	}
 }
 
-// observe passes a response's reading of lane's buckets to the shared budget, with the
-// refill rates the node's core learned (reqRate, tokRate). A reading that says nothing
-// is left (a 429's) also drops the grants the node holds. A successful answer (ok) with
-// no rate-limit headers at all, on a budget whose limits are unknown, marks it silent:
-// otherwise the other nodes would wait on a scout whose reading never comes.
-func (g *shareGate) observe(lane string, tm Telemetry, reqRate, tokRate float64, ok bool) {
-	r := SharedReading{ReqRate: max(reqRate, readRate(tm.Requests)), TokRate: max(tokRate, readRate(tm.Tokens)),
-		ReqLimit: float64(tm.Requests.Limit), HasReqLimit: tm.Requests.HasLimit,
-		ReqRemaining: float64(tm.Requests.Remaining), HasReq: tm.Requests.HasRemaining,
-		TokLimit: float64(tm.Tokens.Limit), HasTokLimit: tm.Tokens.HasLimit,
-		TokRemaining: float64(tm.Tokens.Remaining), HasTok: tm.Tokens.HasRemaining,
+// observe passes a response's reading of lane's buckets to the shared budget, with what
+// the node's core learned of them. A reading that says nothing is left (a 429's) also
+// drops the grants the node holds. A successful answer (ok) with no rate-limit headers
+// at all, on a budget whose limits are unknown, marks it silent: otherwise the other
+// nodes would wait on a scout whose reading never comes.
+func (g *shareGate) observe(lane string, tm Telemetry, learned [nDims]learnt, ok bool) {
+	var r SharedReading
+	said, empty := false, false
+	for d, rl := range [nDims]RateLimit{tm.Requests, tm.Tokens, tm.InputTokens, tm.OutputTokens} {
+		lv := r.levels()[d]
+		*lv = SharedLevel{Limit: float64(rl.Limit), HasLimit: rl.HasLimit, Remaining: float64(rl.Remaining), HasRemaining: rl.HasRemaining,
+			Rate: learned[d].rate, Learned: learned[d].learned}
+		if rr := readRate(rl); rr > lv.Rate {
+			lv.Rate, lv.Learned = rr, true
+		}
+		if learned[d].fixed && !rl.Reset.IsZero() {
+			lv.WindowEnd = rl.Reset
+		}
+		said = said || lv.said()
+		empty = empty || rl.HasRemaining && rl.Remaining < 1
 	}
 	g.mu.Lock()
 	l := g.lane(lane)
@@ -306,24 +387,24 @@ func (g *shareGate) observe(lane string, tm Telemetry, reqRate, tokRate float64,
 		g.mu.Unlock()
 		return
 	}
-	if !r.HasReq && !r.HasTok && !r.HasReqLimit && !r.HasTokLimit {
-		if !ok || !tm.Empty() || l.reqLimit != 0 || l.tokLimit != 0 {
+	if !said {
+		if !ok || !tm.Empty() || l.known() || l.silent() {
 			g.mu.Unlock()
 			return
 		}
 		r.Silent = true
-		l.reqLimit, l.tokLimit, l.scout = -1, -1, false
+		l.limit, l.scout = [nDims]float64{-1, -1, -1, -1}, false
 	}
-	if r.HasReq && r.ReqRemaining < 1 || r.HasTok && r.TokRemaining < 1 {
-		l.reqs, l.toks = 0, 0
+	if empty {
+		l.held = [nDims]float64{}
 	}
-	if r.HasReqLimit && r.ReqLimit > 0 {
-		l.reqLimit = max(l.reqLimit, r.ReqLimit)
-		l.tokLimit = max(l.tokLimit, 0) // no longer silent
-	}
-	if r.HasTokLimit && r.TokLimit > 0 {
-		l.tokLimit = max(l.tokLimit, r.TokLimit)
-		l.reqLimit = max(l.reqLimit, 0)
+	for d, lv := range r.levels() {
+		if lv.HasLimit && lv.Limit > 0 {
+			l.limit[d] = max(l.limit[d], lv.Limit)
+			for o := range nDims {
+				l.limit[o] = max(l.limit[o], 0) // no longer silent
+			}
+		}
 	}
 	key := l.key
 	g.mu.Unlock()
@@ -355,8 +436,8 @@ func (g *shareGate) startGiving() {
 // lane has been idle for ten Holds: the loop then ends (the next grant starts it again).
 func (g *shareGate) giveBack(now time.Time) (idle bool) {
 	type back struct {
-		key        string
-		reqs, toks float64
+		key  string
+		held [nDims]float64
 	}
 	var backs []back
 	g.mu.Lock()
@@ -365,12 +446,25 @@ func (g *shareGate) giveBack(now time.Time) (idle bool) {
 		if l != nil && now.Sub(l.used) < 10*g.cfg.Hold {
 			idle = false
 		}
-		if l == nil || l.taking || now.Sub(l.used) < g.cfg.Hold || l.reqs < 1 && l.toks < 1 {
+		if l == nil || l.taking || now.Sub(l.used) < g.cfg.Hold {
 			continue
 		}
-		backs = append(backs, back{l.key, math.Floor(l.reqs), l.toks})
-		l.reqs -= math.Floor(l.reqs)
-		l.toks = 0
+		b := back{key: l.key}
+		some := false
+		for d := range nDims {
+			b.held[d] = l.held[d]
+			if d == dimReq {
+				b.held[d] = math.Floor(b.held[d])
+			}
+			some = some || b.held[d] >= 1
+		}
+		if !some {
+			continue
+		}
+		for d := range nDims {
+			l.held[d] -= b.held[d]
+		}
+		backs = append(backs, b)
 	}
 	if idle {
 		g.giving = false
@@ -378,7 +472,7 @@ func (g *shareGate) giveBack(now time.Time) (idle bool) {
 	g.mu.Unlock()
 	for _, b := range backs {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := g.cfg.Budget.Give(ctx, b.key, b.reqs, b.toks); err != nil {
+		if err := g.cfg.Budget.Give(ctx, b.key, amountsOf(b.held)); err != nil {
 			g.cfg.Logf("shared budget: %v", err)
 		}
 		cancel()
@@ -387,13 +481,14 @@ func (g *shareGate) giveBack(now time.Time) (idle bool) {
 }
 
 // readRate is the least refill rate per second one reading allows: its remaining count
-// is floored and its reset rounded (to 10 ms at best), so what refills by the reset is
-// more than missing − 1 over at most t + 10 ms. 0 when it bounds nothing.
+// is floored (and may be slack lower than the truth) and its reset rounded (to 10 ms at
+// best), so what refills by the reset is more than missing − 1 − slack over at most
+// t + 10 ms. 0 when it bounds nothing.
 func readRate(rl RateLimit) float64 {
 	if !rl.HasLimit || !rl.HasRemaining || rl.Reset.IsZero() {
 		return 0
 	}
-	missing := float64(rl.Limit - rl.Remaining)
+	missing := float64(rl.Limit-rl.Remaining) - float64(rl.slack)
 	t := time.Until(rl.Reset).Seconds()
 	grain := max(rl.grain.Seconds(), 0.01)
 	if missing < 2 || t <= 0 {

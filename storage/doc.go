@@ -119,6 +119,15 @@
 // check and the write. The runtime fences every write of a run it holds under a lease
 // (runtime/lease.go).
 //
+// # Shared budgets
+//
+// On PostgreSQL, TakeBudget, GiveBudget and LowerBudget (budgets.go) keep the rate-limit
+// budgets the nodes share, one row of the UNLOGGED table budgets per provider key, on
+// connections of their own. A row has four levels (requests, tokens, and Anthropic's
+// input and output tokens), each with its limit, level, refill rate (and whether a node
+// measured it or guessed limit per minute) and, for a fixed window, the window's end.
+// Each statement is one UPDATE that materialises every level at the server's now().
+//
 // With PostgreSQL the state dir holds no luft.db: only the runs/ folder, the daemon's files
 // and logs.
 package storage

@@ -16,24 +16,35 @@ import (
 	"github.com/luft-run/luft/internal/testkit"
 )
 
-// budgetWorkflow calls 16 agents at once: together the two runs of TestTwoDaemonsOnOneKey
-// need several times what the key refills in a second.
+// budgetWorkflow calls 16 agents at once (with the agent options OPTS): together the two
+// runs of TestTwoDaemonsOnOneKey need several times what the key refills in a second.
 const budgetWorkflow = `function main()
   local items = {}
   for i = 1, 16 do items[i] = i end
-  local got = parallel(items, function(i) return agent{prompt = "item " .. i}.ok end)
+  local got = parallel(items, function(i) return agent{prompt = "item " .. i OPTS}.ok end)
   report(#got)
 end`
 
-// budgetEngine is the fake engine of one API key with a tight token budget (120 tokens
-// per 2 s) answering 429 when it is empty, behind a gate that holds the first request
+// tightKey is a key with a tight token budget (120 tokens per 2 s).
+var tightKey = testkit.Config{Slots: 32, DefaultMaxTokens: 4, DecodePerToken: 50 * time.Millisecond,
+	Limits: testkit.Limits{TPM: 120, Period: 2 * time.Second}}
+
+// tightAnthropicKey is a key with Anthropic's separate buckets and a tight output-token
+// budget (6,000 output tokens per 2 s, each answer 300 tokens long; the input bucket is
+// ample). Its enforcement is not quantized: a provider's short windows are learned from
+// a first 429 by one node as by several (scheduler/short.go), and this key tests what
+// the nodes share.
+var tightAnthropicKey = testkit.Config{Slots: 32, DefaultMaxTokens: 300, DecodePerToken: time.Millisecond,
+	Limits: testkit.Limits{Provider: testkit.ProviderAnthropic, ITPM: 1000000, OTPM: 6000, Period: 2 * time.Second, Quantum: -1}}
+
+// budgetEngine is the fake engine of one API key with cfg's budget answering 429 when it
+// is empty, behind a gate that holds the first request
 // until a second one comes (at most 3 s): two nodes that each believe they have the whole
 // budget both send their first turns before either has a reading, as when two runs
 // start together, while a node that waits for the other's scout sends nothing until the
 // scout's answer.
-func budgetEngine(t *testing.T) (*testkit.Engine, string) {
-	engine := testkit.NewEngine(testkit.Config{Slots: 32, DefaultMaxTokens: 4, DecodePerToken: 50 * time.Millisecond,
-		Limits: testkit.Limits{TPM: 120, Period: 2 * time.Second}})
+func budgetEngine(t *testing.T, cfg testkit.Config) (*testkit.Engine, string) {
+	engine := testkit.NewEngine(cfg)
 	inner := testkit.NewServer(engine).Handler()
 	var arrived atomic.Int32
 	second := make(chan struct{})
@@ -66,14 +77,31 @@ func rejected(engine *testkit.Engine) (n, total int) {
 	return n, total
 }
 
+// inFlight is the most requests the engine served at once, from its log.
+func inFlight(log []testkit.Record) int {
+	most := 0
+	for _, r := range log {
+		n := 0
+		for _, o := range log {
+			if !o.Arrival.After(r.Arrival) && o.Finish.After(r.Arrival) {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
 // twoDaemonsOnOneKey starts two daemons, each on its own state dir with env, on one key
-// of a fresh budgetEngine, runs budgetWorkflow on both at once and returns the engine.
-func twoDaemonsOnOneKey(t *testing.T, env ...string) *testkit.Engine {
-	engine, url := budgetEngine(t)
+// of a fresh budgetEngine with key's budget, runs budgetWorkflow (with opts the agents'
+// options) on both at once and returns the engine.
+func twoDaemonsOnOneKey(t *testing.T, key testkit.Config, opts string, env ...string) *testkit.Engine {
+	engine, url := budgetEngine(t, key)
+	wf := strings.ReplaceAll(budgetWorkflow, "OPTS", opts)
 	var nodes []*daemonTest
 	for range 2 {
 		dt := newDaemonTest(t, append([]string{"OPENAI_API_KEY=k"}, env...)...)
-		writeFiles(t, dt.dir, map[string]string{"luft.toml": localBackend(url, "m", ""), "wf.lua": budgetWorkflow})
+		writeFiles(t, dt.dir, map[string]string{"luft.toml": localBackend(url, "m", ""), "wf.lua": wf})
 		dt.start()
 		nodes = append(nodes, dt)
 	}
@@ -99,13 +127,23 @@ func twoDaemonsOnOneKey(t *testing.T, env ...string) *testkit.Engine {
 // share one budget (one scouts the unknown limit, both take chunks of the shared level)
 // and the engine refuses none of their requests.
 // Not parallel: real processes on the wall clock against a tight key.
-func TestTwoDaemonsOnOneKey(t *testing.T) {
+func TestTwoDaemonsOnOneKey(t *testing.T) { twoDaemonsMeetNo429(t, tightKey, "") }
+
+// The same with Anthropic's separate input- and output-token buckets: the shared
+// budget holds the output level apart, which binds here. The agents ask for max_tokens:
+// the provider reserves it at arrival, and a client that sends none cannot know the
+// reservation before its first 429 (one node or several alike).
+func TestTwoDaemonsOnOneAnthropicKey(t *testing.T) {
+	twoDaemonsMeetNo429(t, tightAnthropicKey, ", max_tokens = 300")
+}
+
+func twoDaemonsMeetNo429(t *testing.T, key testkit.Config, opts string) {
 	url := pgtest.URL(t)
 	start := time.Now()
-	sqlite := twoDaemonsOnOneKey(t)
+	sqlite := twoDaemonsOnOneKey(t, key, opts)
 	sqN, sqTotal := rejected(sqlite)
 	mid := time.Now()
-	pg := twoDaemonsOnOneKey(t, "LUFT_STORAGE_URL="+url)
+	pg := twoDaemonsOnOneKey(t, key, opts, "LUFT_STORAGE_URL="+url)
 	pgN, pgTotal := rejected(pg)
 	if testing.Verbose() {
 		db, err := sql.Open("pgx", url)
@@ -123,6 +161,11 @@ func TestTwoDaemonsOnOneKey(t *testing.T) {
 	}
 	if pgN != 0 {
 		t.Errorf("two daemons on one PostgreSQL met %d × 429, want none", pgN)
+	}
+	// A budget whose limits never become known would stay scouted: one request at a
+	// time across the nodes (Anthropic's split buckets, before they were shared).
+	if n := inFlight(pg.Log()); n < 3 {
+		t.Errorf("the PostgreSQL pair had at most %d requests in flight at once, want several", n)
 	}
 	if pgTotal < 32 {
 		t.Errorf("the PostgreSQL pair sent %d requests, want at least the 32 turns", pgTotal)
