@@ -29,7 +29,7 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 	total := est + t.est.margin(float64(max(j.EstTokens, 1)), now)
 	var tail float64
 	if j.EstOutput == 0 {
-		tail = t.outs.quantile(cfg.OutputQuantile) * cfg.OutputHeadroom
+		tail = max(t.outs.quantile(cfg.OutputQuantile)*cfg.OutputHeadroom, t.upOut)
 		total += tail
 	}
 	for _, b := range t.tokenBudgets(f) {

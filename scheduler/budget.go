@@ -352,11 +352,11 @@ func (b *bucket) refillRate() float64 {
 // unread is what the turn used that the reading may not count yet: the output of a turn
 // without an output cap whose headers came before its end (a stream's), which a
 // provider that charges the completion at its end charges after them.
-func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) {
+func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readAt, now time.Time) (charge float64, alone bool) {
 	b.learn(rl, now)
 	if !rl.HasRemaining {
 		b.finish(seq, actual, now)
-		return
+		return 0, false
 	}
 	i := b.find(seq)
 	if i < 0 {
@@ -364,8 +364,9 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 		if !b.known {
 			b.level, b.known, b.at = float64(rl.Remaining)-b.pending, true, now
 		}
-		return
+		return 0, false
 	}
+	charge, alone = b.charged(i, rl, readAt, now)
 	early := readAt.Before(now)
 	race, self := arrivalSlack, b.flight[i]
 	// A count of zero says only that nothing is left: the level may be far below zero
@@ -424,6 +425,29 @@ func (b *bucket) observe(seq uint64, rl RateLimit, actual, unread float64, readA
 			b.level, b.at = reckoned, now
 		}
 	}
+	return charge, alone && raced == 0
+}
+
+// charged is what the provider charged the turn of flight i by the time of its reading
+// rl (taken at readAt), when the reading can tell: the turn ran alone (no other
+// reservation unsettled or kept, none admitted after it), so the fall from the level
+// the bucket had without it to the count the reading says is left is its charge alone.
+// A bucket that knew nothing yet is taken to have been full. A provider that charges
+// only what a turn uses shows its usage; one that reserves a completion's longest output
+// at arrival, and keeps it, shows more (see lane.upOut).
+func (b *bucket) charged(i int, rl RateLimit, readAt, now time.Time) (float64, bool) {
+	if i != b.fhead || i != len(b.flight)-1 || len(b.kept) > 0 || rl.slack > 0 || rl.Remaining <= 0 || b.limit <= 0 {
+		return 0, false
+	}
+	before := b.limit
+	if b.known {
+		lvl, _ := b.levelAt(now)
+		before = min(b.limit, lvl+b.flight[i].amt)
+		if b.rate > 0 && readAt.Before(now) && before < b.limit {
+			before -= b.rate * now.Sub(readAt).Seconds() // the refill came after the reading
+		}
+	}
+	return before - float64(rl.Remaining), true
 }
 
 // ended records a turn that ended, and forgets those admitted too long ago for any

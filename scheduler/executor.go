@@ -423,7 +423,11 @@ func outcomeResult(o Outcome, now time.Time) (Result, error) {
 	if failure == nil && st != StatusOK {
 		failure = fmt.Errorf("HTTP %d", code)
 	}
-	return Result{Status: st, Usage: o.Usage, Telemetry: ParseTelemetry(header, now)}, failure
+	tel := ParseTelemetry(header, now)
+	if st == StatusRateLimited && o.Err != nil {
+		tel.readBody(o.Err.Error(), now)
+	}
+	return Result{Status: st, Usage: o.Usage, Telemetry: tel}, failure
 }
 
 // queue records tk as waiting for admission.

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -42,8 +43,36 @@ type Telemetry struct {
 	OutputTokens RateLimit // Anthropic's separate output-token bucket
 
 	// RetryAt is when the server asked to be called again (retry-after-ms, else
-	// retry-after as seconds or an HTTP date); zero when it did not say.
+	// retry-after as seconds or an HTTP date, else a 429's "Please try again in 6.5s");
+	// zero when it did not say.
 	RetryAt time.Time
+	// Requested is the tokens a 429's words said the request needed (OpenAI's
+	// "Requested 1900"): what the provider charges it at arrival. 0 = not said.
+	Requested int64
+}
+
+var (
+	reTryAgain  = regexp.MustCompile(`(?i)try again in ((?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h))+)`)
+	reRequested = regexp.MustCompile(`\bRequested ([0-9]{1,12})\b`)
+)
+
+// readBody reads what a 429's error text says (received at now): OpenAI's "Please try
+// again in 6.5s" when no header gave a wait, and "Requested N". Text that does not
+// parse, or a wait beyond maxSeconds, is ignored.
+func (t *Telemetry) readBody(text string, now time.Time) {
+	if len(text) > 4096 {
+		text = text[:4096]
+	}
+	if m := reTryAgain.FindStringSubmatch(text); m != nil && t.RetryAt.IsZero() {
+		if d, err := time.ParseDuration(strings.ToLower(m[1])); err == nil && d >= 0 && d.Seconds() < maxSeconds {
+			t.RetryAt = now.Add(d)
+		}
+	}
+	if m := reRequested.FindStringSubmatch(text); m != nil {
+		if n, err := strconv.ParseInt(m[1], 10, 64); err == nil {
+			t.Requested = n
+		}
+	}
 }
 
 // Empty reports whether the response carried no rate-limit information at all.

@@ -47,6 +47,11 @@ type lane struct {
 	// included, set once such a turn was refused with a 429 (a provider that charges
 	// the output at arrival).
 	upfront bool
+	// upOut is the completion the provider reserves at arrival for a turn without an
+	// output cap, learned from a turn's charge (learnCharge) or a 429's words ("Requested
+	// N"); 0 = none seen.
+	upOut      float64
+	chargeSeen float64 // the last such charge learnCharge saw, not yet confirmed; 0 = none
 	// silent paces a lane whose provider reports no limits (see silent.go).
 	silent silentPace
 	// short paces a lane over the provider's short windows once it met a 429 (short.go).

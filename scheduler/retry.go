@@ -47,8 +47,11 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	t.est.raise(now)
 	if j.EstOutput == 0 {
 		// Admitted on its prompt and still refused: this provider wants the
-		// output to fit up front.
+		// output to fit up front, and may have said how much it wanted.
 		t.upfront = true
+		if tel.Requested > 0 {
+			t.upOut = max(t.upOut, float64(tel.Requested)-j.charged)
+		}
 	}
 	if j.probe {
 		t.br.probing = false

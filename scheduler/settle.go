@@ -34,7 +34,10 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 		t.requests.observe(j.flight, tel.Requests, 1, 0, readAt, now)
 	}
 	if !t.tokens.endKept(j.flight, tel.Tokens, total, out, now) {
-		t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
+		charge, alone := t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
+		if alone && res.Status == StatusOK && j.EstOutput == 0 && u.Total() > 0 {
+			t.learnCharge(charge, in, out)
+		}
 	}
 	if !t.inTokens.endKept(j.flight, tel.InputTokens, in, 0, now) {
 		t.inTokens.observe(j.flight, tel.InputTokens, in, 0, readAt, now)
@@ -84,4 +87,24 @@ func (c *Core) Observe(id TurnID, tel Telemetry, now time.Time) []Action {
 		c.tryAdmit(j.home, now)
 	}
 	return c.out
+}
+
+// learnCharge learns from the charge a provider took for a turn without an output cap
+// that ran alone, which used in and out tokens: a charge beyond them is a completion
+// reserved at arrival and kept (OpenAI reserves max_tokens, or the model's longest
+// output when none is sent), which every later such turn must fit up front. One reading
+// may also count another client's use of the key: only two in a row teach it, the
+// smaller of them. Noise of the refill's dead reckoning (2% of the limit, 20 tokens at
+// least) teaches nothing.
+func (t *lane) learnCharge(charge, in, out float64) {
+	reserved := charge - in
+	if reserved <= out+max(20, 0.02*t.tokens.limit) {
+		t.chargeSeen = 0
+		return
+	}
+	if t.chargeSeen > 0 {
+		t.upOut = max(t.upOut, min(reserved, t.chargeSeen))
+		t.upfront = true
+	}
+	t.chargeSeen = reserved
 }

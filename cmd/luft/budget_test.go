@@ -127,17 +127,19 @@ func twoDaemonsOnOneKey(t *testing.T, key testkit.Config, opts string, env ...st
 // share one budget (one scouts the unknown limit, both take chunks of the shared level)
 // and the engine refuses none of their requests.
 // Not parallel: real processes on the wall clock against a tight key.
-func TestTwoDaemonsOnOneKey(t *testing.T) { twoDaemonsMeetNo429(t, tightKey, "") }
+func TestTwoDaemonsOnOneKey(t *testing.T) { twoDaemonsMeetNo429(t, tightKey, "", true) }
 
 // The same with Anthropic's separate input- and output-token buckets: the shared
 // budget holds the output level apart, which binds here. The agents ask for max_tokens:
 // the provider reserves it at arrival, and a client that sends none cannot know the
-// reservation before its first 429 (one node or several alike).
+// reservation before its first 429 (one node or several alike). Whether two daemons on
+// their own SQLite overrun this key depends on how their first bursts meet (0–6 × 429
+// over runs), so only the shared pair's figures are asserted.
 func TestTwoDaemonsOnOneAnthropicKey(t *testing.T) {
-	twoDaemonsMeetNo429(t, tightAnthropicKey, ", max_tokens = 300")
+	twoDaemonsMeetNo429(t, tightAnthropicKey, ", max_tokens = 300", false)
 }
 
-func twoDaemonsMeetNo429(t *testing.T, key testkit.Config, opts string) {
+func twoDaemonsMeetNo429(t *testing.T, key testkit.Config, opts string, overrun bool) {
 	url := pgtest.URL(t)
 	start := time.Now()
 	sqlite := twoDaemonsOnOneKey(t, key, opts)
@@ -156,7 +158,7 @@ func twoDaemonsMeetNo429(t *testing.T, key testkit.Config, opts string) {
 	}
 	t.Logf("two daemons on SQLite: %d × 429 in %d requests (%.1f s); two daemons on one PostgreSQL: %d × 429 in %d requests (%.1f s)",
 		sqN, sqTotal, mid.Sub(start).Seconds(), pgN, pgTotal, time.Since(mid).Seconds())
-	if sqN == 0 {
+	if overrun && sqN == 0 {
 		t.Errorf("two daemons on their own SQLite met no 429: the workload does not overrun the key")
 	}
 	if pgN != 0 {
