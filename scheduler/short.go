@@ -67,19 +67,14 @@ func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string)
 	return false, p.recent[0].at.Add(shortWindow + time.Millisecond), why
 }
 
-// admitted records an admission. Until a 429 turns the pacing of tokens on, only the
-// last shortKeep admissions are kept: the requests' rule never counts more (a limit that
-// large allows as many a second).
-func (p *shortPace) admitted(r reservation, now time.Time) {
-	p.trim(now)
-	if !p.on && len(p.recent) >= shortKeep {
-		p.recent = append(p.recent[:0], p.recent[len(p.recent)-shortKeep+1:]...)
+// admitted records an admission on a paced lane, or one whose request limit is known.
+func (p *shortPace) admitted(r reservation, requestsKnown bool, now time.Time) {
+	if !p.on && !requestsKnown {
+		return
 	}
+	p.trim(now)
 	p.recent = append(p.recent, shortAdmit{at: now, tokens: r.tokens - r.tail, input: r.input, output: r.output})
 }
-
-// shortKeep is how many admissions a lane keeps before its first 429.
-const shortKeep = 64
 
 func (p *shortPace) trim(now time.Time) {
 	p.recent = trimOlder(p.recent, func(a shortAdmit) time.Time { return a.at }, now, shortWindow)
