@@ -10,12 +10,13 @@ import "time"
 // (limit × shortWindow ÷ a minute), or one turn alone into a window that holds none.
 // The window slides, so two turns it admits never share a window of the provider's,
 // wherever its edges lie.
+//
 // Requests are paced so from the start, once their limit is known (at their refill rate
 // over the window where that is faster than a minute's share: a limit that refills in
-// ten seconds is no per-minute limit): a burst of requests
-// beyond a second's share is what a quantized provider refuses first, and holding it
-// costs little (the turns of a burst are spread over a second or a few), where holding
-// the tokens of a full bucket's burst over a minute would cost up to that minute.
+// ten seconds is no per-minute limit). A burst of requests beyond a second's share is
+// what a quantized provider refuses first, and holding it costs little (the turns of a
+// burst are spread over a second or a few), where holding the tokens of a full bucket's
+// burst over a minute would cost up to that minute.
 
 // shortWindow is the provider's short enforcement window.
 const shortWindow = time.Second

@@ -173,11 +173,11 @@ func pgGive() string {
 // guess, and ends the scouting.
 func pgLower() string {
 	p := func(i, k int) string { return fmt.Sprintf("$%d", 2+5*i+k) }
-	var any []string
+	var said []string
 	for i := range pgDims {
-		any = append(any, p(i, 0)+"::float8 > 0")
+		said = append(said, p(i, 0)+"::float8 > 0")
 	}
-	anyLimit := "(" + strings.Join(any, " OR ") + ")"
+	anyLimit := "(" + strings.Join(said, " OR ") + ")"
 	var set []string
 	for i, d := range pgDims {
 		lim, rem, rate, learned, end := p(i, 0)+"::float8", p(i, 1)+"::float8", p(i, 2)+"::float8", p(i, 3)+"::bool", p(i, 4)+"::timestamptz"
