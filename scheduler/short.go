@@ -10,13 +10,6 @@ import "time"
 // (limit × shortWindow ÷ a minute), or one turn alone into a window that holds none.
 // The window slides, so two turns it admits never share a window of the provider's,
 // wherever its edges lie.
-//
-// Requests are paced so from the start, once their limit is known (at their refill rate
-// over the window where that is faster than a minute's share: a limit that refills in
-// ten seconds is no per-minute limit). A burst of requests beyond a second's share is
-// what a quantized provider refuses first, and holding it costs little (the turns of a
-// burst are spread over a second or a few), where holding the tokens of a full bucket's
-// burst over a minute would cost up to that minute.
 
 // shortWindow is the provider's short enforcement window.
 const shortWindow = time.Second
@@ -36,7 +29,7 @@ type shortAdmit struct {
 // when the oldest admission of the window leaves it and which budget is short.
 func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string) {
 	p := &t.short
-	if !p.on && t.requests.limit <= 0 {
+	if !p.on {
 		return true, time.Time{}, ""
 	}
 	p.trim(now)
@@ -52,10 +45,8 @@ func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string)
 	share := shortWindow.Seconds() / 60
 	why := ""
 	switch {
-	case t.requests.limit > 0 && float64(len(p.recent)+1) > max(t.requests.limit*share, t.requests.rate*shortWindow.Seconds())+1e-9:
+	case t.requests.limit > 0 && float64(len(p.recent)+1) > t.requests.limit*share:
 		why = ReasonRequests
-	case !p.on:
-		return true, time.Time{}, "" // tokens are paced only after a 429
 	case t.tokens.limit > 0 && toks+r.tokens-r.tail > t.tokens.limit*share:
 		why = ReasonTokens
 	case t.inTokens.limit > 0 && in+r.input > t.inTokens.limit*share:
@@ -68,9 +59,9 @@ func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string)
 	return false, p.recent[0].at.Add(shortWindow + time.Millisecond), why
 }
 
-// admitted records an admission on a paced lane, or one whose request limit is known.
-func (p *shortPace) admitted(r reservation, requestsKnown bool, now time.Time) {
-	if !p.on && !requestsKnown {
+// admitted records an admission on a paced lane.
+func (p *shortPace) admitted(r reservation, now time.Time) {
+	if !p.on {
 		return
 	}
 	p.trim(now)
