@@ -3,9 +3,12 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"io"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -91,11 +94,28 @@ func pgCode(err error) string {
 	return ""
 }
 
-// retryable reports whether err lost its transaction to another one (a deadlock between
-// two processes' batches, which PostgreSQL breaks by failing one): the batch runs again.
+// PostgreSQL error codes of a session the server ended: its transaction committed
+// nothing.
+const (
+	pgAdminShutdown = "57P01" // pg_terminate_backend, a fast shutdown
+	pgIdleInTx      = "25P03" // idle_in_transaction_session_timeout (a stopped process)
+)
+
+// retryable reports whether err, met before the batch's COMMIT was sent, lost the whole
+// transaction and nothing else: to another one (a deadlock between two processes'
+// batches, which PostgreSQL breaks by failing one), or with the session, which the
+// server ended (a process stopped past idle_in_transaction_session_timeout, an
+// administrator's pg_terminate_backend) or whose connection broke. The batch then runs
+// again, on a new connection. A COMMIT that fails is never retried: it may have landed.
 func retryable(err error) bool {
-	c := pgCode(err)
-	return c == pgDeadlock || c == pgSerialization
+	switch pgCode(err) {
+	case pgDeadlock, pgSerialization, pgAdminShutdown, pgIdleInTx:
+		return true
+	case "":
+		return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+	}
+	return false
 }
 
 // takeSeq reserves n sequence numbers of the run (kind "event" or "journal") and returns

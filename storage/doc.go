@@ -99,8 +99,12 @@
 //     drops to the largest left, so the next is the largest + 1, as before the counters.
 //     SQLite's first take also never goes below the largest stored value, for an older
 //     luft still writing by max()+1 across the upgrade.
-//   - A batch that loses a deadlock to another process's batch runs again; a unique
-//     violation on create is ErrRunExists; ids text cannot hold are runs not found.
+//   - A batch that loses a deadlock to another process's batch runs again, and so does
+//     one whose session the server ended or whose connection broke before its COMMIT
+//     (a process stopped past idle_in_transaction_session_timeout wakes to a closed
+//     session): it committed nothing, and runs again on a new connection. A failed
+//     COMMIT is never run again. A unique violation on create is ErrRunExists; ids
+//     text cannot hold are runs not found.
 //   - RequestCancel and DecideApproval NOTIFY channel luft_runs ("cancel RUN",
 //     "approval RUN APPROVAL") in their own transaction, so the notice goes out only if
 //     the write commits. Postgres.Notices delivers them on one LISTEN connection per
