@@ -1,6 +1,9 @@
 package scheduler
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Providers enforce their per-minute limits over short windows too. OpenAI documents a
 // per-minute limit as enforced per second (60,000 requests a minute as 1,000 a second),
@@ -52,7 +55,7 @@ func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string)
 	share := shortWindow.Seconds() / 60
 	why := ""
 	switch {
-	case t.requests.limit > 0 && float64(len(p.recent)+1) > max(t.requests.limit*share, t.requests.rate*shortWindow.Seconds())+1e-9:
+	case t.requests.limit > 0 && float64(len(p.recent)+1) > t.requestShare()+1e-9:
 		why = ReasonRequests
 	case !p.on:
 		return true, time.Time{}, "" // tokens are paced only after a 429
@@ -68,18 +71,27 @@ func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string)
 	return false, p.recent[0].at.Add(shortWindow + time.Millisecond), why
 }
 
-// admitted records an admission. Until a 429 turns the pacing of tokens on, only the
-// last shortKeep admissions are kept: the requests' rule never counts more (a limit that
-// large allows as many a second).
-func (p *shortPace) admitted(r reservation, now time.Time) {
+// requestShare is how many requests a lane whose request limit is known admits within a
+// shortWindow: the limit's share of it, or its refill over it where that is more (a
+// limit that refills in ten seconds is no per-minute limit).
+func (t *lane) requestShare() float64 {
+	return max(t.requests.limit*shortWindow.Seconds()/60, t.requests.rate*shortWindow.Seconds())
+}
+
+// admitted records an admission. Until a 429 turns the pacing of tokens on, only as many
+// admissions are kept as the requests' rule counts (at least shortKeep, so that the turn
+// admitted before the limit was known counts once it is): a fan-out on a lane with no
+// known limit keeps no list longer than that.
+func (t *lane) admitted(r reservation, now time.Time) {
+	p := &t.short
 	p.trim(now)
-	if !p.on && len(p.recent) >= shortKeep {
-		p.recent = append(p.recent[:0], p.recent[len(p.recent)-shortKeep+1:]...)
+	if keep := max(shortKeep, int(math.Ceil(t.requestShare()))+1); !p.on && len(p.recent) >= keep {
+		p.recent = append(p.recent[:0], p.recent[len(p.recent)-keep+1:]...)
 	}
 	p.recent = append(p.recent, shortAdmit{at: now, tokens: r.tokens - r.tail, input: r.input, output: r.output})
 }
 
-// shortKeep is how many admissions a lane keeps before its first 429.
+// shortKeep is the fewest admissions a lane keeps before its first 429.
 const shortKeep = 64
 
 func (p *shortPace) trim(now time.Time) {

@@ -94,3 +94,26 @@ func TestShortWindowsOfRequestsFromTheStart(t *testing.T) {
 		}
 	}
 }
+
+// A key whose per-second share is past the admissions kept for the few-request case
+// (RPM 12,000: 200 a second) is paced at that share too: of a burst of 300, 200 go in
+// the first second and the rest in the next.
+func TestShortWindowsOfALargeRequestLimit(t *testing.T) {
+	c := NewCore(Config{Lanes: map[string]LaneConfig{testLane: {Slots: 1000, RPM: 12000}}})
+	admitted := 0
+	for i := TurnID(1); i <= 300; i++ {
+		admitted += len(ids(c.Submit(mkJob(i, "r", "u", "b", 10), sec(0)), ActAdmit))
+	}
+	if admitted != 200 {
+		t.Fatalf("%d of a burst of 300 admitted at once, want the second's share of 200", admitted)
+	}
+	later := 0
+	for _, a := range c.Tick(sec(1.01)) {
+		if a.Kind == ActAdmit {
+			later++
+		}
+	}
+	if later != 100 {
+		t.Fatalf("%d admitted a second later, want the other 100", later)
+	}
+}
