@@ -311,7 +311,7 @@ func (c *Core) admit(home, t *lane, j *job, r reservation, probe bool, now time.
 	if !t.limitsKnown() {
 		t.silent.admitted(r.tokens, now)
 	}
-	t.admitted(r, now)
+	t.short.admitted(r, now)
 
 	j.charged, j.reserved, j.resIn, j.resOut = r.est, r.tokens, r.input, r.output
 	if cl := home.callers[j.Caller]; cl != nil {

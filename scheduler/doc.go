@@ -28,8 +28,8 @@
 // admission.go (what may run now, on which lane), affinity.go (which replica, per
 // conversation), settle.go (what an answer's usage and headers teach), retry.go (what
 // a 429 or a 5xx teaches), silent.go (the pace 429s alone teach a lane whose provider
-// reports no limits), short.go (the short windows a provider enforces its known
-// limits over: requests from the start, tokens once a 429 shows it), runs.go (runs, their suspension and their forgetting),
+// reports no limits), short.go (the short windows a 429 shows a provider enforces its
+// known limits over), runs.go (runs, their suspension and their forgetting),
 // stats.go (counters for a status view). What a lane knows is in lane.go (its state,
 // slots and circuit breaker), budget.go (its dead-reckoned buckets), estimator.go (its
 // estimate error, margin and output lengths) and headers.go (rate-limit headers read

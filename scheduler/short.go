@@ -1,25 +1,15 @@
 package scheduler
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
-// Providers enforce their per-minute limits over short windows too. OpenAI documents a
-// per-minute limit as enforced per second (60,000 requests a minute as 1,000 a second),
-// Anthropic likewise (60 a minute as one a second), so a bucket that the headers say has
-// room refuses a burst. A lane admits within any shortWindow at most each known bucket's
-// share of it (limit × shortWindow ÷ a minute), or one turn alone into a window that
-// holds none. The window slides, so two turns it admits never share a window of the
-// provider's, wherever its edges lie.
-//
-// Requests are paced so from the start, once their limit is known (at their refill rate
-// over the window where that is faster than a minute's share: a limit that refills in
-// ten seconds is no per-minute limit): a burst of requests beyond a second's share is
-// what a quantized provider refuses first, and holding it costs little (the turns of a
-// burst are spread over a second or a few). Tokens are paced so only once the lane met a
-// 429 though its buckets had room: holding a full bucket's burst of tokens over a
-// minute would cost up to that minute where the provider does not quantize them.
+// What a 429 teaches a lane whose limits are known: the provider enforces them over short
+// windows too. OpenAI documents a per-minute limit as enforced per second (60,000
+// requests a minute as 1,000 a second), Anthropic likewise (60 a minute as one a
+// second), so a bucket that the headers say has room refuses a burst. Once such a lane
+// meets a 429, it admits within any shortWindow at most each known bucket's share of it
+// (limit × shortWindow ÷ a minute), or one turn alone into a window that holds none.
+// The window slides, so two turns it admits never share a window of the provider's,
+// wherever its edges lie.
 
 // shortWindow is the provider's short enforcement window.
 const shortWindow = time.Second
@@ -39,7 +29,7 @@ type shortAdmit struct {
 // when the oldest admission of the window leaves it and which budget is short.
 func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string) {
 	p := &t.short
-	if !p.on && t.requests.limit <= 0 {
+	if !p.on {
 		return true, time.Time{}, ""
 	}
 	p.trim(now)
@@ -55,10 +45,8 @@ func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string)
 	share := shortWindow.Seconds() / 60
 	why := ""
 	switch {
-	case t.requests.limit > 0 && float64(len(p.recent)+1) > t.requestShare()+1e-9:
+	case t.requests.limit > 0 && float64(len(p.recent)+1) > t.requests.limit*share:
 		why = ReasonRequests
-	case !p.on:
-		return true, time.Time{}, "" // tokens are paced only after a 429
 	case t.tokens.limit > 0 && toks+r.tokens-r.tail > t.tokens.limit*share:
 		why = ReasonTokens
 	case t.inTokens.limit > 0 && in+r.input > t.inTokens.limit*share:
@@ -71,28 +59,14 @@ func (t *lane) shortFits(r reservation, now time.Time) (bool, time.Time, string)
 	return false, p.recent[0].at.Add(shortWindow + time.Millisecond), why
 }
 
-// requestShare is how many requests a lane whose request limit is known admits within a
-// shortWindow: the limit's share of it, or its refill over it where that is more (a
-// limit that refills in ten seconds is no per-minute limit).
-func (t *lane) requestShare() float64 {
-	return max(t.requests.limit*shortWindow.Seconds()/60, t.requests.rate*shortWindow.Seconds())
-}
-
-// admitted records an admission. Until a 429 turns the pacing of tokens on, only as many
-// admissions are kept as the requests' rule counts (at least shortKeep, so that the turn
-// admitted before the limit was known counts once it is): a fan-out on a lane with no
-// known limit keeps no list longer than that.
-func (t *lane) admitted(r reservation, now time.Time) {
-	p := &t.short
-	p.trim(now)
-	if keep := max(shortKeep, int(math.Ceil(t.requestShare()))+1); !p.on && len(p.recent) >= keep {
-		p.recent = append(p.recent[:0], p.recent[len(p.recent)-keep+1:]...)
+// admitted records an admission on a paced lane.
+func (p *shortPace) admitted(r reservation, now time.Time) {
+	if !p.on {
+		return
 	}
+	p.trim(now)
 	p.recent = append(p.recent, shortAdmit{at: now, tokens: r.tokens - r.tail, input: r.input, output: r.output})
 }
-
-// shortKeep is the fewest admissions a lane keeps before its first 429.
-const shortKeep = 64
 
 func (p *shortPace) trim(now time.Time) {
 	p.recent = trimOlder(p.recent, func(a shortAdmit) time.Time { return a.at }, now, shortWindow)

@@ -62,9 +62,8 @@ func TestProxyTargets(t *testing.T) {
 
 // The same seed gives the same counts on the virtual clock, and times within a tenth of
 // the run's (about 40 s): goroutines woken at one instant run in no fixed order, so turns
-// that arrive together may be admitted in another order, and with requests paced over
-// one-second windows (RPM 30: one a second) a turn admitted a place later starts a
-// second later, and its agent's later turns with it.
+// that arrive together may be admitted in another order, and a turn admitted a place
+// later may wait for the next refill, its agent's later turns with it.
 func TestProxyDeterministic(t *testing.T) {
 	var rs [2]Result
 	for i := range rs {
