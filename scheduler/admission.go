@@ -103,7 +103,7 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 		}
 	}
 	check(&t.requests, 1, ReasonRequests)
-	check(&t.tokens, t.tokensNeeded(r), ReasonTokens)
+	check(&t.tokens, r.tokens-r.tail, ReasonTokens)
 	check(&t.inTokens, r.input, ReasonInputTokens)
 	check(&t.outTokens, r.output, ReasonOutputTokens)
 	if fit, at, why := t.shortFits(r, now); !fit {
@@ -119,22 +119,6 @@ func (t *lane) fits(r reservation, cfg *Config, now time.Time) (bool, time.Time,
 		}
 	}
 	return ok, until, reason
-}
-
-// tokensNeeded is what r needs left in the tokens bucket to go out: all of it, the
-// completion it may generate included, unless the bucket is a fixed window. A provider
-// with a continuous bucket may refuse a turn whose completion would not fit (OpenAI
-// reserves it at arrival; others refuse what would take the bucket into debt), so the
-// tail is held up front even where the provider bills it later: in steady state the
-// bucket passes its refill rate whatever level it hovers at, and only the run's last
-// turns wait the longer. A fixed window admits while the count is under its limit and
-// counts the output as it comes, even past its end, so holding the tail there would
-// only leave a window's last turn for the next one.
-func (t *lane) tokensNeeded(r reservation) float64 {
-	if t.tokens.fixed {
-		return r.tokens - r.tail
-	}
-	return r.tokens
 }
 
 // tryAdmit admits turns from l's queue for as long as the best one can run now.

@@ -186,38 +186,25 @@ func TestIndexHeap(t *testing.T) {
 }
 
 // A turn without an output cap reserves a high quantile of the lane's recent
-// completions for its output. On a continuous bucket the reserve must fit before the
-// turn goes out (a provider may refuse a completion that would not fit); on a fixed
-// window the turn starts once its prompt fits (the window counts the output as it
-// comes), and the reserve holds back the next turn until the turn ends and its actual
-// output is refunded against it.
+// completions for its output, but starts once its prompt fits (a provider billing the
+// completion when it ends lets it in); the output reserve holds back the next turn until
+// the turn ends and its actual output is refunded against it.
 func TestUncappedTurnReservesOutputQuantile(t *testing.T) {
-	for _, fixed := range []bool{false, true} {
-		c := NewCore(Config{FallbackSpread: 1e-9, OutputHeadroom: 1, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
-		c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
-		c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 400}}, sec(0)) // level 5500
-		c.lanes[testLane].tokens.fixed = fixed
-		// Prompt 5300 fits 5500; with its 400 output reserve it does not.
-		acts := c.Submit(mkJob(2, "b", "u", "i", 5300), sec(0))
-		if !fixed {
-			// 200 tokens short at 100 a second: 2 s.
-			w, found := find(acts, ActWait)
-			if !found || w.ID != 2 || w.Until.Before(sec(2)) || !w.Until.Before(sec(2.01)) {
-				t.Fatalf("continuous: %s, want turn 2 to wait 2 s for its output reserve", dump(acts))
-			}
-			continue
-		}
-		if got := ids(acts, ActAdmit); !slices.Equal(got, []TurnID{2}) {
-			t.Fatalf("fixed window: admitted %v, want the turn whose prompt fits", got)
-		}
-		// Level −200 with the reserve: a 100-token prompt waits.
-		if _, found := find(c.Submit(mkJob(3, "c", "u", "i", 100), sec(0)), ActWait); !found {
-			t.Fatal("fixed window: the third turn does not wait for the second's reserve")
-		}
-		// Turn 2 ends at 1 s with 50 tokens of output: 350 come back, level 150.
-		if got := ids(c.Complete(2, Result{Status: StatusOK, Usage: agent.Usage{Input: 5300, Output: 50}}, sec(1)), ActAdmit); !slices.Equal(got, []TurnID{3}) {
-			t.Fatalf("fixed window: admitted %v when the reserve came back, want #3", got)
-		}
+	c := NewCore(Config{FallbackSpread: 1e-9, OutputHeadroom: 1, Lanes: map[string]LaneConfig{testLane: {TPM: 6000}}})
+	c.Submit(mkJob(1, "a", "u", "i", 100), sec(0))
+	c.Complete(1, Result{Status: StatusOK, Usage: agent.Usage{Input: 100, Output: 400}}, sec(0)) // level 5500
+	// Prompt 5300 fits 5500; with its 400 output reserve it would not.
+	if got := ids(c.Submit(mkJob(2, "b", "u", "i", 5300), sec(0)), ActAdmit); !slices.Equal(got, []TurnID{2}) {
+		t.Fatalf("admitted %v, want the turn whose prompt fits", got)
+	}
+	// Level −200 with the reserve: a 100-token prompt waits for 300 tokens, 3 s.
+	w, found := find(c.Submit(mkJob(3, "c", "u", "i", 100), sec(0)), ActWait)
+	if !found || w.ID != 3 || w.Until.Before(sec(3.001)) || !w.Until.Before(sec(3.002)) {
+		t.Fatalf("third turn: wait %+v (found %v), want until 3.001 s", w, found)
+	}
+	// Turn 2 ends at 1 s with 50 tokens of output: 350 come back, level 250.
+	if got := ids(c.Complete(2, Result{Status: StatusOK, Usage: agent.Usage{Input: 5300, Output: 50}}, sec(1)), ActAdmit); !slices.Equal(got, []TurnID{3}) {
+		t.Fatalf("admitted %v when the reserve came back, want #3", got)
 	}
 }
 
