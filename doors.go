@@ -55,9 +55,10 @@ func (e *Engine) mcpSpec(req daemon.StartRequest) (runtime.Spec, error) {
 	return spec, nil
 }
 
-// ProxyHandler returns luft's OpenAI-compatible proxy over this Engine (the one `luft
-// proxy serve` runs and the daemon serves at /v1/): POST /v1/chat/completions, GET
-// /v1/models and DELETE /v1/runs/{id}, for agents that keep their own tool loop. Every
+// ProxyHandler returns luft's proxy over this Engine (the one `luft proxy serve` runs
+// and the daemon serves at /v1/): POST /v1/chat/completions, /v1/responses and
+// /v1/messages (with /v1/messages/count_tokens), GET /v1/models and DELETE
+// /v1/runs/{id}, for agents that keep their own tool loop. Every
 // turn passes the Engine's one scheduler beside its runs' own turns (continuations
 // first, fair shares by x-luft-caller, rate limits learned and kept), and each proxied
 // run is recorded in the state dir (List and Status show it as proxy:<caller>). The
@@ -74,7 +75,7 @@ func (e *Engine) ProxyHandler() (http.Handler, error) {
 	}
 	ups, def := proxy.FromConfig(e.cfg, e.opts.Getenv)
 	if len(ups) == 0 {
-		return nil, fmt.Errorf("luft: ProxyHandler: no backend for the proxy: configure [backends.NAME] with type = \"openai\", base_url and model (or set OPENAI_BASE_URL)")
+		return nil, fmt.Errorf("luft: ProxyHandler: no backend for the proxy: configure [backends.NAME] with type = \"openai\" (chat completions, Responses) or \"anthropic\" (Messages), base_url and model (or set OPENAI_BASE_URL)")
 	}
 	p, err := proxy.New(proxy.Options{Upstreams: ups, Default: def, Scheduler: e.sched, Service: e.svc,
 		Clock: e.opts.Clock, IdleTTL: e.cfg.Proxy.IdleTimeout, MaxBody: e.cfg.Proxy.MaxBody})

@@ -48,7 +48,7 @@ type Config struct {
 
 // Backend is one [backends.NAME] table.
 type Backend struct {
-	Type               string // "openai", "mock", "mockfile", "acp" (or "acp:AGENT")
+	Type               string // "openai", "anthropic", "mock", "mockfile", "acp" (or "acp:AGENT")
 	BaseURL            string // openai; "" = env OPENAI_BASE_URL
 	Model              string
 	APIKeyEnv          string // name of the env var holding the API key
@@ -239,7 +239,8 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.err }
 
 // Types are the valid backend types ("acp:AGENT" is accepted too).
-var Types = []string{"openai", "mock", "mockfile", "acp"}
+// An anthropic backend serves the proxy's Anthropic Messages door only.
+var Types = []string{"openai", "anthropic", "mock", "mockfile", "acp"}
 
 // Load finds and parses the configuration. explicit is the --config flag: that file and
 // no other (missing is an error). Otherwise ./luft.toml, then

@@ -92,8 +92,8 @@ func TestErrors(t *testing.T) {
 		{"env_names.toml", `testdata/env_names.toml:5: mcp_servers.gh.pass_env: "GITHUB TOKEN" is not an environment variable name (give names such as "GOPATH", or a prefix such as "GO*")`},
 		{"bad_approval.toml", `testdata/bad_approval.toml:3: tools.approval: unknown policy "sometimes" (one of allow, deny, ask)`},
 		{"bad_idle.toml", `testdata/bad_idle.toml:3: backends.claude.idle_timeout: not a duration: "forever" (e.g. "2m", "90s")`},
-		{"bad_type.toml", `testdata/bad_type.toml:2: backends.local.type: unknown backend type "anthropic" (one of openai, mock, mockfile, acp)`},
-		{"missing_type.toml", `testdata/missing_type.toml:1: backends.local: type is required (one of openai, mock, mockfile, acp)`},
+		{"bad_type.toml", `testdata/bad_type.toml:2: backends.local.type: unknown backend type "claude" (one of openai, anthropic, mock, mockfile, acp)`},
+		{"missing_type.toml", `testdata/missing_type.toml:1: backends.local: type is required (one of openai, anthropic, mock, mockfile, acp)`},
 		{"negative.toml", "testdata/negative.toml:4: backends.local.rpm: must not be negative (got -1)"},
 		{"negative_price.toml", "testdata/negative_price.toml:3: backends.local.price_output_per_mtok: must not be negative (got -0.5)"},
 		{"default_undefined.toml", `testdata/default_undefined.toml:2: default_backend: backend "lcoal" is not defined (defined: local)`},
@@ -218,7 +218,7 @@ func TestLoadOrder(t *testing.T) {
 	t.Run("invalid local", func(t *testing.T) {
 		write(t, local, "[backends.x]\ntype = \"nope\"\n")
 		_, err := Load("", noXDG, home)
-		if want := `luft.toml:2: backends.x.type: unknown backend type "nope" (one of openai, mock, mockfile, acp)`; err == nil || err.Error() != want {
+		if want := `luft.toml:2: backends.x.type: unknown backend type "nope" (one of openai, anthropic, mock, mockfile, acp)`; err == nil || err.Error() != want {
 			t.Fatalf("got %v, want %s", err, want)
 		}
 	})

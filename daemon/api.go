@@ -148,8 +148,12 @@ func (d *Daemon) handler(overHTTP bool) http.Handler {
 			got, ok = tok, true
 		}
 		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(d.token)) != 1 {
+			// An Anthropic client (Claude Code's ANTHROPIC_API_KEY) sends its key as x-api-key.
+			got, ok = r.Header.Get("X-Api-Key"), true
+		}
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(d.token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="luft"`)
-			apiError(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer <token> or x-luft-token: <token> (LUFT_TOKEN, or the file %s in the state dir)", TokenFile)
+			apiError(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer <token>, x-luft-token: <token> or x-api-key: <token> (LUFT_TOKEN, or the file %s in the state dir)", TokenFile)
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -40,7 +40,7 @@ func SchedulerConfig(cfg config.Config, slots int, slotsGiven bool) scheduler.Co
 		if n == 0 {
 			n = slots
 		}
-		lane := scheduler.LaneConfig{Slots: n, TPM: tpm, RPM: rpm, Replicas: 1 + len(replicas), Scout: b.Type == "openai"}
+		lane := scheduler.LaneConfig{Slots: n, TPM: tpm, RPM: rpm, Replicas: 1 + len(replicas), Scout: b.Type == "openai" || b.Type == "anthropic"}
 		if fallback != "" {
 			lane.Fallback = fallback + "/" + cfg.Backends[fallback].Model
 		}

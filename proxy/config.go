@@ -8,25 +8,32 @@ import (
 )
 
 // FromConfig returns the upstreams the configuration offers the proxy — every
-// [backends.NAME] of type openai, and the "openai" backend OPENAI_BASE_URL makes when
-// no entry has that name — and the name of the default one (default_backend, or the
-// only one). A backend's key is luft's only when its entry names one (api_key_env):
+// [backends.NAME] of type openai or anthropic, and the "openai" backend OPENAI_BASE_URL
+// makes when no entry has that name — and the name of the default one (default_backend,
+// or the only one). An anthropic backend without base_url is Anthropic's API. A backend's key is luft's only when its entry names one (api_key_env):
 // otherwise the client's own Authorization goes upstream — to that backend, or to a
 // fallback at the same host, never to a fallback at another host (see Upstream.APIKey).
 func FromConfig(cfg config.Config, getenv func(string) string) (ups []Upstream, def string) {
 	for _, name := range slices.Sorted(maps.Keys(cfg.Backends)) {
 		b := cfg.Backends[name]
-		if b.Type != "openai" {
+		if b.Type != FamilyOpenAI && b.Type != FamilyAnthropic {
 			continue
 		}
 		base := b.BaseURL
-		if base == "" {
-			base = getenv("OPENAI_BASE_URL")
+		if b.Type == FamilyAnthropic {
+			// Not ANTHROPIC_BASE_URL: in a shell set up for Claude Code that points at luft.
+			if base == "" {
+				base = "https://api.anthropic.com/v1"
+			}
+		} else {
+			if base == "" {
+				base = getenv("OPENAI_BASE_URL")
+			}
+			if base == "" {
+				base = "https://api.openai.com/v1"
+			}
 		}
-		if base == "" {
-			base = "https://api.openai.com/v1"
-		}
-		u := Upstream{Name: name, BaseURL: base, Replicas: slices.Clone(b.Replicas), Model: b.Model,
+		u := Upstream{Name: name, Family: b.Type, BaseURL: base, Replicas: slices.Clone(b.Replicas), Model: b.Model,
 			Fallback: b.Fallback, PriceInPerMTok: b.PriceInputPerMTok, PriceOutPerMTok: b.PriceOutputPerMTok}
 		if b.APIKeyEnv != "" {
 			u.APIKey = getenv(b.APIKeyEnv)

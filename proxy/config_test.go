@@ -59,7 +59,7 @@ type = "mock"
 	}
 	defer p.Close()
 	for model, want := range map[string]string{"llama": "groq", "qwen": "local", "envm": "openai", "whatever": "any"} {
-		if u := p.upstreamOf(model); u == nil || u.Name != want {
+		if u := p.upstreamOf(FamilyOpenAI, model); u == nil || u.Name != want {
 			t.Errorf("model %s goes to %v, want %s", model, u, want)
 		}
 	}

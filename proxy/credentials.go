@@ -21,7 +21,7 @@ import (
 // whatever its name, so a credential under an unusual name cannot cross either.
 var forwardOtherHost = map[string]bool{
 	"Accept": true, "Accept-Language": true, "Content-Type": true, "User-Agent": true,
-	"Openai-Beta": true,
+	"Openai-Beta": true, "Anthropic-Version": true, "Anthropic-Beta": true,
 }
 
 // forwardableElsewhere reports whether a client header (canonical name) may go to an
@@ -98,8 +98,20 @@ func (t *turn) header(up *Upstream, replica int) (http.Header, error) {
 			h[k] = vv
 		}
 	}
-	h.Set("Authorization", "Bearer "+up.APIKey)
+	setKey(h, up)
 	return h, nil
+}
+
+// setKey puts up's key in h, in the header its family reads: Authorization: Bearer, or
+// x-api-key for an anthropic upstream (the other is dropped).
+func setKey(h http.Header, up *Upstream) {
+	if up.Family == FamilyAnthropic {
+		h.Del("Authorization")
+		h.Set("X-Api-Key", up.APIKey)
+		return
+	}
+	h.Del("X-Api-Key")
+	h.Set("Authorization", "Bearer "+up.APIKey)
 }
 
 // homeHeader is the header of a request to up, the upstream the client addressed: the
@@ -111,11 +123,17 @@ func (p *Proxy) homeHeader(r *http.Request, up *Upstream) http.Header {
 			h[k] = vv
 		}
 	}
-	switch auth := r.Header.Get("Authorization"); {
-	case up.APIKey != "":
-		h.Set("Authorization", "Bearer "+up.APIKey)
-	case p.opts.Secret != "" && strings.TrimSpace(strings.TrimPrefix(auth, "Bearer ")) == p.opts.Secret:
-		h.Del("Authorization") // luft's own token never leaves
+	if p.opts.Secret != "" {
+		// luft's own token never leaves, whichever header carried it.
+		if strings.TrimSpace(bearer(r)) == p.opts.Secret {
+			h.Del("Authorization")
+		}
+		if strings.TrimSpace(r.Header.Get("X-Api-Key")) == p.opts.Secret {
+			h.Del("X-Api-Key")
+		}
+	}
+	if up.APIKey != "" {
+		setKey(h, up)
 	}
 	return h
 }

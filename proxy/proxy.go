@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,15 +23,17 @@ import (
 	"github.com/luft-run/luft/scheduler"
 )
 
-// Upstream is one OpenAI-compatible backend the proxy sends turns to: a [backends.NAME]
-// of type openai.
+// Upstream is one backend the proxy sends turns to: a [backends.NAME] of type openai
+// (chat completions and the Responses API) or anthropic (Anthropic Messages).
 type Upstream struct {
-	Name     string   // the backend id; its scheduler lane is Name/model
-	BaseURL  string   // ends in /v1, as OpenAI clients expect
+	Name string // the backend id; its scheduler lane is Name/model
+	// Family is the wires it speaks: FamilyOpenAI (the default) or FamilyAnthropic.
+	Family   string
+	BaseURL  string   // ends in /v1, as OpenAI and Anthropic clients expect
 	Replicas []string // further base URLs serving the same model
 	Model    string   // the model it serves; "" = whatever model a request names
 	// APIKey, when set, is luft's key for the backend: it replaces the client's
-	// Authorization header. A fallback at another host than the upstream a client
+	// Authorization header (x-api-key, for an anthropic upstream). A fallback at another host than the upstream a client
 	// addressed gets none of the client's credentials: without an APIKey, turns routed
 	// there fail.
 	APIKey   string
@@ -43,8 +47,9 @@ type Upstream struct {
 // Options configure a Proxy.
 type Options struct {
 	Upstreams []Upstream
-	// Default names the upstream that takes a model no upstream names, when that
-	// upstream has no model of its own; "" = such requests are refused.
+	// Default names the upstream that takes a model no upstream of its family names, when
+	// that upstream has no model of its own. A family without it takes its only upstream
+	// when that one has no model; otherwise such requests are refused.
 	Default string
 	// Scheduler admits every turn: the process's one scheduler (required).
 	Scheduler scheduler.Scheduler
@@ -80,20 +85,25 @@ type Options struct {
 // Proxy serves the OpenAI-compatible endpoint. It is an http.Handler; Close ends its
 // runs.
 type Proxy struct {
-	opts    Options
-	ups     map[string]*Upstream // by name
-	byModel map[string]*Upstream
-	def     *Upstream
-	models  []string // advertised, sorted
-	client  *http.Client
-	log     *log.Logger
-	runs    *table
-	mux     *http.ServeMux
-	closed  chan struct{}
+	opts     Options
+	ups      map[string]*Upstream // by name
+	families map[string]*family   // by Upstream.Family
+	client   *http.Client
+	log      *log.Logger
+	runs     *table
+	mux      *http.ServeMux
+	closed   chan struct{}
 
 	tmu   sync.Mutex // guards the timers
 	sweep scheduler.Timer
 	poll  scheduler.Timer
+}
+
+// family is the upstreams of one family.
+type family struct {
+	byModel map[string]*Upstream
+	def     *Upstream // takes the models none names
+	models  []string  // advertised, sorted
 }
 
 // Defaults of Options.
@@ -147,7 +157,7 @@ func New(opts Options) (*Proxy, error) {
 			ForceAttemptHTTP2:  true,
 		}
 	}
-	p := &Proxy{opts: opts, ups: map[string]*Upstream{}, byModel: map[string]*Upstream{},
+	p := &Proxy{opts: opts, ups: map[string]*Upstream{}, families: map[string]*family{},
 		client: &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		log:    log.New(opts.Log, "proxy: ", log.LstdFlags|log.LUTC), closed: make(chan struct{})}
 	for i := range opts.Upstreams {
@@ -161,6 +171,13 @@ func New(opts Options) (*Proxy, error) {
 		// OPENAI_BASE_URL and a Go caller's Options reach here unchecked by the config.
 		if err := config.CheckURL(u.BaseURL); err != nil {
 			return nil, fmt.Errorf("proxy: upstream %q: base URL: %w", u.Name, err)
+		}
+		switch u.Family {
+		case "":
+			u.Family = FamilyOpenAI
+		case FamilyOpenAI, FamilyAnthropic:
+		default:
+			return nil, fmt.Errorf("proxy: upstream %q: family %q: use %q or %q", u.Name, u.Family, FamilyOpenAI, FamilyAnthropic)
 		}
 		u.BaseURL = strings.TrimRight(u.BaseURL, "/")
 		for j := range u.Replicas {
@@ -176,17 +193,22 @@ func New(opts Options) (*Proxy, error) {
 	// the default wins such a tie.
 	for _, name := range slices.Sorted(maps.Keys(p.ups)) {
 		u := p.ups[name]
+		f := p.families[u.Family]
+		if f == nil {
+			f = &family{byModel: map[string]*Upstream{}}
+			p.families[u.Family] = f
+		}
 		if u.Model == "" {
 			continue
 		}
-		if prev, ok := p.byModel[u.Model]; !ok || (name == opts.Default && prev.Name != opts.Default) {
-			p.byModel[u.Model] = u
+		if prev, ok := f.byModel[u.Model]; !ok || (name == opts.Default && prev.Name != opts.Default) {
+			f.byModel[u.Model] = u
 		}
 	}
 	for _, u := range p.ups {
 		if u.Fallback != "" {
-			if _, ok := p.ups[u.Fallback]; !ok {
-				return nil, fmt.Errorf("proxy: upstream %q: fallback %q is not an OpenAI-compatible backend", u.Name, u.Fallback)
+			if f, ok := p.ups[u.Fallback]; !ok || f.Family != u.Family {
+				return nil, fmt.Errorf("proxy: upstream %q: fallback %q is not a backend of its type (%s)", u.Name, u.Fallback, u.Family)
 			}
 		}
 	}
@@ -197,21 +219,40 @@ func New(opts Options) (*Proxy, error) {
 				"the turns it takes will fail, since the client's credentials are not sent to another host", u.Name, f.Name, f.Name)
 		}
 	}
-	if opts.Default != "" {
-		if u, ok := p.ups[opts.Default]; ok && u.Model == "" {
-			p.def = u
+	for name, f := range p.families {
+		if u, ok := p.ups[opts.Default]; ok && u.Model == "" && u.Family == name {
+			f.def = u
+		} else if opts.Default == "" || p.ups[opts.Default] == nil || p.ups[opts.Default].Family != name {
+			// Without a default of its own, a family's only upstream takes any model when it
+			// names none.
+			var only []*Upstream
+			for _, u := range p.ups {
+				if u.Family == name {
+					only = append(only, u)
+				}
+			}
+			if len(only) == 1 && only[0].Model == "" {
+				f.def = only[0]
+			}
 		}
+		f.models = slices.Sorted(maps.Keys(f.byModel))
 	}
-	p.models = slices.Sorted(maps.Keys(p.byModel))
 	p.runs = newTable(opts.MaxRuns, opts.MaxToolIDs, opts.Service, opts.IdleTTL, p.log)
 	p.endStale()
 	p.mux = http.NewServeMux()
-	p.mux.HandleFunc("POST /v1/chat/completions", p.chat)
+	for _, wr := range wires {
+		p.mux.HandleFunc("POST "+wr.path(), func(w http.ResponseWriter, r *http.Request) { p.serve(wr, w, r) })
+	}
+	p.mux.HandleFunc("POST /v1/messages/count_tokens", p.countTokens)
 	p.mux.HandleFunc("GET /v1/models", p.listModels)
 	p.mux.HandleFunc("DELETE /v1/runs/{id}", p.deleteRun)
 	p.mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "invalid_request_error", "not_found",
-			fmt.Sprintf("luft's proxy does not serve %s %s: it serves POST /v1/chat/completions, GET /v1/models and DELETE /v1/runs/{id}", r.Method, r.URL.Path))
+		fail := writeError
+		if anthropicClient(r) {
+			fail = writeAnthropicError
+		}
+		fail(w, http.StatusNotFound, "invalid_request_error", "not_found",
+			fmt.Sprintf("luft's proxy does not serve %s %s: it serves POST /v1/chat/completions, /v1/responses, /v1/messages and /v1/messages/count_tokens, GET /v1/models and DELETE /v1/runs/{id}", r.Method, r.URL.Path))
 	})
 	p.armSweep()
 	p.armCancelPoll()
@@ -221,8 +262,12 @@ func New(opts Options) (*Proxy, error) {
 // ServeHTTP serves the proxy's endpoints.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.opts.Token != "" && !p.authorized(r) {
-		writeError(w, http.StatusUnauthorized, "invalid_request_error", "luft_token",
-			"this luft proxy needs its token: send it as the x-luft-token header (LUFT_TOKEN of the proxy)")
+		fail := writeError
+		if anthropicClient(r) {
+			fail = writeAnthropicError
+		}
+		fail(w, http.StatusUnauthorized, "invalid_request_error", "luft_token",
+			"this luft proxy needs its token: send it as the x-luft-token header (LUFT_TOKEN of the proxy), as a bearer token, or as x-api-key")
 		return
 	}
 	p.mux.ServeHTTP(w, r)
@@ -230,11 +275,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // authorized reports whether r carries the proxy's token.
 func (p *Proxy) authorized(r *http.Request) bool {
-	tok := r.Header.Get("x-luft-token")
-	if tok == "" {
-		tok, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	for _, tok := range [...]string{r.Header.Get("x-luft-token"), bearer(r), r.Header.Get("x-api-key")} {
+		if tok != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(p.opts.Token)) == 1 {
+			return true
+		}
 	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(p.opts.Token)) == 1
+	return false
 }
 
 // Close ends every run the proxy tracks (each is stored completed) and returns once
@@ -354,32 +400,128 @@ type modelJSON struct {
 // modelsTimeout bounds the question to the default upstream for its models.
 const modelsTimeout = 10 * time.Second
 
-// listModels answers GET /v1/models with the configured upstreams' models. The default
-// upstream, when it names no model, takes any: the models it lists itself are added (asked
-// with the client's credentials, as a turn would be), or, when it cannot say, its backend
-// name, so that the list is never empty while the proxy serves something.
+// listModels answers GET /v1/models with the configured upstreams' models: those of
+// type openai, or, to an Anthropic client (one that sends anthropic-version), those of
+// type anthropic in Anthropic's shape. A family's default upstream, when it names no
+// model, takes any: the models it lists itself are added (asked with the client's
+// credentials, as a turn would be), or, when it cannot say, its backend name, so that the
+// list is never empty while the proxy serves something.
 func (p *Proxy) listModels(w http.ResponseWriter, r *http.Request) {
-	out := struct {
-		Object string      `json:"object"`
-		Data   []modelJSON `json:"data"`
-	}{Object: "list", Data: []modelJSON{}}
-	for _, m := range p.models {
-		out.Data = append(out.Data, modelJSON{ID: m, Object: "model", OwnedBy: p.byModel[m].Name})
+	name := FamilyOpenAI
+	if anthropicClient(r) {
+		name = FamilyAnthropic
 	}
-	if p.def != nil {
-		ids, err := p.upstreamModels(r, p.def)
-		if err != nil {
-			p.log.Printf("GET /v1/models: ask backend %q for its models: %v (listing the backend's name instead)", p.def.Name, err)
-			ids = []string{p.def.Name}
+	var ids, owners []string
+	if f := p.families[name]; f != nil {
+		for _, m := range f.models {
+			ids, owners = append(ids, m), append(owners, f.byModel[m].Name)
 		}
-		for _, id := range ids {
-			if _, listed := p.byModel[id]; !listed {
-				out.Data = append(out.Data, modelJSON{ID: id, Object: "model", OwnedBy: p.def.Name})
+		if f.def != nil {
+			more, err := p.upstreamModels(r, f.def)
+			if err != nil {
+				p.log.Printf("GET /v1/models: ask backend %q for its models: %v (listing the backend's name instead)", f.def.Name, err)
+				more = []string{f.def.Name}
+			}
+			for _, id := range more {
+				if _, listed := f.byModel[id]; !listed {
+					ids, owners = append(ids, id), append(owners, f.def.Name)
+				}
 			}
 		}
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if name == FamilyAnthropic {
+		type model struct {
+			Type        string `json:"type"`
+			ID          string `json:"id"`
+			DisplayName string `json:"display_name"`
+			CreatedAt   string `json:"created_at"`
+		}
+		out := struct {
+			Data    []model `json:"data"`
+			HasMore bool    `json:"has_more"`
+			FirstID *string `json:"first_id"`
+			LastID  *string `json:"last_id"`
+		}{Data: []model{}}
+		for _, id := range ids {
+			out.Data = append(out.Data, model{Type: "model", ID: id, DisplayName: id, CreatedAt: "1970-01-01T00:00:00Z"})
+		}
+		if len(ids) > 0 {
+			out.FirstID, out.LastID = &ids[0], &ids[len(ids)-1]
+		}
+		_ = json.NewEncoder(w).Encode(out)
+		return
+	}
+	out := struct {
+		Object string      `json:"object"`
+		Data   []modelJSON `json:"data"`
+	}{Object: "list", Data: []modelJSON{}}
+	for i, id := range ids {
+		out.Data = append(out.Data, modelJSON{ID: id, Object: "model", OwnedBy: owners[i]})
+	}
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// anthropicClient reports whether r comes from an Anthropic client: every Anthropic SDK
+// sends anthropic-version.
+func anthropicClient(r *http.Request) bool {
+	return r.Header.Get("anthropic-version") != ""
+}
+
+// bearer is the token of r's Authorization: Bearer header, "" without one.
+func bearer(r *http.Request) string {
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return tok
+}
+
+// maxCountBody bounds the answer of an upstream's count_tokens.
+const maxCountBody = 1 << 20
+
+// countTokens serves POST /v1/messages/count_tokens: passed to the Anthropic upstream of
+// the request's model as it came (it costs no tokens, so it is not scheduled), its
+// answer passed back.
+func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, p.opts.MaxBody)
+	if err != nil {
+		writeAnthropicError(w, http.StatusBadRequest, "", "unreadable_body", "reading the request body: "+err.Error())
+		return
+	}
+	var q struct {
+		Model string `json:"model"`
+	}
+	if err := json.Unmarshal(body, &q); err != nil || q.Model == "" {
+		writeAnthropicError(w, http.StatusBadRequest, "", "invalid_request", "a count_tokens request is a JSON object with model and messages")
+		return
+	}
+	up := p.upstreamOf(FamilyAnthropic, q.Model)
+	if up == nil {
+		writeAnthropicError(w, http.StatusNotFound, "", "model_not_found", p.unknownModel(messagesWire, q.Model))
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), modelsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, up.BaseURL+"/messages/count_tokens"+query(r), bytes.NewReader(body))
+	if err != nil {
+		writeAnthropicError(w, http.StatusBadGateway, "", "backend_unreachable", err.Error())
+		return
+	}
+	req.Header = p.homeHeader(r, up)
+	resp, err := p.client.Do(req)
+	if err != nil {
+		writeAnthropicError(w, http.StatusBadGateway, "", "backend_unreachable",
+			fmt.Sprintf("luft could not reach backend %q at %s: %v", up.Name, up.BaseURL, err))
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCountBody))
+	if err != nil {
+		writeAnthropicError(w, http.StatusBadGateway, "", "backend_unreachable", fmt.Sprintf("backend %q broke off its answer: %v", up.Name, err))
+		return
+	}
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(b)
 }
 
 // upstreamModels asks up for the models it serves (GET {base_url}/models).

@@ -33,22 +33,28 @@ type usageJSON struct {
 
 // relayed is what the proxy learned from an answer while passing it on.
 type relayed struct {
-	ids      []string   // tool_call ids handed out
-	use      *usageJSON // the answer's usage, when it had one
-	outBytes int        // bytes of generated content and tool-call arguments
-	err      error      // the copy broke off (client gone, upstream cut)
+	ids      []string     // tool-call (and response) ids handed out
+	use      *agent.Usage // the answer's usage, when it had one
+	outBytes int          // bytes of generated content and tool-call arguments
+	err      error        // the copy broke off (client gone, upstream cut)
 }
 
 // usage is the turn's usage: the answer's own, else an estimate.
 func (r *relayed) usage(estIn int) agent.Usage {
 	if r.use != nil {
-		u := agent.Usage{Input: r.use.PromptTokens, Output: r.use.CompletionTokens}
-		if r.use.PromptTokensDetails != nil {
-			u.Cached = r.use.PromptTokensDetails.CachedTokens
-		}
-		return u
+		return *r.use
 	}
-	return agent.Usage{Input: estIn, Output: (r.outBytes + 3) / 4}
+	return agent.Usage{Input: estIn, Output: tokensOf(r.outBytes)}
+}
+
+// hasID reports whether id is among the ids handed out.
+func (r *relayed) hasID(id string) bool {
+	for i := len(r.ids) - 1; i >= 0; i-- {
+		if r.ids[i] == id {
+			return true
+		}
+	}
+	return false
 }
 
 // relay passes resp on to the client as it arrives: headers and status as sent, then
@@ -61,7 +67,7 @@ func (t *turn) relay(resp *http.Response) relayed {
 	if err := t.started(); err != nil {
 		// Nothing of the answer goes to the client without the turn's start recorded; the
 		// upstream answered, so the scheduler is told nothing went wrong there.
-		writeError(t.w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
+		t.wire.fail(t.w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
 			"luft could not record this turn in its state dir, so it withholds the answer: "+err.Error())
 		t.wrote = true
 		return res
@@ -115,7 +121,7 @@ func (t *turn) relay(resp *http.Response) relayed {
 		}
 	}
 	if resp.StatusCode == http.StatusOK {
-		parseAnswer(whole.Bytes(), &res)
+		t.wire.answer(whole.Bytes(), &res)
 	}
 	if held {
 		t.held, t.heldHeader, t.status = whole.Bytes(), true, resp.StatusCode
@@ -123,31 +129,69 @@ func (t *turn) relay(resp *http.Response) relayed {
 	return res
 }
 
-// relayStream passes a stream on, holding back its closing data: [DONE].
+// relayStream passes a stream on line by line as it arrives (a client acts on whole
+// lines only), holding back the event that closes it (see wire.terminal) and whatever
+// follows that.
 func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
 	rc := http.NewResponseController(t.w)
-	var lines sseLines
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
+	var (
+		part    []byte // the line begun and not ended: not yet sent (unless held), not yet read
+		long    bool   // that line outgrew maxLine: it is sent as it comes, and not read
+		holding bool   // the closing event has begun: the rest is held
+	)
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
-			out := buf[:n]
-			if len(t.held) > 0 {
-				// More came after a [DONE]: it was not the end.
-				if _, err := t.w.Write(t.held); err != nil {
-					res.err = err
-					return *res
+			chunk, in := buf[:n], buf[:n]
+			if len(part) > 0 {
+				part = append(part, chunk...)
+				in = part
+			}
+			wasHolding := holding
+			send := 0       // in[:send] goes to the client now
+			var tail []byte // the line begun in in and not ended, kept for the next read
+			for start := 0; ; {
+				i := bytes.IndexByte(in[start:], '\n')
+				if i < 0 {
+					rest := in[start:]
+					if !holding && !long && t.wire.terminal(rest) {
+						holding = true
+					}
+					if long || len(rest) > maxLine {
+						// Too long to keep whole: it passes through, unread.
+						long = true
+						if !holding {
+							send = len(in)
+						}
+					} else {
+						tail = rest
+					}
+					break
 				}
-				t.held = t.held[:0]
+				if line := in[start : start+i]; !long {
+					t.wire.event(line, res)
+					if !holding && t.wire.terminal(line) {
+						holding = true
+					}
+				}
+				long = false
+				start += i + 1
+				if !holding {
+					send = start
+				}
 			}
-			if i := doneAt(out); i >= 0 {
-				t.held = append(t.held, out[i:]...)
-				out = out[:i]
+			if holding {
+				if wasHolding {
+					t.held = append(t.held, chunk...)
+				} else {
+					t.held = append(t.held, in[send:]...)
+				}
 			}
-			if len(out) > 0 {
-				if _, err := t.w.Write(out); err != nil {
+			if send > 0 {
+				if _, err := t.w.Write(in[:send]); err != nil {
 					res.err = err
 					return *res
 				}
@@ -156,7 +200,7 @@ func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
 					return *res
 				}
 			}
-			lines.feed(buf[:n], res)
+			part = append(part[:0], tail...)
 		}
 		if rerr == io.EOF {
 			break
@@ -166,21 +210,16 @@ func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
 			return *res
 		}
 	}
-	lines.end(res)
-	return *res
-}
-
-// doneMark is the data line that closes an OpenAI stream.
-var doneMark = []byte("data: [DONE]")
-
-// doneAt is where b's closing data: [DONE] begins when b ends with it (and blank
-// lines), -1 otherwise.
-func doneAt(b []byte) int {
-	i := bytes.LastIndex(b, doneMark)
-	if i < 0 || len(bytes.Trim(b[i+len(doneMark):], "\r\n")) != 0 || (i > 0 && b[i-1] != '\n') {
-		return -1
+	if len(part) > 0 {
+		// The stream ended inside a line.
+		t.wire.event(part, res)
+		if !holding {
+			if _, err := t.w.Write(part); err != nil {
+				res.err = err
+			}
+		}
 	}
-	return i
+	return *res
 }
 
 // deliver gives the client what relay held of the answer once the turn's end is
@@ -197,10 +236,9 @@ func (t *turn) deliver(recordErr error) {
 					delete(h, k)
 				}
 			}
-			writeError(t.w, http.StatusServiceUnavailable, "server_error", codeUnrecorded, msg)
+			t.wire.fail(t.w, http.StatusServiceUnavailable, "server_error", codeUnrecorded, msg)
 		case len(t.held) > 0:
-			b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "param": nil, "code": codeUnrecorded}})
-			_, _ = t.w.Write(append(append([]byte("data: "), b...), "\n\n"...))
+			_, _ = t.w.Write(t.wire.streamError(codeUnrecorded, msg))
 		}
 		return
 	}
@@ -231,8 +269,11 @@ type choiceJSON struct {
 
 // collect adds the answer's usage, output size and tool_call ids to res.
 func (a *answerJSON) collect(res *relayed) {
-	if a.Usage != nil {
-		res.use = a.Usage
+	if u := a.Usage; u != nil {
+		res.use = &agent.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+		if u.PromptTokensDetails != nil {
+			res.use.Cached = u.PromptTokensDetails.CachedTokens
+		}
 	}
 	for _, c := range a.Choices {
 		for _, m := range [...]*choiceJSON{&c.Message, &c.Delta} {
@@ -257,60 +298,17 @@ func parseAnswer(b []byte, res *relayed) {
 	a.collect(res)
 }
 
-// sseLines splits a stream into lines across reads and parses its data lines.
-type sseLines struct {
-	part []byte
-	skip bool // the current line grew past maxLine: ignore it to its end
-}
-
-func (s *sseLines) feed(b []byte, res *relayed) {
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if !s.skip {
-				if len(s.part)+len(b) > maxLine {
-					s.part, s.skip = s.part[:0], true
-				} else {
-					s.part = append(s.part, b...)
-				}
-			}
-			return
-		}
-		line := b[:i]
-		if len(s.part) > 0 {
-			s.part = append(s.part, line...)
-			line = s.part
-		}
-		if !s.skip {
-			parseEvent(line, res)
-		}
-		s.part, s.skip = s.part[:0], false
-		b = b[i+1:]
-	}
-}
-
-func (s *sseLines) end(res *relayed) {
-	if len(s.part) > 0 && !s.skip {
-		parseEvent(s.part, res)
-	}
-}
-
 // parseEvent reads one line of a stream: a data line's chunk gives content, tool_call
 // ids and, in the last chunk of a stream that asked for it, usage.
 func parseEvent(line []byte, res *relayed) {
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	data, ok := dataOf(line)
 	if !ok {
-		return
-	}
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' {
-		return // [DONE]
+		return // not data, or [DONE]
 	}
 	if !bytes.Contains(data, []byte(`"tool_calls"`)) && !bytes.Contains(data, []byte(`"usage":{`)) &&
 		!bytes.Contains(data, []byte(`"usage": {`)) {
 		// Most chunks carry a few characters of text: count them without decoding.
-		res.outBytes += contentLen(data)
+		res.outBytes += stringLen(data, contentKey)
 		return
 	}
 	var c answerJSON
@@ -321,21 +319,3 @@ func parseEvent(line []byte, res *relayed) {
 
 // contentKey starts the text of a chunk's delta.
 var contentKey = []byte(`"content":"`)
-
-// contentLen is the length of the first "content" string of a chunk, as it is escaped.
-func contentLen(data []byte) int {
-	i := bytes.Index(data, contentKey)
-	if i < 0 {
-		return 0
-	}
-	rest := data[i+len(contentKey):]
-	for j := 0; j < len(rest); j++ {
-		switch rest[j] {
-		case '\\':
-			j++
-		case '"':
-			return j
-		}
-	}
-	return len(rest)
-}

@@ -29,6 +29,7 @@ type run struct {
 	callStart time.Time
 	turns     int
 	inflight  int
+	context   int // tokens of its last turn's prompt and answer, the conversation so far
 	usage     agent.Usage
 	cost      float64
 	ok, fail  int
@@ -83,6 +84,7 @@ type joined struct {
 	continuation bool
 	callStart    time.Time
 	runStart     time.Time
+	context      int // the run's conversation so far in tokens, as its last turn left it
 }
 
 // join finds or starts the run of a turn and counts the turn in it. clientID is the
@@ -112,7 +114,7 @@ func (t *table) join(caller, clientID string, class agent.Class, backend, model 
 	r.inflight++
 	r.lastTurn = now
 	t.lru.MoveToBack(r.elem)
-	j := joined{run: r, id: r.id, turn: r.turns, continuation: cont && r.turns > 1, runStart: r.started}
+	j := joined{run: r, id: r.id, turn: r.turns, continuation: cont && r.turns > 1, runStart: r.started, context: r.context}
 	if stop != nil {
 		if r.stops == nil {
 			r.stops = map[int]context.CancelCauseFunc{}
@@ -198,6 +200,9 @@ func (t *table) finish(j joined, e turnEnd, now time.Time) writes {
 	}
 	r.lastTurn = now
 	r.usage = r.usage.Add(e.usage)
+	if e.ok {
+		r.context = e.usage.Input + e.usage.Output
+	}
 	r.cost += e.cost
 	if e.ok {
 		r.ok++

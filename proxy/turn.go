@@ -17,81 +17,19 @@ import (
 	"github.com/luft-run/luft/scheduler"
 )
 
-// chatRequest is what the proxy reads of a request body; the body itself goes upstream
-// as it came.
-type chatRequest struct {
-	Model               string          `json:"model"`
-	Stream              bool            `json:"stream"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Messages            []chatMessage   `json:"messages"`
-	Tools               json.RawMessage `json:"tools"`
-}
-
-type chatMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCallID string          `json:"tool_call_id"`
-	ToolCalls  []toolCallRef   `json:"tool_calls"`
-}
-
-type toolCallRef struct {
-	ID       string `json:"id"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}
-
-// maxEchoed bounds the tool_call ids of one request looked up to find its run.
-const maxEchoed = 64
-
 // maxRetainedError bounds the body of a failed attempt kept to hand to the client when
 // luft gives up retrying.
 const maxRetainedError = 1 << 20
 
-// estimate is the turn's prompt size in tokens, roughly: four bytes a token, four
-// tokens of framing per message, and the tool declarations.
-func (c *chatRequest) estimate() int {
-	n := (len(c.Tools) + 3) / 4
-	for _, m := range c.Messages {
-		n += 4 + (len(m.Content)+3)/4
-		for _, tc := range m.ToolCalls {
-			n += (len(tc.Function.Name) + len(tc.Function.Arguments) + 3) / 4
-		}
-	}
-	return n
-}
-
-// echoed returns the tool_call ids the messages carry, the most recent first, and
-// whether the last message is a tool result.
-func (c *chatRequest) echoed() (ids []string, cont bool) {
-	if n := len(c.Messages); n > 0 {
-		role := c.Messages[n-1].Role
-		cont = role == "tool" || role == "function"
-	}
-	for i := len(c.Messages) - 1; i >= 0 && len(ids) < maxEchoed; i-- {
-		m := c.Messages[i]
-		if m.ToolCallID != "" {
-			ids = append(ids, m.ToolCallID)
-		}
-		for j := len(m.ToolCalls) - 1; j >= 0 && len(ids) < maxEchoed; j-- {
-			if m.ToolCalls[j].ID != "" {
-				ids = append(ids, m.ToolCalls[j].ID)
-			}
-		}
-	}
-	return ids, cont
-}
-
-// chat serves POST /v1/chat/completions: one turn of an agent's loop.
-func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
+// serve serves one turn of an agent's loop on wire: POST /v1/chat/completions,
+// /v1/responses or /v1/messages.
+func (p *Proxy) serve(wr *wire, w http.ResponseWriter, r *http.Request) {
 	now := p.opts.Clock.Now()
 	var hdr [3]string
 	for i, name := range [...]string{"x-luft-run-id", "x-luft-caller", "x-luft-class"} {
 		v, err := headerValue(r, name)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_header", err.Error())
+			wr.fail(w, http.StatusBadRequest, "invalid_request_error", "invalid_header", err.Error())
 			return
 		}
 		hdr[i] = v
@@ -103,7 +41,7 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 	case "batch":
 		class = agent.ClassBatch
 	default:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_header",
+		wr.fail(w, http.StatusBadRequest, "invalid_request_error", "invalid_header",
 			fmt.Sprintf("x-luft-class %q: use interactive or batch", hdr[2]))
 		return
 	}
@@ -111,39 +49,31 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mb *http.MaxBytesError
 		if errors.As(err, &mb) {
-			writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
+			wr.fail(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large",
 				fmt.Sprintf("request body over %d bytes: luft's proxy accepts at most that much (its max body setting)", mb.Limit))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "unreadable_body", "reading the request body: "+err.Error())
+		wr.fail(w, http.StatusBadRequest, "invalid_request_error", "unreadable_body", "reading the request body: "+err.Error())
 		return
 	}
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json",
-			"the request body is not a valid chat completions request: "+err.Error())
-		return
-	}
-	if req.Model == "" || len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_field",
-			"a chat completions request needs model and a non-empty messages array")
-		return
-	}
-	up := p.upstreamOf(req.Model)
-	if up == nil {
-		models := strings.Join(p.models, ", ")
-		if models == "" {
-			models = "none (configure [backends.NAME] with type = \"openai\" and a model)"
+	req, err := wr.parse(body)
+	if err != nil {
+		code := "invalid_json"
+		if json.Valid(body) {
+			code = "missing_field"
 		}
-		writeError(w, http.StatusNotFound, "invalid_request_error", "model_not_found",
-			fmt.Sprintf("model %q is not served by luft's proxy; configured models: %s", req.Model, models))
+		wr.fail(w, http.StatusBadRequest, "invalid_request_error", code, err.Error())
 		return
 	}
-	echoed, cont := req.echoed()
+	up := p.upstreamOf(wr.family, req.model)
+	if up == nil {
+		wr.fail(w, http.StatusNotFound, "invalid_request_error", "model_not_found", p.unknownModel(wr, req.model))
+		return
+	}
 	ctx, stop := context.WithCancelCause(r.Context())
 	defer stop(nil)
 	r = r.WithContext(ctx)
-	j, started := p.runs.join(caller, clientRun, class, up.Name, req.Model, echoed, cont, stop, now)
+	j, started := p.runs.join(caller, clientRun, class, up.Name, req.model, req.echoed, req.cont, stop, now)
 	w.Header().Set("x-luft-run", j.id)
 	// A run's first turn goes upstream only once the run is recorded, so that list and
 	// status show it while its turn is upstream. A later turn's start is recorded while it
@@ -154,21 +84,19 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		err := started.do(bg)
 		startErr <- err
 		if err != nil {
-			p.refuseUnrecorded(w, j, err, "so it did not send it upstream")
+			p.refuseUnrecorded(wr, w, j, err, "so it did not send it upstream")
 			return
 		}
 	} else {
 		go func() { startErr <- started.do(bg) }()
 	}
-	maxOut := 0
-	if req.MaxCompletionTokens != nil && *req.MaxCompletionTokens > 0 {
-		maxOut = *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil && *req.MaxTokens > 0 {
-		maxOut = *req.MaxTokens
+	maxOut, in := req.maxOut, req.estIn
+	if req.chained {
+		// The upstream prepends the conversation so far: the run's last prompt and answer.
+		in += j.context
 	}
-	in := req.estimate()
-	t := &turn{p: p, w: w, r: r, j: j, up: up, model: req.Model, body: body, stream: req.Stream,
-		lane: up.Name + "/" + req.Model, start: now, estIn: in, startErr: startErr}
+	t := &turn{p: p, wire: wr, w: w, r: r, j: j, up: up, model: req.model, body: body, stream: req.stream,
+		lane: up.Name + "/" + req.model, start: now, estIn: in, startErr: startErr}
 	end := t.run(scheduler.Turn{RunID: j.id, CallKey: callKey(j.turn), Lane: t.lane, Class: class, Caller: caller,
 		EstTokens: in + maxOut, EstOutput: maxOut, Continuation: j.continuation, CallStart: j.callStart,
 		Conversation: j.id, RunStart: j.runStart, Notify: p.notify(j.run, callKey(j.turn)),
@@ -202,10 +130,10 @@ func (t *turn) started() error {
 }
 
 // refuseUnrecorded answers a turn whose start could not be recorded and forgets it.
-func (p *Proxy) refuseUnrecorded(w http.ResponseWriter, j joined, err error, what string) {
+func (p *Proxy) refuseUnrecorded(wr *wire, w http.ResponseWriter, j joined, err error, what string) {
 	p.runs.finish(j, turnEnd{unrecorded: true}, p.opts.Clock.Now())
 	p.log.Printf("run %s: turn %d refused: %v", j.id, j.turn, err)
-	writeError(w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
+	wr.fail(w, http.StatusServiceUnavailable, "server_error", codeUnrecorded,
 		"luft could not record this turn in its state dir, "+what+": "+err.Error())
 }
 
@@ -223,12 +151,38 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return io.ReadAll(rd)
 }
 
-// upstreamOf is the upstream serving model, nil when none does.
-func (p *Proxy) upstreamOf(model string) *Upstream {
-	if u, ok := p.byModel[model]; ok {
+// upstreamOf is the upstream of family serving model, nil when none does.
+func (p *Proxy) upstreamOf(family, model string) *Upstream {
+	f := p.families[family]
+	if f == nil {
+		return nil
+	}
+	if u, ok := f.byModel[model]; ok {
 		return u
 	}
-	return p.def
+	return f.def
+}
+
+// unknownModel says that no upstream of wr serves model, and which models there are.
+func (p *Proxy) unknownModel(wr *wire, model string) string {
+	var models []string
+	if f := p.families[wr.family]; f != nil {
+		models = f.models
+	}
+	list := strings.Join(models, ", ")
+	if list == "" {
+		list = fmt.Sprintf("none (configure [backends.NAME] with type = %q and a model)", wr.family)
+	}
+	return fmt.Sprintf("model %q is not served by luft's proxy on %s; configured models: %s", model, wr.path(), list)
+}
+
+// query is the request's query string with its ?, or "" (Claude Code asks for
+// /v1/messages?beta=true): it goes upstream with the request.
+func query(r *http.Request) string {
+	if r.URL.RawQuery == "" {
+		return ""
+	}
+	return "?" + r.URL.RawQuery
 }
 
 // notify turns the scheduler's notices about a waiting turn into the run's events.
@@ -265,6 +219,7 @@ func (p *Proxy) notify(ru *run, key string) func(scheduler.Notice) {
 // turn is one request on its way through the scheduler and upstream.
 type turn struct {
 	p      *Proxy
+	wire   *wire
 	w      http.ResponseWriter
 	r      *http.Request
 	j      joined
@@ -316,7 +271,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 		if err != nil {
 			// Not the fallback's failure: its lane's health and budget are left as they were.
 			permit.Done(scheduler.Outcome{Err: err})
-			writeError(t.w, http.StatusBadGateway, "upstream_error", "fallback_without_key", err.Error())
+			t.wire.fail(t.w, http.StatusBadGateway, "upstream_error", "fallback_without_key", err.Error())
 			end.status, end.errMsg = string(agent.StatusError), err.Error()
 			return end
 		}
@@ -342,7 +297,7 @@ func (t *turn) run(st scheduler.Turn) turnEnd {
 			if serr != nil {
 				msg += " (" + serr.Error() + ")"
 			}
-			writeError(t.w, http.StatusBadGateway, "upstream_error", "backend_unreachable", msg)
+			t.wire.fail(t.w, http.StatusBadGateway, "upstream_error", "backend_unreachable", msg)
 			end.status, end.errMsg = string(agent.StatusError), msg
 			return end
 		}
@@ -420,7 +375,7 @@ func (t *turn) stopped(end turnEnd) turnEnd {
 	if errors.Is(context.Cause(t.r.Context()), ErrRunCancelled) {
 		end.errMsg = "its run was cancelled"
 		if !t.wrote {
-			writeError(t.w, http.StatusConflict, "invalid_request_error", "run_cancelled",
+			t.wire.fail(t.w, http.StatusConflict, "invalid_request_error", "run_cancelled",
 				fmt.Sprintf("luft run %s was cancelled (luft cancel or the dashboard): start a new run", t.j.id))
 		}
 	}
@@ -456,7 +411,7 @@ func (t *turn) refused(err error) turnEnd {
 		secs := int((wait + time.Second - 1) / time.Second)
 		t.w.Header().Set("Retry-After", strconv.Itoa(secs))
 		t.w.Header().Set("Retry-After-Ms", strconv.FormatInt(wait.Milliseconds(), 10))
-		writeError(t.w, http.StatusTooManyRequests, "rate_limit_exceeded", "luft_budget_wait",
+		t.wire.fail(t.w, http.StatusTooManyRequests, "rate_limit_exceeded", "luft_budget_wait",
 			fmt.Sprintf("luft holds this turn back: lane %s is short of %s for %s, longer than luft waits in line (suspend_after); retry after that", se.Lane, se.Reason, wait.Round(time.Second)))
 	case errors.As(err, &re) && re.Reason == scheduler.ReasonCircuitOpen:
 		// Said at once rather than held until the circuit half-opens: the client's own
@@ -470,12 +425,12 @@ func (t *turn) refused(err error) turnEnd {
 		if re.Err != nil {
 			msg += "; its last failure: " + re.Err.Error()
 		}
-		writeError(t.w, http.StatusServiceUnavailable, "server_error", "backend_circuit_open", msg)
+		t.wire.fail(t.w, http.StatusServiceUnavailable, "server_error", "backend_circuit_open", msg)
 	case errors.As(err, &re):
-		writeError(t.w, http.StatusBadRequest, "invalid_request_error", "too_large_for_rate_limit",
+		t.wire.fail(t.w, http.StatusBadRequest, "invalid_request_error", "too_large_for_rate_limit",
 			"luft refuses this turn: "+re.Error())
 	default:
-		writeError(t.w, http.StatusServiceUnavailable, "server_error", "not_admitted", "luft could not admit the turn: "+err.Error())
+		t.wire.fail(t.w, http.StatusServiceUnavailable, "server_error", "not_admitted", "luft could not admit the turn: "+err.Error())
 	}
 	return end
 }
@@ -523,7 +478,7 @@ func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string
 		}
 		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseOf(up, replica)+"/chat/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseOf(up, replica)+t.wire.endpoint+query(t.r), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

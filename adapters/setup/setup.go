@@ -1,6 +1,7 @@
 package setup
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/luft-run/luft/adapters"
 	"github.com/luft-run/luft/adapters/acp"
 	"github.com/luft-run/luft/adapters/tools"
+	"github.com/luft-run/luft/agent"
 	"github.com/luft-run/luft/config"
 )
 
@@ -200,6 +202,10 @@ func (b *builder) configured(id string, e config.Backend) (adapters.Backend, Inf
 	case e.Type == "mock" || e.Type == "mockfile":
 		// Built in: the config entry only sets the lane's limits.
 		return nil, info, nil
+	case e.Type == "anthropic":
+		// Anthropic Messages, spoken by the proxy's /v1/messages door only.
+		info.BaseURL = e.BaseURL
+		return proxyOnly{id: id}, info, nil
 	default: // "acp" with a command, or "acp:AGENT" for a known agent
 		c, known := acp.Builtin(e.Type)
 		if e.Type == "acp" || !known {
@@ -261,4 +267,14 @@ func acpPolicy(c acp.Config, cfg config.Config, protected []string) acp.Config {
 	c.AllowCommands = cfg.Tools.AllowCommands
 	c.AllowEdits = !slices.Contains(cfg.Tools.Destructive, "write_file") && !slices.Contains(cfg.Tools.Destructive, "edit_file")
 	return c
+}
+
+// proxyOnly is a backend that serves luft's proxy and not luft's own agents: an agent
+// call on it fails, saying so.
+type proxyOnly struct{ id string }
+
+func (p proxyOnly) ID() string { return p.id }
+
+func (p proxyOnly) Run(context.Context, agent.Request, adapters.Call) (agent.Result, error) {
+	return agent.Result{}, fmt.Errorf("backend %q is of type anthropic: it serves the proxy's Anthropic Messages door (POST /v1/messages, for Claude Code and other Anthropic clients), not luft's own agents; give the agent an openai, acp or mock backend", p.id)
 }

@@ -88,7 +88,7 @@ func serveProxy(ctx context.Context, e *env, g *globalFlags, f *proxyFlags) erro
 	}
 	ups, def := proxy.FromConfig(cfg, e.getenv)
 	if len(ups) == 0 {
-		return usageErr("no backend for the proxy: configure [backends.NAME] with type = \"openai\", base_url and model (or set OPENAI_BASE_URL)")
+		return usageErr("no backend for the proxy: configure [backends.NAME] with type = \"openai\" (chat completions, Responses) or \"anthropic\" (Messages), base_url and model (or set OPENAI_BASE_URL)")
 	}
 	st, err := openStore(ctx, e, g, false)
 	if err != nil {
