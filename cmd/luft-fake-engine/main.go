@@ -1,7 +1,9 @@
-// Command luft-fake-engine serves the test kit's fake OpenAI-compatible engine on a
-// loopback address: replicas and slots, modelled prefill/decode latency, a prefix cache,
-// and rate limits that answer 429 with real headers. Backend tests and benchmarks point
-// OPENAI_BASE_URL at the URL it prints.
+// Command luft-fake-engine serves the test kit's fake engine on a loopback address:
+// replicas and slots, modelled prefill/decode latency, a prefix cache, and rate limits
+// that answer 429 with real headers. It speaks OpenAI's chat completions
+// (/v1/chat/completions) and Responses API (/v1/responses) and Anthropic's Messages API
+// (/v1/messages, /v1/messages/count_tokens). Backend tests and benchmarks point
+// OPENAI_BASE_URL at the URL it prints, or ANTHROPIC_BASE_URL at that URL without /v1.
 //
 //	luft-fake-engine --listen 127.0.0.1:0 --replicas 2 --slots 4 --tpm 20000 --rpm 60 --log requests.jsonl
 //

@@ -48,7 +48,8 @@ type Config struct {
 	BlockSize   int
 
 	// DefaultMaxTokens is the completion length when a request sets neither max_tokens
-	// nor max_completion_tokens; default 32.
+	// nor max_completion_tokens, and on the Messages wire, whose max_tokens every
+	// request must send as a cap, the length up to that cap; default 32.
 	DefaultMaxTokens int
 	// Lengths, with a Median, draws heavy-tailed completion lengths instead.
 	Lengths Lengths
@@ -74,11 +75,28 @@ type Config struct {
 // DefaultModel is the model id /v1/models lists when Config.Models is empty.
 const DefaultModel = "luft-fake"
 
+// Wire is the API a request came on: the engine serves one model behind three.
+type Wire string
+
+const (
+	// WireChat is OpenAI's chat completions (POST /v1/chat/completions), and every
+	// in-process Submit that names no other wire.
+	WireChat Wire = "chat"
+	// WireResponses is OpenAI's Responses API (POST /v1/responses).
+	WireResponses Wire = "responses"
+	// WireMessages is Anthropic's Messages API (POST /v1/messages). Its rate-limit
+	// headers are Anthropic's, whatever the provider model (see WithWire).
+	WireMessages Wire = "messages"
+)
+
 // Record is the engine's ground truth about one request: benchmark metrics come from
 // here, not from the client's view. Times are on the engine's clock.
 type Record struct {
-	Seq     int64  `json:"seq"` // arrival order, from 1
+	Seq int64 `json:"seq"` // arrival order, from 1
+	// ID is the request's id on its wire: chatcmpl-fake…, resp_fake… (the response id a
+	// later previous_response_id names) or msg_fake… (the Anthropic message id).
 	ID      string `json:"id"`
+	Wire    Wire   `json:"wire,omitempty"`
 	Model   string `json:"model,omitempty"`
 	Caller  string `json:"caller,omitempty"`
 	Run     string `json:"run,omitempty"`
@@ -140,6 +158,7 @@ type callOpts struct {
 	caller     string
 	run        string
 	class      string
+	wire       Wire
 	firstToken func(*Result)
 }
 
@@ -154,6 +173,14 @@ func WithRun(s string) CallOption { return func(o *callOpts) { o.run = s } }
 
 // WithClass records the scheduling class in the log.
 func WithClass(s string) CallOption { return func(o *callOpts) { o.class = s } }
+
+// WithWire records the wire the request came on (WireChat when not given). With
+// WireMessages the engine's rate-limit headers are Anthropic's: for ProviderAnthropic
+// its own, for the other provider models the request and token buckets as
+// anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset} (exact counts, RFC 3339
+// resets, as Limits.Anthropic sends them), never x-ratelimit-*; a 429 carries
+// retry-after in whole seconds only. ProviderSilent stays silent on every wire.
+func WithWire(w Wire) CallOption { return func(o *callOpts) { o.wire = w } }
 
 // OnFirstToken calls f when prefill ends, before decoding (the moment a streaming server
 // sends its first chunk), with the status, headers and the record so far; Response is nil.
@@ -307,7 +334,7 @@ func (e *Engine) Do(ctx context.Context, req *ChatRequest, opts ...CallOption) (
 // done and OnFirstToken run without engine locks held, so they may submit again. The
 // returned cancel abandons the request if it has not finished.
 func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption) (cancel func()) {
-	o := callOpts{replica: -1}
+	o := callOpts{replica: -1, wire: WireChat}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -316,7 +343,7 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 	e.seq++
 	j := &job{req: req, opts: o, done: done, header: http.Header{}}
 	j.rec = Record{
-		Seq: e.seq, ID: fmt.Sprintf("chatcmpl-fake%08d", e.seq), Model: req.Model,
+		Seq: e.seq, ID: recordID(o.wire, e.seq), Wire: o.wire, Model: req.Model,
 		Caller: o.caller, Run: o.run, Class: o.class, Stream: req.Stream,
 		Replica: -1, Arrival: now,
 	}
@@ -350,9 +377,15 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 		maxTokens, explicit = *req.MaxTokens, true
 	}
 	out, capped := maxTokens, false
-	if e.cfg.Lengths.Median > 0 {
+	switch {
+	case e.cfg.Lengths.Median > 0:
 		out = e.cfg.Lengths.draw(seedOf(req))
 		if explicit && out > maxTokens {
+			out, capped = maxTokens, true
+		}
+	case req.maxIsCap:
+		out = e.cfg.DefaultMaxTokens
+		if out > maxTokens {
 			out, capped = maxTokens, true
 		}
 	}
@@ -381,13 +414,13 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 		j.rec.LimitedBy, j.rec.Quantum = rej.dim, rej.quantum
 		e.rejected++
 		r := e.refuseLocked(j, now, http.StatusTooManyRequests, e.rateLimitError(req.Model, rej))
-		e.limits.retryHeaders(r.Header, rej)
+		e.limits.retryHeaders(r.Header, rej, o.wire)
 		e.mu.Unlock()
 		done(r)
 		return func() {}
 	}
 	j.rec.ChargedTokens = bill.charged
-	e.limits.headers(j.header, now)
+	e.limits.headers(j.header, now, o.wire)
 
 	r := e.route(o)
 	j.replica = r
@@ -408,6 +441,17 @@ func (e *Engine) Submit(req *ChatRequest, done func(*Result), opts ...CallOption
 	}
 	e.mu.Unlock()
 	return func() { e.abandon(j) }
+}
+
+// recordID is a request's id in its wire's style.
+func recordID(w Wire, seq int64) string {
+	switch w {
+	case WireResponses:
+		return fmt.Sprintf("resp_fake%08d", seq)
+	case WireMessages:
+		return fmt.Sprintf("msg_fake%08d", seq)
+	}
+	return fmt.Sprintf("chatcmpl-fake%08d", seq)
 }
 
 func (e *Engine) validate(req *ChatRequest, o callOpts) (int, *APIError) {
@@ -514,7 +558,7 @@ func (e *Engine) refuseLocked(j *job, now time.Time, status int, apiErr *APIErro
 	j.rec.Error = apiErr.Type
 	j.rec.Finish = now
 	h := j.header
-	e.limits.headers(h, now)
+	e.limits.headers(h, now, j.opts.wire)
 	e.recordLocked(j.rec)
 	return &Result{Status: status, Header: h, Error: &ErrorResponse{Error: *apiErr}, Record: j.rec}
 }
@@ -602,7 +646,7 @@ func (e *Engine) finish(j *job) {
 	case j.bill.tail > 0:
 		e.limits.charge(now, j.bill.tail)
 		j.rec.ChargedTokens += j.bill.tail
-		e.limits.headers(j.header, now)
+		e.limits.headers(j.header, now, j.opts.wire)
 	case j.bill.stream:
 		j.rec.ChargedTokens += j.stop(now)
 		j.stop = nil

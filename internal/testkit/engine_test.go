@@ -3,6 +3,7 @@ package testkit
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -378,6 +379,47 @@ func TestToolCallScripting(t *testing.T) {
 	s.submit("orphan", orphan)
 	if r := s.result("orphan"); r.Status != http.StatusBadRequest || r.Error.Error.Type != "invalid_request_error" {
 		t.Fatalf("orphan tool message: %d %+v", r.Status, r.Error)
+	}
+}
+
+// TestToolRuleFirstOffered: a FirstOffered rule makes the first of its calls whose tool
+// the request offers, one per round, for its rounds; offered none, it answers at once.
+func TestToolRuleFirstOffered(t *testing.T) {
+	rule := ToolRule{FirstOffered: true, Rounds: 2, Reply: "done", Calls: []ScriptedCall{
+		{Name: "exec_command", Arguments: `{"cmd":"ls"}`}, {Name: "Bash", Arguments: `{"command":"ls"}`}}}
+	s := newSim(t, Config{ToolRules: []ToolRule{rule}})
+	offer := func(names ...string) []Tool {
+		var out []Tool
+		for _, n := range names {
+			out = append(out, Tool{Type: "function", Function: FunctionDef{Name: n}})
+		}
+		return out
+	}
+	for name, c := range map[string]struct {
+		tools []Tool
+		want  string
+	}{
+		"both":   {offer("Read", "Bash", "exec_command"), "exec_command"},
+		"second": {offer("Read", "Bash"), "Bash"},
+		"none":   {offer("Read"), ""},
+	} {
+		conv := []Message{{Role: "user", Content: "list files"}}
+		for round := 1; round <= 3; round++ {
+			id := fmt.Sprintf("%s%d", name, round)
+			s.submit(id, &ChatRequest{Model: "m", Tools: c.tools, Messages: conv})
+			s.run()
+			m := s.result(id).Response.Choices[0].Message
+			if c.want == "" || round == 3 {
+				if len(m.ToolCalls) != 0 || m.Content != "done" {
+					t.Fatalf("%s round %d: %+v", name, round, m)
+				}
+				break
+			}
+			if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != c.want {
+				t.Fatalf("%s round %d: %+v", name, round, m)
+			}
+			conv = append(conv, m, Message{Role: "tool", ToolCallID: m.ToolCalls[0].ID, Content: "a.txt"})
+		}
 	}
 }
 

@@ -31,6 +31,10 @@ type ChatRequest struct {
 	User                string          `json:"user,omitempty"`
 	// Priority is vLLM's extension (lower first); accepted and recorded, not honoured.
 	Priority *int `json:"priority,omitempty"`
+
+	// maxIsCap makes MaxTokens a cap on the generated length instead of the length
+	// (the Messages wire's max_tokens, which every request must send).
+	maxIsCap bool
 }
 
 // StreamOptions asks for a final usage chunk.

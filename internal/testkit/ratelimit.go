@@ -482,8 +482,8 @@ func (l *limiter) refundOutput(now time.Time, n int) {
 
 // headers writes the rate-limit headers describing the buckets at now, and the Date
 // (the engine's clock) that every HTTP server sends and that absolute resets are read
-// against.
-func (l *limiter) headers(h http.Header, now time.Time) {
+// against. On WireMessages they are Anthropic's only (see WithWire).
+func (l *limiter) headers(h http.Header, now time.Time, w Wire) {
 	h.Set("Date", now.UTC().Format(http.TimeFormat))
 	l.sync(now)
 	switch l.cfg.Provider {
@@ -502,10 +502,12 @@ func (l *limiter) headers(h http.Header, now time.Time) {
 			continue
 		}
 		reset := d.b.untilFull(now)
-		h.Set("x-ratelimit-limit-"+d.name, strconv.FormatInt(int64(d.b.limit), 10))
-		h.Set("x-ratelimit-remaining-"+d.name, strconv.FormatInt(d.b.remaining(), 10))
-		h.Set("x-ratelimit-reset-"+d.name, FormatResetDuration(reset))
-		if l.cfg.Anthropic {
+		if w != WireMessages {
+			h.Set("x-ratelimit-limit-"+d.name, strconv.FormatInt(int64(d.b.limit), 10))
+			h.Set("x-ratelimit-remaining-"+d.name, strconv.FormatInt(d.b.remaining(), 10))
+			h.Set("x-ratelimit-reset-"+d.name, FormatResetDuration(reset))
+		}
+		if l.cfg.Anthropic || w == WireMessages {
 			h.Set("anthropic-ratelimit-"+d.name+"-limit", strconv.FormatInt(int64(d.b.limit), 10))
 			h.Set("anthropic-ratelimit-"+d.name+"-remaining", strconv.FormatInt(d.b.remaining(), 10))
 			h.Set("anthropic-ratelimit-"+d.name+"-reset", FormatResetTime(now, reset))
@@ -551,22 +553,24 @@ func (l *limiter) anthropicHeaders(h http.Header, now time.Time) {
 }
 
 // retryHeaders writes what the provider model tells a refused client about when to come
-// back.
-func (l *limiter) retryHeaders(h http.Header, rej *rejection) {
+// back; on WireMessages, Anthropic's retry-after in whole seconds.
+func (l *limiter) retryHeaders(h http.Header, rej *rejection, w Wire) {
 	if rej.never {
 		return
 	}
 	d := rej.retryAfter
 	secs := strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
-	switch l.cfg.Provider {
-	case ProviderSilent:
-	case ProviderOpenAI:
+	switch {
+	case l.cfg.Provider == ProviderSilent:
+	case w == WireMessages:
+		h.Set("retry-after", secs)
+	case l.cfg.Provider == ProviderOpenAI:
 		// A token refusal says when only in its message; a request refusal sends
 		// retry-after in whole seconds.
 		if rej.dim == "requests" {
 			h.Set("retry-after", secs)
 		}
-	case ProviderStrict, ProviderAnthropic, ProviderFixedWindow:
+	case l.cfg.Provider == ProviderStrict || l.cfg.Provider == ProviderAnthropic || l.cfg.Provider == ProviderFixedWindow:
 		h.Set("retry-after", secs)
 	default:
 		retryHeaders(h, d)

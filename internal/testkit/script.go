@@ -25,23 +25,49 @@ type ToolRule struct {
 	// Offered makes the calls only when the request offers every tool they name, as a
 	// model calls only the tools it is given; otherwise the rule answers text at once.
 	Offered bool
+	// FirstOffered makes Calls alternatives, tried in order: each round the rule makes
+	// only the first call whose tool the request offers, so one rule drives clients that
+	// name the same tool differently (a coding agent's shell tool is exec_command, shell
+	// or Bash, each with its own arguments). When the request offers none of them the
+	// rule answers text at once, as with Offered.
+	FirstOffered bool
+}
+
+// offers reports whether req offers a function tool of that name.
+func offers(req *ChatRequest, name string) bool {
+	for _, t := range req.Tools {
+		if t.Function.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // offered reports whether req offers every tool r's calls name.
 func (r *ToolRule) offered(req *ChatRequest) bool {
 	for _, c := range r.Calls {
-		found := false
-		for _, t := range req.Tools {
-			if t.Function.Name == c.Name {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !offers(req, c.Name) {
 			return false
 		}
 	}
 	return true
+}
+
+// callsFor returns the calls r makes for req: all of Calls, or none when Offered (or
+// FirstOffered) finds them not offered, or with FirstOffered the first one offered.
+func (r *ToolRule) callsFor(req *ChatRequest) []ScriptedCall {
+	switch {
+	case r.FirstOffered:
+		for i, c := range r.Calls {
+			if offers(req, c.Name) {
+				return r.Calls[i : i+1]
+			}
+		}
+		return nil
+	case r.Offered && !r.offered(req):
+		return nil
+	}
+	return r.Calls
 }
 
 // ScriptedCall is one tool call a rule makes. Arguments is the JSON object sent as the
@@ -163,11 +189,15 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 			}
 		}
 	}
+	var ruleCalls []ScriptedCall
+	if rule != nil {
+		ruleCalls = rule.callsFor(req)
+	}
 	var calls []ScriptedCall
 	if mode != "none" {
 		switch {
-		case rule != nil && rounds < max(rule.Rounds, 1) && len(rule.Calls) > 0 && (!rule.Offered || rule.offered(req)):
-			calls = rule.Calls
+		case rule != nil && rounds < max(rule.Rounds, 1) && len(ruleCalls) > 0:
+			calls = ruleCalls
 		case !afterTool && mode == "function":
 			calls = []ScriptedCall{{Name: forced}}
 		case !afterTool && mode == "required" && len(req.Tools) > 0:
@@ -193,7 +223,7 @@ func decide(req *ChatRequest, rules []ToolRule, outTokens int) answer {
 
 	a := answer{finish: "stop"}
 	switch {
-	case rule != nil && rule.Reply != "" && (afterTool || len(rule.Calls) == 0 || rule.Offered && !rule.offered(req)):
+	case rule != nil && rule.Reply != "" && (afterTool || len(ruleCalls) == 0):
 		a.content = rule.Reply
 		a.tokens = CountTokens(a.content)
 	case req.ResponseFormat != nil && req.ResponseFormat.Type == "json_schema" && req.ResponseFormat.JSONSchema != nil:

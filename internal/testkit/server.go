@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,39 +16,52 @@ import (
 	"unicode"
 )
 
-// Server serves an Engine over HTTP as an OpenAI-compatible endpoint:
+// Server serves an Engine over HTTP on three wires, OpenAI's chat completions and
+// Responses API and Anthropic's Messages API, each the same engine (latency, slots,
+// rate limits, tool rules, the log) behind its own request and response shapes:
 //
 //	POST /v1/chat/completions                 routed by the engine
 //	POST /replicas/{i}/v1/chat/completions    pinned to replica i (one base URL per replica)
-//	GET  /v1/models, /replicas/{i}/v1/models
+//	POST /v1/responses, /replicas/{i}/v1/responses
+//	POST /v1/messages, /replicas/{i}/v1/messages
+//	POST /v1/messages/count_tokens            Anthropic's token count; not limited, not logged
+//	GET  /v1/models, /replicas/{i}/v1/models  Anthropic's shape with an anthropic-version header
+//	GET  /v1/models/{id}
 //	GET  /health, /metrics
 //
-// x-luft-caller (or x-gateway-inference-fairness-id, or the body's user), x-luft-run-id
-// and x-luft-class are copied into the ground-truth log. A streamed request gets its
-// first chunk when prefill ends and the rest when decoding ends.
+// x-luft-caller (or x-gateway-inference-fairness-id, or the body's user, or Anthropic's
+// metadata.user_id), x-luft-run-id and x-luft-class are copied into the ground-truth
+// log, with the wire. A streamed request gets its first event when prefill ends and the
+// rest when decoding ends. Query strings (Claude Code's ?beta=true) are ignored.
 type Server struct {
 	// AllowNonLoopback lets Start bind an address that is not a loopback address.
 	AllowNonLoopback bool
-	// RecordHeaders keeps the headers of every chat request (RequestHeaders), for tests
-	// of what a client or a proxy sends upstream. Set it before Start.
+	// RecordHeaders keeps the headers of every chat completions, responses and messages
+	// request (RequestHeaders; not count_tokens), for tests of what a client or a proxy
+	// sends upstream. Set it before Start.
 	RecordHeaders bool
 
 	engine *Engine
 	mux    *http.ServeMux
+	stored *responseStore // the Responses API's stored conversations
 
 	mu      sync.Mutex
 	srv     *http.Server
 	url     string
-	headers []http.Header // of each chat request, in order of arrival
+	headers []http.Header // of each completion request, in order of arrival
 }
 
 // NewServer returns a server for the engine; call Start, or mount Handler yourself.
 func NewServer(e *Engine) *Server {
-	s := &Server{engine: e, mux: http.NewServeMux()}
-	s.mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	s.mux.HandleFunc("POST /replicas/{replica}/v1/chat/completions", s.chat)
-	s.mux.HandleFunc("GET /v1/models", s.models)
-	s.mux.HandleFunc("GET /replicas/{replica}/v1/models", s.models)
+	s := &Server{engine: e, mux: http.NewServeMux(), stored: newResponseStore(responsesKept)}
+	for _, prefix := range []string{"", "/replicas/{replica}"} {
+		s.mux.HandleFunc("POST "+prefix+"/v1/chat/completions", s.chat)
+		s.mux.HandleFunc("POST "+prefix+"/v1/responses", s.responses)
+		s.mux.HandleFunc("POST "+prefix+"/v1/messages", s.messages)
+		s.mux.HandleFunc("POST "+prefix+"/v1/messages/count_tokens", s.countTokens)
+		s.mux.HandleFunc("GET "+prefix+"/v1/models", s.models)
+		s.mux.HandleFunc("GET "+prefix+"/v1/models/{model...}", s.model)
+	}
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -118,8 +132,8 @@ func (s *Server) ReplicaURL(i int) string {
 	return strings.TrimSuffix(u, "/v1") + "/replicas/" + strconv.Itoa(i) + "/v1"
 }
 
-// RequestHeaders returns the headers of every chat completions request the server got
-// while RecordHeaders was set, in order of arrival.
+// RequestHeaders returns the headers of every chat completions, responses and messages
+// request the server got while RecordHeaders was set, in order of arrival.
 func (s *Server) RequestHeaders() []http.Header {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,8 +175,31 @@ func writeError(w http.ResponseWriter, status int, e APIError) {
 	writeJSON(w, status, ErrorResponse{Error: e})
 }
 
-func (s *Server) callOptions(r *http.Request, req *ChatRequest) ([]CallOption, error) {
-	var opts []CallOption
+// keepHeaders records the request's headers when RecordHeaders is set.
+func (s *Server) keepHeaders(r *http.Request) {
+	if s.RecordHeaders {
+		s.mu.Lock()
+		s.headers = append(s.headers, r.Header.Clone())
+		s.mu.Unlock()
+	}
+}
+
+// maxBody is the largest request body any endpoint reads (a variable so that tests can
+// reach it cheaply).
+var maxBody int64 = 64 << 20
+
+// readBody decodes the request's JSON body (at most maxBody bytes) into v; tooLarge
+// says the body was cut off there.
+func readBody(w http.ResponseWriter, r *http.Request, v any) (tooLarge bool, err error) {
+	err = json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(v)
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe), err
+}
+
+// callOptions are the per-call facts of the request's path and headers: the pinned
+// replica, the caller, run and class, and the wire.
+func (s *Server) callOptions(r *http.Request, req *ChatRequest, wire Wire) ([]CallOption, error) {
+	opts := []CallOption{WithWire(wire)}
 	if v := r.PathValue("replica"); v != "" {
 		i, err := strconv.Atoi(v)
 		if err != nil || i < 0 {
@@ -182,21 +219,16 @@ func (s *Server) callOptions(r *http.Request, req *ChatRequest) ([]CallOption, e
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
-	if s.RecordHeaders {
-		s.mu.Lock()
-		s.headers = append(s.headers, r.Header.Clone())
-		s.mu.Unlock()
-	}
+	s.keepHeaders(r)
 	var req ChatRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<20))
-	if err := dec.Decode(&req); err != nil {
+	if _, err := readBody(w, r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, APIError{
 			Message: "We could not parse the JSON body of your request: " + err.Error(),
 			Type:    "invalid_request_error",
 		})
 		return
 	}
-	opts, err := s.callOptions(r, &req)
+	opts, err := s.callOptions(r, &req, WireChat)
 	if err != nil {
 		writeError(w, http.StatusNotFound, APIError{Message: err.Error(), Type: "invalid_request_error"})
 		return
@@ -217,40 +249,56 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, res.Response)
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *ChatRequest, opts []CallOption) {
+// await submits req for a streamed answer and waits for it. head runs once the stream
+// may start, with the headers and the record so far: when prefill ends, or with the
+// final result when that came first. await returns the final result (a refusal without
+// head having run), or nil when the client went away, abandoning the request.
+func (s *Server) await(r *http.Request, req *ChatRequest, opts []CallOption, head func(*Result)) *Result {
 	first := make(chan *Result, 1)
 	done := make(chan *Result, 1)
-	opts = append(opts, OnFirstToken(func(res *Result) { first <- res }))
+	opts = append(slices.Clip(opts), OnFirstToken(func(res *Result) { first <- res }))
 	cancel := s.engine.Submit(req, func(res *Result) { done <- res }, opts...)
-
-	startStream := func(h http.Header) {
-		maps.Copy(w.Header(), h)
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.Header().Set("Cache-Control", "no-cache")
-		w.WriteHeader(http.StatusOK)
-	}
-	var res *Result
 	select {
 	case <-r.Context().Done():
 		cancel()
-		return
-	case res = <-done:
-		if res.Status != http.StatusOK {
-			maps.Copy(w.Header(), res.Header)
-			writeJSON(w, res.Status, res.Error)
-			return
+		return nil
+	case res := <-done:
+		if res.Status == http.StatusOK {
+			head(res)
 		}
-		startStream(res.Header)
-		s.writeChunk(w, res.Record, req.Model, ChunkChoice{Delta: Delta{Role: "assistant", Content: strptr("")}}, nil)
+		return res
 	case partial := <-first:
-		startStream(partial.Header)
+		head(partial)
+	}
+	select {
+	case <-r.Context().Done():
+		cancel()
+		return nil
+	case res := <-done:
+		return res
+	}
+}
+
+// startSSE sends the status line and headers of an event stream.
+func startSSE(w http.ResponseWriter, h http.Header) {
+	maps.Copy(w.Header(), h)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req *ChatRequest, opts []CallOption) {
+	res := s.await(r, req, opts, func(partial *Result) {
+		startSSE(w, partial.Header)
 		s.writeChunk(w, partial.Record, req.Model, ChunkChoice{Delta: Delta{Role: "assistant", Content: strptr("")}}, nil)
-		select {
-		case <-r.Context().Done():
-			cancel()
-			return
-		case res = <-done:
-		}
+	})
+	switch {
+	case res == nil:
+		return
+	case res.Status != http.StatusOK:
+		maps.Copy(w.Header(), res.Header)
+		writeJSON(w, res.Status, res.Error)
+		return
 	}
 	rec := res.Record
 	msg := res.Response.Choices[0].Message
@@ -285,6 +333,20 @@ func (s *Server) writeChunk(w http.ResponseWriter, rec Record, model string, cho
 	flush(w)
 }
 
+// writeEvent writes one named server-sent event whose data is fields with their type
+// first, as the Responses and Messages APIs send them.
+func writeEvent(w http.ResponseWriter, typ string, fields map[string]any) {
+	b, _ := json.Marshal(fields)
+	t, _ := json.Marshal(typ)
+	data := `{"type":` + string(t)
+	if len(b) > 2 {
+		data += "," + string(b[1:])
+	} else {
+		data += "}"
+	}
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", typ, data)
+}
+
 func flush(w http.ResponseWriter) {
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
@@ -311,12 +373,51 @@ func splitKeepSpace(s string) []string {
 	return out
 }
 
+// modelsCreated is when every listed model was created, as far as clients can tell.
+const modelsCreated = 1700000000
+
+// anthropicClient reports whether the request is an Anthropic client's: its SDKs send
+// anthropic-version on every call.
+func anthropicClient(r *http.Request) bool { return r.Header.Get("anthropic-version") != "" }
+
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	ids := s.engine.Models()
+	if anthropicClient(r) {
+		list := AnthropicModelList{Data: []AnthropicModel{}, FirstID: ids[0], LastID: ids[len(ids)-1]}
+		for _, id := range ids {
+			list.Data = append(list.Data, anthropicModel(id))
+		}
+		writeJSON(w, http.StatusOK, list)
+		return
+	}
 	list := ModelList{Object: "list"}
-	for _, id := range s.engine.Models() {
-		list.Data = append(list.Data, Model{ID: id, Object: "model", Created: 1700000000, OwnedBy: "luft-testkit"})
+	for _, id := range ids {
+		list.Data = append(list.Data, openAIModel(id))
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// model answers GET /v1/models/{id}, in Anthropic's shape for an Anthropic client.
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("model")
+	known := len(s.engine.Config().Models) == 0 || slices.Contains(s.engine.Config().Models, id)
+	switch {
+	case anthropicClient(r) && known:
+		writeJSON(w, http.StatusOK, anthropicModel(id))
+	case anthropicClient(r):
+		writeAnthropicError(w, http.StatusNotFound, "not_found_error", "model: "+id, "")
+	case known:
+		writeJSON(w, http.StatusOK, openAIModel(id))
+	default:
+		writeError(w, http.StatusNotFound, APIError{
+			Message: fmt.Sprintf("The model '%s' does not exist", id),
+			Type:    "invalid_request_error", Param: strptr("model"), Code: strptr("model_not_found"),
+		})
+	}
+}
+
+func openAIModel(id string) Model {
+	return Model{ID: id, Object: "model", Created: modelsCreated, OwnedBy: "luft-testkit"}
 }
 
 // metrics exposes vLLM's queue gauges per replica, which routers such as llm-d scrape,
