@@ -81,9 +81,14 @@ func asCaller(req *http.Request) {
 }
 
 func postAsync(url, body string, hdr map[string]string) <-chan int {
+	return postPathAsync(url+"/v1/chat/completions", body, hdr)
+}
+
+// postPathAsync posts body to url (the whole endpoint) and returns the status to come.
+func postPathAsync(url, body string, hdr map[string]string) <-chan int {
 	done := make(chan int, 1)
 	go func() {
-		req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}

@@ -45,6 +45,7 @@ type env struct {
 	clock testkit.Clock
 	net   network
 	model testkit.Provider
+	wire  string // the agents' wire (see wires.go); "" = chat completions
 }
 
 // network connects the parties: serve puts a handler at a base URL, client reaches it.
@@ -101,7 +102,11 @@ func (viaProxy) start(e env, engine string) (string, func(), error) {
 	clk := schedClock{e.clock}
 	sched := scheduler.NewExecutor(scheduler.Config{Lanes: map[string]scheduler.LaneConfig{
 		backend + "/*": {Slots: 8, Scout: true}}}, clk)
-	p, err := proxy.New(proxy.Options{Upstreams: []proxy.Upstream{{Name: backend, BaseURL: engine, Model: model}},
+	family := proxy.FamilyOpenAI
+	if e.wire == wireMessages {
+		family = proxy.FamilyAnthropic
+	}
+	p, err := proxy.New(proxy.Options{Upstreams: []proxy.Upstream{{Name: backend, Family: family, BaseURL: engine, Model: model}},
 		Default: backend, Scheduler: sched, Clock: clk, Transport: e.net.transport()})
 	if err != nil {
 		return "", nil, err
@@ -124,6 +129,7 @@ func (s schedClock) AfterFunc(d time.Duration, f func()) scheduler.Timer {
 
 // Result is one measurement: one target, one seed.
 type Result struct {
+	Wire        string  `json:"wire,omitempty"`
 	Target      string  `json:"target"`
 	Seed        uint64  `json:"seed"`
 	Turns       int     `json:"turns"`        // the agents' turns that got an answer
@@ -206,6 +212,7 @@ func measure(ctx context.Context, e env, tgt target, shape Shape, seed uint64, s
 	)
 	for i := range shape.Agents {
 		a := newAgent(i, seed, shape.Steps, base, client, e.clock, tgt.retries(sdkRetries))
+		a.wire = e.wire
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -273,6 +280,7 @@ var errGaveUp = errors.New("gave up after the SDK's retries")
 // the same conversations.
 type agent struct {
 	id      int
+	wire    string
 	base    string
 	client  *http.Client
 	clock   testkit.Clock
@@ -342,17 +350,22 @@ func (a *agent) run(ctx context.Context) error {
 // 2 minutes (a longer one is not retried), else 0.5 s × 2ⁿ up to 8 s less up to 25 %
 // jitter; at most a.retries retries.
 func (a *agent) call(ctx context.Context) (testkit.Message, error) {
-	body, err := json.Marshal(testkit.ChatRequest{Model: model, Messages: a.msgs, Tools: tools})
+	body, err := encode(a.wire, a.msgs, tools)
 	if err != nil {
 		return testkit.Message{}, err
 	}
 	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+"/chat/completions", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+endpoint(a.wire), bytes.NewReader(body))
 		if err != nil {
 			return testkit.Message{}, err
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer sk-bench")
+		if a.wire == wireMessages {
+			req.Header.Set("x-api-key", "sk-bench")
+			req.Header.Set("anthropic-version", "2023-06-01")
+		} else {
+			req.Header.Set("Authorization", "Bearer sk-bench")
+		}
 		resp, err := a.client.Do(req)
 		var status int
 		var header http.Header
@@ -363,11 +376,7 @@ func (a *agent) call(ctx context.Context) (testkit.Message, error) {
 			if rerr != nil {
 				err = rerr
 			} else if status == http.StatusOK {
-				var cr testkit.ChatResponse
-				if err := json.Unmarshal(b, &cr); err != nil || len(cr.Choices) == 0 {
-					return testkit.Message{}, fmt.Errorf("unreadable answer %.200q: %v", b, err)
-				}
-				return cr.Choices[0].Message, nil
+				return decode(a.wire, b)
 			} else if !retryable(status) {
 				return testkit.Message{}, fmt.Errorf("HTTP %d: %.300s", status, b)
 			}

@@ -30,7 +30,11 @@
 // spread (min–max) over the seeds side by side, and whether the proxy met its targets in
 // every seed: no 429, time ≤ 1.03 × the net floor.
 //
-//	go run ./bench/proxy [-seeds 10] [-speed 30] [-retries 8] [-model classic] [-json out.json]
+//	go run ./bench/proxy [-seeds 10] [-speed 30] [-retries 8] [-model classic] [-wire chat] [-json out.json]
+//
+// -wire picks what the agents speak: chat (the default), responses (the Responses API,
+// the whole input every turn, as Codex and the Agents SDK send it), messages (Anthropic
+// Messages, with max_tokens 1,024 since that wire requires it), or all, one table each.
 //
 // -model picks the provider model the engine plays (internal/testkit's Provider): classic,
 // the default and the engine described above, or openai, strict, anthropic (6,000 input
@@ -65,7 +69,15 @@ func main() {
 	out := flag.String("json", "", "write every result as JSON to this file")
 	verbose := flag.Bool("v", false, "print every request the engine saw")
 	modelF := flag.String("model", "classic", "the provider model the engine plays: classic, openai, strict, anthropic, fixed-window or silent")
+	wireF := flag.String("wire", "chat", "the wire the agents speak: chat, responses, messages, or all (each in turn)")
 	flag.Parse()
+	run := []string{*wireF}
+	if *wireF == "all" {
+		run = wires
+	} else if !slices.Contains(wires, *wireF) {
+		fmt.Fprintf(os.Stderr, "-wire: %q is not one of chat, responses, messages, all\n", *wireF)
+		os.Exit(2)
+	}
 	prov, err := testkit.ParseProvider(*modelF)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "-model:", err)
@@ -75,26 +87,33 @@ func main() {
 		trace = os.Stdout
 	}
 	machine.Print(os.Stdout)
-	fmt.Printf("own-loop agents (%d × %d turns, OpenAI chat API over HTTP, tool calls between turns) on one key: fake engine as provider model %s, TPM %d, RPM %d, no max_tokens, completions lognormal (median 60, tail 600); time ×%g\n\n",
-		Full.Agents, 2*Full.Steps, prov, tpm, rpm, *speed)
-	byTarget := map[string][]Result{}
 	var all []Result
-	printRowHeader(os.Stdout)
-	for s := 1; s <= *seeds; s++ {
-		for _, tgt := range []target{direct{}, direct{free: true}, viaProxy{}} {
-			clock := testkit.NewScaledClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), *speed)
-			r, err := measure(context.Background(), env{clock: clock, net: newLoopback(), model: prov}, tgt, Full, uint64(s), *retries)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "%s seed %d: %v\n", tgt.name(), s, err)
-				os.Exit(1)
+	ok := true
+	for _, wire := range run {
+		fmt.Printf("own-loop agents (%d × %d turns, %s over HTTP, tool calls between turns) on one key: fake engine as provider model %s, TPM %d, RPM %d, %s, completions lognormal (median 60, tail 600); time ×%g\n\n",
+			Full.Agents, 2*Full.Steps, wireTitle[wire], prov, tpm, rpm, maxTokensOf(wire), *speed)
+		byTarget := map[string][]Result{}
+		printRowHeader(os.Stdout)
+		for s := 1; s <= *seeds; s++ {
+			for _, tgt := range []target{direct{}, direct{free: true}, viaProxy{}} {
+				clock := testkit.NewScaledClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), *speed)
+				r, err := measure(context.Background(), env{clock: clock, net: newLoopback(), model: prov, wire: wire}, tgt, Full, uint64(s), *retries)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "%s %s seed %d: %v\n", wire, tgt.name(), s, err)
+					os.Exit(1)
+				}
+				r.Wire = wire
+				printRow(os.Stdout, r)
+				byTarget[r.Target] = append(byTarget[r.Target], r)
+				all = append(all, r)
 			}
-			printRow(os.Stdout, r)
-			byTarget[r.Target] = append(byTarget[r.Target], r)
-			all = append(all, r)
 		}
+		fmt.Println()
+		if !summarise(os.Stdout, byTarget) {
+			ok = false
+		}
+		fmt.Println()
 	}
-	fmt.Println()
-	ok := summarise(os.Stdout, byTarget)
 	if *out != "" {
 		b, _ := json.MarshalIndent(all, "", "  ")
 		if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
@@ -105,6 +124,17 @@ func main() {
 	if !ok {
 		os.Exit(1)
 	}
+}
+
+// wireTitle names a wire in the table's heading.
+var wireTitle = map[string]string{wireChat: "OpenAI chat completions", wireResponses: "OpenAI Responses API", wireMessages: "Anthropic Messages"}
+
+// maxTokensOf says what a wire's agents send as their completion cap.
+func maxTokensOf(wire string) string {
+	if wire == wireMessages {
+		return fmt.Sprintf("max_tokens %d (required by the wire)", messagesMaxTokens)
+	}
+	return "no max_tokens"
 }
 
 func printRowHeader(w io.Writer) {

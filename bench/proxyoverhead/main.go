@@ -26,7 +26,11 @@
 // a turn's p99 through luft's proxy minus its p99 straight to the engine, whose spread
 // is wider than the targets, so it can neither confirm nor refute them.
 //
-//	go run ./bench/proxyoverhead [-runs 5] [-conc 200] [-turns 50] [-prefill 200ms] [-decode 50ms] [-cpuprofile f]
+// -wire picks what the agents speak: chat (chat completions, the default), responses
+// (the Responses API) or messages (Anthropic Messages, through an upstream of type
+// anthropic at the same engine).
+//
+//	go run ./bench/proxyoverhead [-runs 5] [-conc 200] [-turns 50] [-wire chat] [-prefill 200ms] [-decode 50ms] [-cpuprofile f]
 package main
 
 import (
@@ -66,7 +70,22 @@ var (
 	cpuprof = flag.String("cpuprofile", "", "write a CPU profile of luft's proxied runs to this file")
 	prefill = flag.Duration("prefill", 200*time.Millisecond, "the engine's time to the first chunk")
 	decode  = flag.Duration("decode", 50*time.Millisecond, "the engine's time per output token (16 tokens a turn)")
+	wire    = flag.String("wire", "chat", "the wire the agents speak: chat, responses or messages")
 )
+
+// path and body of a turn on each wire.
+var wirePaths = map[string]string{"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
+
+func bodyOf(wire string, stream bool, agent, turn int) string {
+	const task = "of a task that needs a few words of context to look like a real prompt"
+	switch wire {
+	case "responses":
+		return fmt.Sprintf(`{"model":"m1","stream":%v,"instructions":"You are agent %d.","input":[{"role":"user","content":"turn %d %s"}]}`, stream, agent, turn, task)
+	case "messages":
+		return fmt.Sprintf(`{"model":"m1","stream":%v,"max_tokens":16,"system":"You are agent %d.","messages":[{"role":"user","content":"turn %d %s"}]}`, stream, agent, turn, task)
+	}
+	return fmt.Sprintf(`{"model":"m1","stream":%v,"messages":[{"role":"system","content":"You are agent %d."},{"role":"user","content":"turn %d %s"}]}`, stream, agent, turn, task)
+}
 
 // Targets on the proxy's own path, at p99 (issue 22).
 const (
@@ -314,6 +333,9 @@ func serve(name string, h http.Handler) (target, func(), error) {
 }
 
 func run() (bool, error) {
+	if _, ok := wirePaths[*wire]; !ok {
+		return false, fmt.Errorf("-wire %q: use chat, responses or messages", *wire)
+	}
 	e := testkit.NewEngine(testkit.Config{Models: []string{"m1"}, Slots: 3**conc + 16,
 		PrefillOverhead: *prefill, DecodePerToken: *decode, DefaultMaxTokens: 16})
 	srv := testkit.NewServer(e)
@@ -328,7 +350,10 @@ func run() (bool, error) {
 		return false, err
 	}
 	defer os.RemoveAll(dir)
-	opts := proxy.Options{Upstreams: []proxy.Upstream{{Name: "fake", BaseURL: base, Model: "m1"}},
+	// The engine serves every wire at one base URL: an openai upstream for chat
+	// completions and the Responses API, an anthropic one for Messages.
+	opts := proxy.Options{Upstreams: []proxy.Upstream{{Name: "fake", BaseURL: base, Model: "m1"},
+		{Name: "fake-anthropic", Family: proxy.FamilyAnthropic, BaseURL: base, Model: "m1"}},
 		Scheduler: scheduler.NewExecutor(scheduler.Config{}, nil), Transport: &clock{next: transport(*conc)}}
 	var db storage.DB
 	if *record {
@@ -407,8 +432,8 @@ func run() (bool, error) {
 	}
 
 	machine.Print(os.Stdout)
-	fmt.Printf("luft proxy overhead on loopback: %d concurrent agents × %d turns = %d turns a run (half streamed), %d runs; median [min–max] over runs\n",
-		*conc, *turns, *conc**turns, *runs)
+	fmt.Printf("luft proxy overhead on loopback, %s wire: %d concurrent agents × %d turns = %d turns a run (half streamed), %d runs; median [min–max] over runs\n",
+		*wire, *conc, *turns, *conc**turns, *runs)
 	fmt.Printf("engine: first chunk after %s, the rest %s later; luft's proxy records runs: %v\n\n", *prefill, 16**decode, *record)
 
 	fmt.Printf("time spent in the proxy, on each turn's own path (handler arrival → upstream request written, upstream answer → client)\n")
@@ -542,7 +567,7 @@ func measure(client *http.Client, t target, conc, n int, stagger time.Duration, 
 			mine := make([]sample, 0, n)
 			for i := 0; i < n; i++ {
 				stream := (a+i)%2 == 0
-				body := fmt.Sprintf(`{"model":"m1","stream":%v,"messages":[{"role":"system","content":"You are agent %d."},{"role":"user","content":"turn %d of a task that needs a few words of context to look like a real prompt"}]}`, stream, a, i)
+				body := bodyOf(*wire, stream, a, i)
 				s, err := turn(client, t, id, id+"/"+strconv.Itoa(i), body, stream)
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "turn:", err)
@@ -562,8 +587,11 @@ func measure(client *http.Client, t target, conc, n int, stagger time.Duration, 
 }
 
 func turn(client *http.Client, t target, id, turnID, body string, stream bool) (sample, error) {
-	req, _ := http.NewRequest(http.MethodPost, t.base+"/chat/completions", bytes.NewReader([]byte(body)))
+	req, _ := http.NewRequest(http.MethodPost, t.base+wirePaths[*wire], bytes.NewReader([]byte(body)))
 	req.Header.Set("Content-Type", "application/json")
+	if *wire == "messages" {
+		req.Header.Set("anthropic-version", "2023-06-01")
+	}
 	req.Header.Set("x-luft-run-id", id)
 	req.Header.Set("x-luft-caller", id)
 	req.Header.Set("x-bench-turn", turnID)
