@@ -50,7 +50,11 @@ func (t *lane) estimate(estTokens, estOutput int) (est, outShare float64) {
 	raw := float64(max(estTokens, 1))
 	outShare = t.outFrac
 	if estOutput > 0 && estOutput <= estTokens {
-		outShare = float64(estOutput) / raw
+		// A capped turn: its prompt's estimate is corrected as the lane learned, its cap
+		// is reserved whole (a provider may keep it, as OpenAI does, or hold it while the
+		// turn runs, as Anthropic does; the turn's end reconciles what it used).
+		est = t.est.corrected(float64(max(estTokens-estOutput, 1))) + float64(estOutput)
+		return est, float64(estOutput) / est
 	}
 	return t.est.corrected(raw), outShare
 }

@@ -56,7 +56,9 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 			t.est.record(float64(j.EstTokens), in)
 			t.outs.record(out)
 		} else {
-			t.est.record(float64(j.EstTokens), total)
+			// A capped turn: what is learned is its prompt's estimate, as for any turn;
+			// the cap is reserved whole (see estimate).
+			t.est.record(float64(max(j.EstTokens-j.EstOutput, 1)), in)
 		}
 		t.outFrac = 0.9*t.outFrac + 0.1*out/total
 	}

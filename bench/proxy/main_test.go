@@ -187,3 +187,45 @@ func TestProxyModels(t *testing.T) {
 		}
 	}
 }
+
+// The same workload on the two other wires the proxy serves, on a virtual clock: the
+// agents speak the Responses API (the whole input every turn) or Anthropic Messages
+// (max_tokens 1,024, which that wire requires). Through the proxy no 429 reaches the
+// engine or an agent in any seed and every agent finishes; straight at the engine the
+// agents meet 429s in every seed. (The time target is the chat wire's; the others' times
+// are logged beside it.)
+func TestProxyWires(t *testing.T) {
+	seeds := 10
+	if testing.Short() {
+		seeds = 2
+	}
+	for _, wire := range []string{wireResponses, wireMessages} {
+		t.Run(wire, func(t *testing.T) {
+			by := map[string][]Result{}
+			for s := 1; s <= seeds; s++ {
+				for _, tgt := range []target{direct{}, viaProxy{}} {
+					var r Result
+					var err error
+					synctest.Test(t, func(t *testing.T) {
+						e := env{clock: testkit.RealClock{}, net: newMemNet(), wire: wire}
+						r, err = measure(t.Context(), e, tgt, Full, uint64(s), 8)
+					})
+					if err != nil {
+						t.Fatalf("%s seed %d: %v", tgt.name(), s, err)
+					}
+					by[r.Target] = append(by[r.Target], r)
+					switch {
+					case r.Target == "proxy" && (r.RateLimited > 0 || r.SeenByAgent > 0 || r.FailedRuns > 0 || r.Turns != 96):
+						t.Errorf("proxy seed %d: %d 429s at the engine, %d at the agents, %d agents gave up, %d turns answered",
+							s, r.RateLimited, r.SeenByAgent, r.FailedRuns, r.Turns)
+					case r.Target != "proxy" && r.RateLimited == 0:
+						t.Errorf("%s seed %d: no 429: the workload does not reach the key's limits", r.Target, s)
+					}
+				}
+			}
+			var buf bytes.Buffer
+			summarise(&buf, by)
+			t.Log("\n" + buf.String())
+		})
+	}
+}
