@@ -340,3 +340,73 @@ func TestProxyServeDoors(t *testing.T) {
 		t.Errorf("proxy exit %d", code)
 	}
 }
+
+// TestDaemonServesEveryWire: the daemon's /v1/ serves the Responses API through an
+// openai backend and Anthropic Messages through an anthropic one, with the key of
+// api_key_env sent as the wire expects; each turn is a run that luft list shows. The
+// daemon's API takes its token as x-api-key too (what Claude Code's ANTHROPIC_API_KEY
+// sends).
+func TestDaemonServesEveryWire(t *testing.T) {
+	e := testkit.NewEngine(testkit.Config{Models: []string{"m1", "claude-test"}})
+	srv := testkit.NewServer(e)
+	srv.RecordHeaders = true
+	base, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dt := newDaemonTest(t, "LUFT_TEST_ANTHROPIC_KEY=sk-ant-luft")
+	cfg := "[backends.fake]\ntype = \"openai\"\nbase_url = \"" + base + "\"\nmodel = \"m1\"\n" +
+		"[backends.claude]\ntype = \"anthropic\"\nbase_url = \"" + base + "\"\napi_key_env = \"LUFT_TEST_ANTHROPIC_KEY\"\n"
+	if err := os.WriteFile(filepath.Join(dt.dir, "luft.toml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	info := dt.start("--listen", "127.0.0.1:0")
+	url := "http://" + info.Addr
+	post := func(path, body string, hdr ...string) (*http.Response, string) {
+		req, _ := http.NewRequest("POST", url+path, strings.NewReader(body))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := post("/v1/responses", `{"model":"m1","input":"hi","max_output_tokens":4}`,
+		"Authorization", "Bearer sk-client", "x-luft-caller", "codex")
+	if resp.StatusCode != 200 || !strings.Contains(body, `"object":"response"`) || resp.Header.Get("x-luft-run") == "" {
+		t.Fatalf("Responses turn: %d %s", resp.StatusCode, body)
+	}
+	resp, body = post("/v1/messages?beta=true", `{"model":"claude-test","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+		"x-api-key", "sk-ant-client", "anthropic-version", "2023-06-01", "x-luft-caller", "claude")
+	if resp.StatusCode != 200 || !strings.Contains(body, `"type":"message"`) || resp.Header.Get("Anthropic-Ratelimit-Requests-Remaining") == "" && resp.Header.Get("Request-Id") == "" {
+		t.Fatalf("Messages turn: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	hs := srv.RequestHeaders()
+	if len(hs) != 2 || hs[0].Get("Authorization") != "Bearer sk-client" || hs[1].Get("X-Api-Key") != "sk-ant-luft" || hs[1].Get("Authorization") != "" {
+		t.Fatalf("upstream headers: %v", hs)
+	}
+	resp, body = post("/v1/messages", `{"model":"claude-test","max_tokens":4}`, "anthropic-version", "2023-06-01")
+	if resp.StatusCode != 400 || !strings.Contains(body, `"type":"error"`) || !strings.Contains(body, "invalid_request_error") {
+		t.Fatalf("a bad Messages request: %d %s", resp.StatusCode, body)
+	}
+	tok, err := os.ReadFile(filepath.Join(dt.state, daemon.TokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, _ := http.NewRequest("GET", url+"/api/runs", nil)
+	api.Header.Set("x-api-key", strings.TrimSpace(string(tok)))
+	r, err := http.DefaultClient.Do(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 || !strings.Contains(string(b), "proxy:codex") || !strings.Contains(string(b), "proxy:claude") {
+		t.Fatalf("GET /api/runs with the token as x-api-key: %d %s", r.StatusCode, b)
+	}
+}
