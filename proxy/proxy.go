@@ -483,6 +483,12 @@ const maxCountBody = 1 << 20
 func (p *Proxy) countTokens(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r, p.opts.MaxBody)
 	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			writeAnthropicError(w, http.StatusRequestEntityTooLarge, "", "request_too_large",
+				fmt.Sprintf("request body over %d bytes: luft's proxy accepts at most that much (its max body setting)", mb.Limit))
+			return
+		}
 		writeAnthropicError(w, http.StatusBadRequest, "", "unreadable_body", "reading the request body: "+err.Error())
 		return
 	}
