@@ -433,6 +433,9 @@ func parseMessages(body []byte) (request, error) {
 		m := q.Messages[i]
 		r.estIn += 4 + tokensOf(len(m.Content))
 		c := bytes.TrimSpace(m.Content)
+		if len(c) > 0 && c[0] != '[' && c[0] != '"' && !bytes.Equal(c, []byte("null")) {
+			return request{}, fmt.Errorf("message %d: content is neither a string nor an array of blocks", i)
+		}
 		if len(c) == 0 || c[0] != '[' || len(r.echoed) >= maxEchoed {
 			continue
 		}
@@ -573,8 +576,12 @@ func parseMessagesEvent(line []byte, res *relayed) {
 	}
 }
 
-// messagesStreamError is a Messages stream's error event.
-func messagesStreamError(_, msg string) []byte {
+// messagesStreamError is a Messages stream's error event; luft's code leads the message,
+// as in writeAnthropicError.
+func messagesStreamError(code, msg string) []byte {
+	if code != "" {
+		msg = code + ": " + msg
+	}
 	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]any{"type": "api_error", "message": msg}})
 	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
 }
