@@ -69,14 +69,18 @@ func (h *Host) share(ex *scheduler.Executor, st storage.Store, o ServeOptions) {
 func (h *Host) budgetKey(lane string) string {
 	name, model, _ := strings.Cut(lane, "/")
 	b, ok := h.opts.Config.Backends[name]
-	if !ok || b.Type != "openai" {
+	if !ok || b.Type != "openai" && b.Type != "anthropic" {
 		return ""
 	}
 	url := b.BaseURL
-	if url == "" && h.opts.Getenv != nil {
+	if url == "" && h.opts.Getenv != nil && b.Type == "openai" {
 		url = h.opts.Getenv("OPENAI_BASE_URL")
 	}
-	if url == "" {
+	switch {
+	case url != "":
+	case b.Type == "anthropic":
+		url = "https://api.anthropic.com/v1"
+	default:
 		url = "https://api.openai.com/v1"
 	}
 	var key string

@@ -281,3 +281,58 @@ func TestOrigin(t *testing.T) {
 		}
 	}
 }
+
+// TestFallbackElsewhereGetsNoQuery: the client's query string (a gateway's ?key=, an
+// Azure ?api-version=) goes to the upstream it addressed and not to a fallback at
+// another host.
+func TestFallbackElsewhereGetsNoQuery(t *testing.T) {
+	var mu sync.Mutex
+	var queries []string
+	saw := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			queries = append(queries, r.Host+" "+r.URL.RawQuery)
+			mu.Unlock()
+			next.ServeHTTP(w, r)
+		})
+	}
+	down := httptest.NewServer(saw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})))
+	defer down.Close()
+	b := httptest.NewServer(saw(testkit.NewServer(testkit.NewEngine(testkit.Config{Models: []string{"mb"}})).Handler()))
+	defer b.Close()
+	_, front := serve(t, Options{Upstreams: []Upstream{
+		{Name: "a", BaseURL: down.URL + "/v1", Model: "ma", Fallback: "b"},
+		{Name: "b", BaseURL: b.URL + "/v1", Model: "mb", APIKey: "sk-luft-for-b"},
+	}, Scheduler: fallbackScheduler()})
+	resp, err := http.Post(front+"/v1/chat/completions?key=secret-for-a", "application/json",
+		strings.NewReader(`{"model":"ma","messages":[{"role":"user","content":"hi"}],"max_tokens":4}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d", resp.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	aHost, bHost := strings.TrimPrefix(down.URL, "http://"), strings.TrimPrefix(b.URL, "http://")
+	var toA, toB int
+	for _, q := range queries {
+		switch {
+		case q == aHost+" key=secret-for-a":
+			toA++
+		case strings.HasPrefix(q, bHost+" "):
+			toB++
+			if q != bHost+" " {
+				t.Errorf("the fallback at another host got the client's query: %q", q)
+			}
+		default:
+			t.Errorf("unexpected request %q", q)
+		}
+	}
+	if toA == 0 || toB != 1 {
+		t.Fatalf("requests: %v", queries)
+	}
+}

@@ -60,8 +60,9 @@ func (r *relayed) hasID(id string) bool {
 // relay passes resp on to the client as it arrives: headers and status as sent, then
 // the body, flushed after every read for a stream. What tells the client the answer is
 // complete waits for the turn's end to be recorded (deliver): a whole answer of at most
-// maxParsed bytes is held with its status and headers, and a stream's closing
-// data: [DONE] is held.
+// maxParsed bytes is held with its status and headers, and a stream's closing event
+// (the wire's: chat's data: [DONE], Responses' response.completed, Messages'
+// message_stop) is held.
 func (t *turn) relay(resp *http.Response) relayed {
 	var res relayed
 	if err := t.started(); err != nil {
@@ -141,6 +142,7 @@ func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
 		part    []byte // the line begun and not ended: not yet sent (unless held), not yet read
 		long    bool   // that line outgrew maxLine: it is sent as it comes, and not read
 		holding bool   // the closing event has begun: the rest is held
+		stopped bool   // held too much after its closing event: nothing more is held
 	)
 	for {
 		n, rerr := resp.Body.Read(buf)
@@ -157,10 +159,17 @@ func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
 				i := bytes.IndexByte(in[start:], '\n')
 				if i < 0 {
 					rest := in[start:]
-					if !holding && !long && t.wire.terminal(rest) {
+					if !holding && !stopped && !long && t.wire.terminal(rest) {
 						holding = true
 					}
-					if long || len(rest) > maxLine {
+					// The closing event is held anyway, and its line may carry the whole
+					// response (the Responses API's usage comes in it): it is read up to
+					// maxParsed.
+					bound := maxLine
+					if holding {
+						bound = maxParsed
+					}
+					if long || len(rest) > bound {
 						// Too long to keep whole: it passes through, unread.
 						long = true
 						if !holding {
@@ -173,7 +182,7 @@ func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
 				}
 				if line := in[start : start+i]; !long {
 					t.wire.event(line, res)
-					if !holding && t.wire.terminal(line) {
+					if !holding && !stopped && t.wire.terminal(line) {
 						holding = true
 					}
 				}
@@ -188,6 +197,20 @@ func (t *turn) relayStream(resp *http.Response, res *relayed) relayed {
 					t.held = append(t.held, chunk...)
 				} else {
 					t.held = append(t.held, in[send:]...)
+				}
+				if len(t.held) > maxParsed {
+					// A stream that goes on long after its closing event: what is held goes
+					// to the client, and the rest passes through as it comes.
+					if _, err := t.w.Write(t.held); err != nil {
+						res.err = err
+						return *res
+					}
+					t.held, holding, stopped = t.held[:0], false, true
+					_ = rc.Flush()
+					if len(tail) > 0 {
+						// The line begun is sent: its rest passes through, unread.
+						tail, long = nil, true
+					}
 				}
 			}
 			if send > 0 {

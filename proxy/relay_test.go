@@ -211,3 +211,14 @@ func TestParseWires(t *testing.T) {
 		}
 	}
 }
+
+// A stream that goes on past its closing event is not held without bound: past
+// maxParsed what was held goes to the client and the rest passes through.
+func TestStreamHeldBounded(t *testing.T) {
+	line := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", 1000) + "\"}}]}\n\n"
+	more := strings.Repeat(line, 2*maxParsed/len(line))
+	sent, held, _ := relayOf(t, chatWire, "data: [DONE]\n\n"+more, 32<<10)
+	if len(held) > maxParsed || len(sent)+len(held) != len("data: [DONE]\n\n"+more) {
+		t.Fatalf("held %d bytes, sent %d of %d", len(held), len(sent), len("data: [DONE]\n\n"+more))
+	}
+}

@@ -90,10 +90,12 @@ func (p *Proxy) serve(wr *wire, w http.ResponseWriter, r *http.Request) {
 	} else {
 		go func() { startErr <- started.do(bg) }()
 	}
-	maxOut, in := req.maxOut, req.estIn
+	// A cap beyond any model's output is no reservation luft could hold: it is held to
+	// maxReserved (the upstream will refuse it, or not use it).
+	maxOut, in := min(req.maxOut, maxReserved), min(req.estIn, maxReserved)
 	if req.chained {
 		// The upstream prepends the conversation so far: the run's last prompt and answer.
-		in += j.context
+		in += min(j.context, maxReserved)
 	}
 	t := &turn{p: p, wire: wr, w: w, r: r, j: j, up: up, model: req.model, body: body, stream: req.stream,
 		lane: up.Name + "/" + req.model, start: now, estIn: in, startErr: startErr}
@@ -118,6 +120,9 @@ func (p *Proxy) serve(wr *wire, w http.ResponseWriter, r *http.Request) {
 	}
 	t.deliver(err)
 }
+
+// maxReserved bounds a turn's estimated prompt and completion cap, each, in tokens.
+const maxReserved = 1 << 30
 
 // codeUnrecorded is the error code of a turn luft could not record.
 const codeUnrecorded = "luft_state_unwritable"
@@ -176,8 +181,18 @@ func (p *Proxy) unknownModel(wr *wire, model string) string {
 	return fmt.Sprintf("model %q is not served by luft's proxy on %s; configured models: %s", model, wr.path(), list)
 }
 
-// query is the request's query string with its ?, or "" (Claude Code asks for
-// /v1/messages?beta=true): it goes upstream with the request.
+// query is the request's query string for an attempt at replica of up: it goes with the
+// request to the upstream the client addressed (Claude Code asks for
+// /v1/messages?beta=true) or one at its origins, never to a fallback at another origin
+// (it may carry a credential, or mean something only to the client's upstream).
+func (t *turn) query(up *Upstream, replica int) string {
+	if up != t.up && !t.up.origins[origin(baseOf(up, replica))] {
+		return ""
+	}
+	return query(t.r)
+}
+
+// query is the request's query string with its ?, or "".
 func query(r *http.Request) string {
 	if r.URL.RawQuery == "" {
 		return ""
@@ -478,7 +493,7 @@ func (t *turn) send(ctx context.Context, up *Upstream, replica int, model string
 		}
 		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseOf(up, replica)+t.wire.endpoint+query(t.r), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseOf(up, replica)+t.wire.endpoint+t.query(up, replica), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

@@ -483,7 +483,15 @@ type messagesUsage struct {
 // input; luft's input is the whole prompt.
 func (u *messagesUsage) into(a *agent.Usage) {
 	in, read, made := u.InputTokens != nil, u.CacheReadInputTokens != nil, u.CacheCreationInputTokens != nil
-	if in || read || made {
+	sum := 0
+	for _, p := range [...]*int{u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens} {
+		if p != nil {
+			sum += *p
+		}
+	}
+	// A message_delta that says 0 input (some Anthropic-compatible servers) does not
+	// undo what message_start said.
+	if (in || read || made) && (sum > 0 || a.Input == 0) {
 		a.Input, a.Cached = 0, 0
 		for _, p := range [...]*int{u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens} {
 			if p != nil {

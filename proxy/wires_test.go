@@ -1182,3 +1182,25 @@ func TestUnrecordedEndOnWires(t *testing.T) {
 		})
 	}
 }
+
+// A cap beyond any model's output (max_tokens near the int64 limit) is held to
+// maxReserved in the turn's estimate: it cannot overflow into a reservation of nothing.
+func TestHugeCapBoundedEstimate(t *testing.T) {
+	f := newWiresFixture(t, wiresOpts{})
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"model":"gpt-m","messages":[{"role":"user","content":"hi"}],"max_tokens":9223372036854775807}`},
+		{"/v1/responses", `{"model":"gpt-m","input":"hi","max_output_tokens":9223372036854775807}`},
+		{"/v1/messages", `{"model":"claude-m","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		f.send(t, c.path, c.body, map[string]string{"anthropic-version": "2023-06-01"})
+	}
+	turns := f.turns.all()
+	if len(turns) != 3 {
+		t.Fatalf("%d turns admitted, want 3", len(turns))
+	}
+	for _, tu := range turns {
+		if tu.EstOutput != maxReserved || tu.EstTokens <= tu.EstOutput || tu.EstTokens > 2*maxReserved {
+			t.Errorf("turn estimated at %d tokens, %d of them output: want the cap held to %d", tu.EstTokens, tu.EstOutput, maxReserved)
+		}
+	}
+}

@@ -26,9 +26,10 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 	if _, over := t.oversized(est, f, cfg); over {
 		return reservation{}, false
 	}
-	total := est + t.est.margin(float64(max(j.EstTokens, 1)), now)
+	// The margin covers the estimate's error: a capped turn's is its prompt's alone.
+	total := est + t.est.margin(float64(max(j.promptEstimate(), 1)), now)
 	var tail float64
-	if j.EstOutput == 0 {
+	if !j.capped() {
 		tail = max(t.outs.quantile(cfg.OutputQuantile)*cfg.OutputHeadroom, t.upOut)
 		total += tail
 	}
@@ -40,8 +41,29 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 	if t.upfront {
 		tail = 0 // this lane's provider charges the output up front: it must fit too
 	}
-	return reservation{est: est, tokens: total, input: total * (1 - f), output: total * f,
+	input, output := total*(1-f), total*f
+	if j.capped() {
+		// The cap bounds the output: the margin is the prompt's.
+		output = min(total, float64(j.EstOutput))
+		input = total - output
+	}
+	return reservation{est: est, tokens: total, input: input, output: output,
 		tail: min(tail, total), batch: j.Class == agent.ClassBatch}, true
+}
+
+// capped reports whether a turn estimated at estTokens sends an output cap of
+// estOutput (one larger than the whole estimate is taken as none).
+func capped(estTokens, estOutput int) bool { return estOutput > 0 && estOutput <= estTokens }
+
+// capped reports whether the job's turn sends an output cap (see capped).
+func (j *job) capped() bool { return capped(j.EstTokens, j.EstOutput) }
+
+// promptEstimate is the job's estimate of its prompt: all of it, less a cap.
+func (j *job) promptEstimate() int {
+	if j.capped() {
+		return j.EstTokens - j.EstOutput
+	}
+	return j.EstTokens
 }
 
 // estimate is a turn's token estimate corrected by the lane's learned error, and the
@@ -49,7 +71,7 @@ func (t *lane) reserve(j *job, cfg *Config, now time.Time) (reservation, bool) {
 func (t *lane) estimate(estTokens, estOutput int) (est, outShare float64) {
 	raw := float64(max(estTokens, 1))
 	outShare = t.outFrac
-	if estOutput > 0 && estOutput <= estTokens {
+	if capped(estTokens, estOutput) {
 		// A capped turn: its prompt's estimate is corrected as the lane learned, its cap
 		// is reserved whole (a provider may keep it, as OpenAI does, or hold it while the
 		// turn runs, as Anthropic does; the turn's end reconciles what it used).

@@ -414,12 +414,13 @@ func TestAnthropicOutputBucket(t *testing.T) {
 	if !found || w.Reason != ReasonOutputTokens {
 		t.Fatalf("actions: %s", dump(acts))
 	}
-	// Reservation 1,000 + 54 % = 1,540, half of it output: 770 against 200 left, which
-	// Anthropic rounded to the nearest thousand, so at least 0; refilling at least
-	// (8000 − 0 − 1 − 1000) / 31 s = 225.8 a second (the count may be 1,000 above what
-	// is read, the reset is written in whole seconds): 3.41 s.
-	if d := w.Until.Sub(sec(1)); d < 3405*time.Millisecond || d > 3415*time.Millisecond {
-		t.Fatalf("wait %v, want about 3.41 s", d)
+	// Reservation: the prompt's 500 + 54 % of it and the cap of 500 whole; its output
+	// part is the cap, 500 against 200 left, which Anthropic rounded to the nearest
+	// thousand, so at least 0; refilling at least (8000 − 0 − 1 − 1000) / 31 s = 225.8 a
+	// second (the count may be 1,000 above what is read, the reset is written in whole
+	// seconds): 2.21 s.
+	if d := w.Until.Sub(sec(1)); d < 2209*time.Millisecond || d > 2219*time.Millisecond {
+		t.Fatalf("wait %v, want about 2.21 s", d)
 	}
 	if got := ids(c.Tick(w.Until), ActAdmit); !slices.Equal(got, []TurnID{2}) {
 		t.Fatalf("after the refill admitted %v", got)

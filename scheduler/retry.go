@@ -45,7 +45,7 @@ func (c *Core) retryRateLimited(j *job, tel Telemetry, now time.Time) {
 	home.charge(j.Caller, -j.charged)
 	t.st.RateLimited++
 	t.est.raise(now)
-	if j.EstOutput == 0 {
+	if !j.capped() {
 		// Admitted on its prompt and still refused: this provider wants the
 		// output to fit up front, and may have said how much it wanted.
 		t.upfront = true

@@ -26,7 +26,7 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 	readAt := now
 	if j.early {
 		readAt = j.earlyAt
-		if j.EstOutput == 0 {
+		if !j.capped() {
 			unread = out
 		}
 	}
@@ -35,7 +35,7 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 	}
 	if !t.tokens.endKept(j.flight, tel.Tokens, total, out, now) {
 		charge, alone := t.tokens.observe(j.flight, tel.Tokens, total, unread, readAt, now)
-		if alone && res.Status == StatusOK && j.EstOutput == 0 && u.Total() > 0 {
+		if alone && res.Status == StatusOK && !j.capped() && u.Total() > 0 {
 			t.learnCharge(charge, in, out)
 		}
 	}
@@ -50,15 +50,12 @@ func (c *Core) settle(t *lane, j *job, res Result, now time.Time) {
 		t.silent.answered()
 	}
 	if res.Status == StatusOK && u.Total() > 0 {
-		if j.EstOutput == 0 {
-			// No output cap: the estimate is the prompt's, and the completion's length
-			// is learned apart (see outputs).
-			t.est.record(float64(j.EstTokens), in)
+		// What is learned is the prompt's estimate, as for any turn (a capped turn's cap
+		// is reserved whole: see estimate); without a cap the completion's length is
+		// learned apart (see outputs).
+		t.est.record(float64(max(j.promptEstimate(), 1)), in)
+		if !j.capped() {
 			t.outs.record(out)
-		} else {
-			// A capped turn: what is learned is its prompt's estimate, as for any turn;
-			// the cap is reserved whole (see estimate).
-			t.est.record(float64(max(j.EstTokens-j.EstOutput, 1)), in)
 		}
 		t.outFrac = 0.9*t.outFrac + 0.1*out/total
 	}

@@ -225,8 +225,8 @@ func anthropicHeader(inLimit, inLeft, outLimit, outLeft int) http.Header {
 // Anthropic's output-token bucket is shared apart from its input bucket: once the
 // shared output level other nodes spent is gone, a turn waits for it even though this
 // node's own buckets, and the shared input level, would admit it; an earlier turn's
-// unused output tokens let it go. (Each turn reserves about 620 output tokens: its 400
-// and the estimate's margin; the first take asks for 5% of the limit, 1000.)
+// unused output tokens let it go. (Each turn reserves 400 output tokens, its cap: the
+// estimate's margin is its prompt's; the first take asks for 5% of the limit, 1000.)
 func TestSharedGateSplitInputOutput(t *testing.T) {
 	m := &memBudget{}
 	e := NewExecutor(Config{DefaultLane: LaneConfig{Slots: 8}}, nil)
@@ -243,7 +243,7 @@ func TestSharedGateSplitInputOutput(t *testing.T) {
 	if !r.Input.HasLimit || r.Input.Limit != 100000 || r.Output.Remaining != 19100 || r.Tokens.said() {
 		t.Errorf("reading passed on: %+v, want the input and output levels apart", r)
 	}
-	m.level[dimOut] = 1400 // the other nodes spent the rest of the output bucket
+	m.level[dimOut] = 1000 // the other nodes spent the rest of the output bucket
 	m.mu.Unlock()
 
 	var held []Permit
@@ -264,7 +264,7 @@ func TestSharedGateSplitInputOutput(t *testing.T) {
 	}()
 	select {
 	case <-third:
-		t.Fatal("a third turn of 400 output tokens was admitted on a shared output level of 1400")
+		t.Fatal("a third turn of 400 output tokens was admitted on a shared output level of 1000")
 	case <-time.After(100 * time.Millisecond):
 	}
 	m.mu.Lock()

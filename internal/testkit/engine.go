@@ -72,6 +72,10 @@ type Config struct {
 	NoMaxCompletionTokens bool
 }
 
+// MaxCompletionTokens is the largest max_tokens the engine accepts (a larger one is a
+// 400, as a provider refuses a cap beyond its model's output).
+const MaxCompletionTokens = 1 << 20
+
 // DefaultModel is the model id /v1/models lists when Config.Models is empty.
 const DefaultModel = "luft-fake"
 
@@ -501,6 +505,9 @@ func (e *Engine) validate(req *ChatRequest, o callOpts) (int, *APIError) {
 	for _, p := range []*int{req.MaxTokens, req.MaxCompletionTokens} {
 		if p != nil && *p < 1 {
 			return bad("max_tokens", "max_tokens: %d is less than the minimum of 1", *p)
+		}
+		if p != nil && *p > MaxCompletionTokens {
+			return bad("max_tokens", "max_tokens is too large: %d. This model supports at most %d completion tokens", *p, MaxCompletionTokens)
 		}
 	}
 	if req.N != nil && *req.N != 1 {
